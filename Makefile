@@ -1,0 +1,41 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both set up what they need first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint unit integration bench compose-check clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=...)")'
+	@bash infra/ensure-java.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)  ## virtualenv with the project and its dev tools
+
+demo: $(STAMP)  ## the main job end to end on the embedded local stack
+	$(BIN)/fraud demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not integration and not chaos"
+
+bench: $(STAMP)  ## simulator and ingest throughput on the embedded stack
+	$(BIN)/python bench/bench_simulator.py
+	$(BIN)/python bench/bench_ingest.py
+
+compose-check: $(STAMP)  ## validate docker-compose.yml without a Docker engine
+	$(BIN)/docker-compose -f docker-compose.yml config -q
+
+clean:
+	rm -rf $(VENV) .fraud .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,639 @@
+"""The pure feature core: per-card and per-terminal state and the vectorised steps that update it.
+
+``card_step(state, batch)`` and ``terminal_step(state, tx_batch, label_batch)`` turn (state, events)
+into (state, feature rows), for many cards or terminals at once, with numpy sorts and binary searches
+(no Python loop per row or per key). The streaming job calls them once per micro-batch and group with
+the state it kept; the batch path (``compute_features``) calls them once over a whole table with empty
+state, so live and replay run the same code.
+
+Exactness: counts are ints, amounts are summed in integer cents (``round(amount * 100)``) and every
+float feature comes from one final float operation on ints. The results are therefore bit-for-bit the
+same whether a stream is processed in one call or in any sequence of chunks with the state carried
+between them, as long as events arrive in (event_time, tx_id) order, or behind the latest event time
+seen by at most ``FeatureParams.max_lateness_ms`` (which only decides how much history is kept).
+
+Delivery guarantee: none of its own. These are deterministic pure functions; exactly-once results
+follow from the caller replaying the same input against the same checkpointed state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from features.definitions import (
+    AMOUNT_CENTS,
+    CARD_SECS_SINCE_PREV_TX,
+    DAY_MS,
+    DEFAULT_PARAMS,
+    EVENT_TIME_MS,
+    HOUR_MS,
+    IS_NIGHT,
+    IS_WEEKEND,
+    KNOWN_AT_MS,
+    LABEL_COLUMNS,
+    SECOND_MS,
+    TX_TIME_MS,
+    FeatureParams,
+    card_amount_ratio_column,
+    card_avg_amount_column,
+    card_nb_tx_column,
+    card_nb_tx_hours_column,
+    terminal_nb_tx_column,
+    terminal_risk_column,
+)
+from ingest.schemas import TxColumns
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+KeyArray = npt.NDArray[Any]
+
+#: Composite (segment, time) keys are built in int64 only below this bound; above it times are ranked.
+_COMPOSITE_LIMIT = 2**62
+#: 1970-01-01 was a Thursday: weekday (Monday = 0) of day number k is (k + 3) mod 7.
+_EPOCH_WEEKDAY = 3
+_LAST_NIGHT_HOUR = 6
+
+
+# --- State --------------------------------------------------------------------------------------------
+
+
+def _empty_keys() -> KeyArray:
+    return np.empty(0, dtype=object)
+
+
+def _empty_ints() -> IntArray:
+    return np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class CardState:
+    """Per-card history that future transactions may still see.
+
+    One entry per kept transaction (any order): the card key, event time, tx id and amount in cents.
+    It keeps the transactions with event time > (latest event time seen) - (longest card window) -
+    ``max_lateness_ms``, the latest taken over everything this state has seen (all its cards), so a
+    card that goes quiet does not hold history for ever.
+    """
+
+    card_id: KeyArray
+    event_time_ms: IntArray
+    tx_id: IntArray
+    amount_cents: IntArray
+
+    @classmethod
+    def empty(cls) -> CardState:
+        """The state of a stream that has seen nothing yet."""
+        return cls(_empty_keys(), _empty_ints(), _empty_ints(), _empty_ints())
+
+    def __len__(self) -> int:
+        return len(self.event_time_ms)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The state as a frame (card_id, event_time_ms, tx_id, amount_cents) for Arrow/Spark state."""
+        return pd.DataFrame(
+            {
+                TxColumns.CARD_ID: self.card_id,
+                EVENT_TIME_MS: self.event_time_ms,
+                TxColumns.TX_ID: self.tx_id,
+                AMOUNT_CENTS: self.amount_cents,
+            }
+        )
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> CardState:
+        """Rebuild a state from ``to_frame()`` output (or any frame with those columns)."""
+        return cls(
+            card_id=frame[TxColumns.CARD_ID].to_numpy(),
+            event_time_ms=frame[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+            tx_id=frame[TxColumns.TX_ID].to_numpy(dtype=np.int64),
+            amount_cents=frame[AMOUNT_CENTS].to_numpy(dtype=np.int64),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TerminalState:
+    """Per-terminal history: transaction times and fraud labels that future transactions may still see.
+
+    Transactions (terminal key, event time) are kept while their event time is > (latest transaction
+    event time seen) - (longest window + label delay + ``max_lateness_ms``). Labels (terminal key,
+    tx id, tx time, known at, is_fraud) are kept, one per tx id (the first known), while their tx time
+    is above the same bound; labels that say "not fraud" are kept too, so that a later duplicate for the
+    same tx id cannot override them.
+    """
+
+    terminal_id: KeyArray
+    event_time_ms: IntArray
+    label_terminal_id: KeyArray
+    label_tx_id: IntArray
+    label_tx_time_ms: IntArray
+    label_known_at_ms: IntArray
+    label_is_fraud: BoolArray
+
+    @classmethod
+    def empty(cls) -> TerminalState:
+        """The state of a stream that has seen nothing yet."""
+        return cls(
+            _empty_keys(),
+            _empty_ints(),
+            _empty_keys(),
+            _empty_ints(),
+            _empty_ints(),
+            _empty_ints(),
+            np.empty(0, dtype=bool),
+        )
+
+    def __len__(self) -> int:
+        return len(self.event_time_ms) + len(self.label_tx_id)
+
+    def to_frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The state as two frames for Arrow/Spark state.
+
+        Returns:
+            (transactions: terminal_id, event_time_ms; labels: tx_id, terminal_id, tx_time_ms,
+            known_at_ms, is_fraud).
+        """
+        transactions = pd.DataFrame(
+            {TxColumns.TERMINAL_ID: self.terminal_id, EVENT_TIME_MS: self.event_time_ms}
+        )
+        labels = _label_frame(
+            self.label_tx_id,
+            self.label_terminal_id,
+            self.label_tx_time_ms,
+            self.label_known_at_ms,
+            self.label_is_fraud,
+        )
+        return transactions, labels
+
+    @classmethod
+    def from_frames(cls, transactions: pd.DataFrame, labels: pd.DataFrame) -> TerminalState:
+        """Rebuild a state from ``to_frames()`` output."""
+        return cls(
+            terminal_id=transactions[TxColumns.TERMINAL_ID].to_numpy(),
+            event_time_ms=transactions[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+            label_terminal_id=labels[TxColumns.TERMINAL_ID].to_numpy(),
+            label_tx_id=labels[TxColumns.TX_ID].to_numpy(dtype=np.int64),
+            label_tx_time_ms=labels[TX_TIME_MS].to_numpy(dtype=np.int64),
+            label_known_at_ms=labels[KNOWN_AT_MS].to_numpy(dtype=np.int64),
+            label_is_fraud=labels[TxColumns.IS_FRAUD].to_numpy(dtype=bool),
+        )
+
+
+def _label_frame(
+    tx_id: IntArray, terminal_id: KeyArray, tx_time: IntArray, known_at: IntArray, is_fraud: BoolArray
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            TxColumns.TX_ID: tx_id,
+            TxColumns.TERMINAL_ID: terminal_id,
+            TX_TIME_MS: tx_time,
+            KNOWN_AT_MS: known_at,
+            TxColumns.IS_FRAUD: is_fraud,
+        }
+    )
+
+
+# --- Vectorised helpers -------------------------------------------------------------------------------
+
+
+class _Keyspace:
+    """Maps (segment code, time) pairs to int64 keys that sort exactly like the pairs.
+
+    Built from the times of the data; query times outside their range are clamped, which keeps every
+    comparison with the data intact. A key is ``code * stride + offset``; when that could overflow
+    int64, times are replaced by their rank among the data times (a query between two data times gets
+    an even rank between their odd ones).
+    """
+
+    def __init__(self, times: IntArray, n_codes: int) -> None:
+        self._unique: IntArray | None = None
+        if len(times) == 0:
+            self._low, self._high, self._stride = 0, 0, 3
+            return
+        self._low, self._high = int(times.min()), int(times.max())
+        self._stride = self._high - self._low + 3
+        if max(n_codes, 1) * self._stride >= _COMPOSITE_LIMIT:
+            self._unique = np.unique(times)
+            self._stride = 2 * len(self._unique) + 2
+
+    def encode(self, codes: IntArray, times: IntArray) -> IntArray:
+        """Composite keys of (code, time) pairs."""
+        if self._unique is None:
+            offset = np.clip(times, self._low - 1, self._high + 1) - (self._low - 1)
+        else:
+            rank = np.searchsorted(self._unique, times, side="left")
+            found = np.take(self._unique, np.minimum(rank, len(self._unique) - 1)) == times
+            offset = 2 * rank + found
+        return codes * self._stride + offset
+
+
+def _keys_of(column: pd.Series) -> KeyArray:
+    return column.to_numpy()
+
+
+def _concat_keys(first: KeyArray, second: KeyArray) -> KeyArray:
+    if len(first) == 0:
+        return second
+    if len(second) == 0:
+        return first
+    return np.concatenate([first, second])
+
+
+def _factorize(*parts: KeyArray) -> tuple[list[IntArray], int]:
+    """Integer codes of keys across arrays (a missing key is a key of its own).
+
+    Returns:
+        The codes of each part, and the number of distinct keys.
+    """
+    sizes = [len(part) for part in parts]
+    non_empty = [part for part in parts if len(part)]
+    if not non_empty:
+        return [_empty_ints() for _ in parts], 0
+    joined = non_empty[0] if len(non_empty) == 1 else np.concatenate(non_empty)
+    codes, uniques = pd.factorize(joined)
+    codes = codes.astype(np.int64, copy=False)
+    n_codes = len(uniques)
+    if (codes < 0).any():
+        codes[codes < 0] = n_codes
+        n_codes += 1
+    bounds = np.cumsum([0, *sizes])
+    return [codes[bounds[i] : bounds[i + 1]] for i in range(len(parts))], n_codes
+
+
+def _present_in(codes: IntArray, reference: IntArray, n_codes: int) -> BoolArray:
+    """Which ``codes`` occur in ``reference``."""
+    present = np.zeros(n_codes, dtype=bool)
+    present[reference] = True
+    return present[codes]
+
+
+def _order_by(key: IntArray, tiebreak: IntArray) -> IntArray:
+    """Indices that sort rows by (key, tiebreak): one fast sort, then a lexsort of the tied rows only."""
+    order = np.argsort(key)
+    sorted_key = key[order]
+    tied = np.zeros(len(key), dtype=bool)
+    same = sorted_key[1:] == sorted_key[:-1]
+    tied[1:] |= same
+    tied[:-1] |= same
+    if tied.any():
+        # The tied positions hold whole runs of equal keys in increasing key order, so sorting just
+        # them by (key, tiebreak) puts every run back in its own place, now ordered by tiebreak.
+        sub = order[tied]
+        order[tied] = sub[np.lexsort((tiebreak[sub], key[sub]))]
+    return order
+
+
+def _unsort(values: npt.NDArray[Any], order: IntArray) -> npt.NDArray[Any]:
+    """Values computed for rows taken in ``order``, put back in the rows' own order."""
+    out = np.empty(len(order), dtype=values.dtype)
+    out[order] = values
+    return out
+
+
+def _ratio(numerator: IntArray, denominator: IntArray, when_zero: float) -> FloatArray:
+    """numerator / denominator in one float division, ``when_zero`` where the denominator is 0."""
+    out = np.full(len(numerator), when_zero, dtype=np.float64)
+    np.divide(numerator, denominator, out=out, where=denominator != 0)
+    return out
+
+
+# --- Time features ------------------------------------------------------------------------------------
+
+
+def time_features(event_time_ms: npt.ArrayLike) -> pd.DataFrame:
+    """``is_weekend`` (Saturday/Sunday UTC) and ``is_night`` (UTC hour <= 6) as 0/1 int64 columns."""
+    times = np.asarray(event_time_ms, dtype=np.int64)
+    days, ms_of_day = np.divmod(times, DAY_MS)
+    weekday = (days + _EPOCH_WEEKDAY) % 7
+    return pd.DataFrame(
+        {
+            IS_WEEKEND: (weekday >= 5).astype(np.int64),
+            IS_NIGHT: (ms_of_day // HOUR_MS <= _LAST_NIGHT_HOUR).astype(np.int64),
+        }
+    )
+
+
+# --- Card features ------------------------------------------------------------------------------------
+
+
+def amount_to_cents(amount: npt.ArrayLike) -> IntArray:
+    """Amounts rounded to integer cents (half to even, like Python's ``round``).
+
+    Raises:
+        ValueError: if an amount is not finite (validated events never are).
+    """
+    values = np.asarray(amount, dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError("amounts must be finite")
+    return np.rint(values * 100).astype(np.int64)
+
+
+def card_step(
+    state: CardState, batch: pd.DataFrame, params: FeatureParams = DEFAULT_PARAMS
+) -> tuple[CardState, pd.DataFrame]:
+    """Card features of a batch of transactions, and the state after it.
+
+    Each batch row sees the state's and the batch's transactions of its card that are ordered at or
+    before it in (event_time_ms, tx_id) order, within each window. A late row (older than rows already
+    in state) gets the same formula over what is there.
+
+    Args:
+        state: history carried from previous calls (``CardState.empty()`` at the start).
+        batch: columns tx_id (int64), card_id (str or int key), amount (float64), event_time_ms (int64);
+            any number of cards, any row order.
+        params: windows and allowed lateness.
+
+    Returns:
+        The pruned new state, and a frame with tx_id and ``params.card_feature_columns``, one row per
+        batch row in the batch's row order (index 0..n-1).
+    """
+    b_keys = _keys_of(batch[TxColumns.CARD_ID])
+    b_time = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    b_id = batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    b_cents = amount_to_cents(batch[TxColumns.AMOUNT].to_numpy(dtype=np.float64))
+
+    (b_code, s_code), n_keys = _factorize(b_keys, state.card_id)
+    seen = _present_in(s_code, b_code, n_keys)  # state rows of the batch's cards: all that matters now
+    n_seen = int(seen.sum())
+    code = np.concatenate([s_code[seen], b_code])
+    time = np.concatenate([state.event_time_ms[seen], b_time])
+    cents = np.concatenate([state.amount_cents[seen], b_cents])
+    tx_id = np.concatenate([state.tx_id[seen], b_id])
+
+    space = _Keyspace(time, n_keys)
+    key = space.encode(code, time)
+    order = _order_by(key, tx_id)
+    key, time, cents = key[order], time[order], cents[order]
+    pos = np.flatnonzero(order >= n_seen)  # sorted positions of the batch rows ...
+    row = order[pos] - n_seen  # ... and their rows in the batch
+    q_code, q_time, q_cents = code[order[pos]], time[pos], cents[pos]
+    cum_cents = np.concatenate([[0], np.cumsum(cents)])
+    upto = pos + 1  # rows [segment start, pos] are the card's rows ordered at or before the row
+
+    def window(length_ms: int) -> tuple[IntArray, IntArray]:
+        first = np.searchsorted(key, space.encode(q_code, q_time - length_ms), side="right")
+        return upto - first, cum_cents[upto] - cum_cents[first]
+
+    columns: dict[str, npt.NDArray[Any]] = {}
+    count = total = _empty_ints()
+    for days, length_ms in zip(params.window_days, params.windows_ms, strict=True):
+        count, total = window(length_ms)
+        columns[card_nb_tx_column(days)] = count
+        columns[card_avg_amount_column(days)] = total / (count * 100)
+    longest_count, longest_total = count, total
+    columns[card_nb_tx_hours_column(params.short_window_hours)] = window(params.short_window_ms)[0]
+    # The previous row is in the longest window iff that window holds more than the row itself.
+    previous = np.maximum(pos - 1, 0)
+    gap_ms = np.where(longest_count > 1, q_time - time[previous], params.longest_window_ms)
+    columns[CARD_SECS_SINCE_PREV_TX] = gap_ms / SECOND_MS
+    columns[card_amount_ratio_column(params.window_days[-1])] = _ratio(
+        q_cents * longest_count, longest_total, when_zero=1.0
+    )
+
+    features = pd.DataFrame(
+        {TxColumns.TX_ID: b_id} | {name: _unsort(columns[name], row) for name in params.card_feature_columns}
+    )
+
+    all_time = np.concatenate([state.event_time_ms, b_time])
+    keep = _recent(all_time, params.card_history_ms)
+    new_state = CardState(
+        card_id=_concat_keys(state.card_id, b_keys)[keep],
+        event_time_ms=all_time[keep],
+        tx_id=np.concatenate([state.tx_id, b_id])[keep],
+        amount_cents=np.concatenate([state.amount_cents, b_cents])[keep],
+    )
+    return new_state, features
+
+
+def _recent(times: IntArray, history_ms: int) -> BoolArray:
+    """Rows with time > latest time - history_ms (all rows when there are none)."""
+    if len(times) == 0:
+        return np.ones(0, dtype=bool)
+    return times > int(times.max()) - history_ms
+
+
+# --- Terminal features --------------------------------------------------------------------------------
+
+
+def _first_known_labels(
+    tx_id: IntArray,
+    terminal_id: KeyArray,
+    tx_time: IntArray,
+    known_at: IntArray,
+    is_fraud: BoolArray,
+) -> tuple[IntArray, KeyArray, IntArray, IntArray, BoolArray]:
+    """One label per tx id: the earliest known (on a tie, the one that says fraud)."""
+    order = np.lexsort((~is_fraud, known_at, tx_id))
+    sorted_id = tx_id[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_id[1:] != sorted_id[:-1]
+    keep = order[first]
+    return tx_id[keep], terminal_id[keep], tx_time[keep], known_at[keep], is_fraud[keep]
+
+
+def terminal_step(
+    state: TerminalState,
+    tx_batch: pd.DataFrame,
+    label_batch: pd.DataFrame | None = None,
+    params: FeatureParams = DEFAULT_PARAMS,
+) -> tuple[TerminalState, pd.DataFrame]:
+    """Terminal features of a batch of transactions, and the state after it.
+
+    A transaction of terminal T at time t counts T's transactions (state and batch) with event time in
+    (t - (n + d), t - d]; a label contributes to its risk iff it is the first known label of its tx id,
+    says fraud, has tx time in that window and is known by t. Per label that means t in
+    [max(tx_time + d, known_at), tx_time + n + d): counted with sorted interval starts and ends. The
+    order of events inside a batch does not matter.
+
+    Args:
+        state: history carried from previous calls (``TerminalState.empty()`` at the start).
+        tx_batch: columns tx_id (int64), terminal_id (key), event_time_ms (int64).
+        label_batch: columns tx_id, terminal_id, tx_time_ms, known_at_ms, is_fraud (``LABEL_COLUMNS``);
+            ``None`` or empty when no label arrived. A label does not need its transaction to have been
+            seen; duplicate labels of a tx id count once (the first known).
+        params: windows, label delay d and allowed lateness.
+
+    Returns:
+        The pruned new state, and a frame with tx_id and ``params.terminal_feature_columns``, one row per
+        batch row in the batch's row order (index 0..n-1).
+    """
+    b_keys = _keys_of(tx_batch[TxColumns.TERMINAL_ID])
+    b_time = tx_batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    b_id = tx_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    delay = params.label_delay_ms
+
+    labels = (
+        state.label_tx_id,
+        state.label_terminal_id,
+        state.label_tx_time_ms,
+        state.label_known_at_ms,
+        state.label_is_fraud,
+    )
+    if label_batch is not None and len(label_batch):
+        labels = _first_known_labels(
+            np.concatenate([state.label_tx_id, label_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)]),
+            _concat_keys(state.label_terminal_id, _keys_of(label_batch[TxColumns.TERMINAL_ID])),
+            np.concatenate([state.label_tx_time_ms, label_batch[TX_TIME_MS].to_numpy(dtype=np.int64)]),
+            np.concatenate([state.label_known_at_ms, label_batch[KNOWN_AT_MS].to_numpy(dtype=np.int64)]),
+            np.concatenate([state.label_is_fraud, label_batch[TxColumns.IS_FRAUD].to_numpy(dtype=bool)]),
+        )
+    l_id, l_keys, l_tx_time, l_known, l_fraud = labels
+
+    (b_code, s_code, l_code), n_keys = _factorize(b_keys, state.terminal_id, l_keys)
+    seen = _present_in(s_code, b_code, n_keys)
+    code = np.concatenate([s_code[seen], b_code])
+    time = np.concatenate([state.event_time_ms[seen], b_time])
+    space = _Keyspace(time, n_keys)
+    key = np.sort(space.encode(code, time))
+    # Queries in (terminal, time) order make every binary search below walk forward through memory.
+    by_query = np.argsort(space.encode(b_code, b_time))
+    q_code, q_time = b_code[by_query], b_time[by_query]
+
+    def count_at_or_before(limit: IntArray) -> IntArray:
+        return np.searchsorted(key, space.encode(q_code, limit), side="right").astype(np.int64)
+
+    frauds = l_fraud & _present_in(l_code, b_code, n_keys)
+    f_code, f_tx_time = l_code[frauds], l_tx_time[frauds]
+    start = np.maximum(f_tx_time + delay, l_known[frauds])
+    ends = [np.maximum(f_tx_time + length_ms + delay, start) for length_ms in params.windows_ms]
+    label_space = _Keyspace(np.concatenate([start, *ends]), n_keys)
+    query = label_space.encode(q_code, q_time)
+    started = np.searchsorted(np.sort(label_space.encode(f_code, start)), query, side="right")
+
+    upper = count_at_or_before(q_time - delay)
+    columns: dict[str, npt.NDArray[Any]] = {TxColumns.TX_ID: b_id}
+    for days, length_ms, end in zip(params.window_days, params.windows_ms, ends, strict=True):
+        count = upper - count_at_or_before(q_time - delay - length_ms)
+        ended = np.searchsorted(np.sort(label_space.encode(f_code, end)), query, side="right")
+        risk = _ratio((started - ended).astype(np.int64), count, when_zero=0.0)
+        columns[terminal_nb_tx_column(days)] = _unsort(count, by_query)
+        columns[terminal_risk_column(days)] = _unsort(risk, by_query)
+    features = pd.DataFrame(columns)
+
+    all_time = np.concatenate([state.event_time_ms, b_time])
+    keep = _recent(all_time, params.terminal_history_ms)
+    keep_label = np.ones(len(l_id), dtype=bool)
+    if len(all_time):
+        keep_label = l_tx_time > int(all_time.max()) - params.terminal_history_ms
+    new_state = TerminalState(
+        terminal_id=_concat_keys(state.terminal_id, b_keys)[keep],
+        event_time_ms=all_time[keep],
+        label_terminal_id=l_keys[keep_label],
+        label_tx_id=l_id[keep_label],
+        label_tx_time_ms=l_tx_time[keep_label],
+        label_known_at_ms=l_known[keep_label],
+        label_is_fraud=l_fraud[keep_label],
+    )
+    return new_state, features
+
+
+# --- Batch (reference) path ---------------------------------------------------------------------------
+
+
+def empty_labels() -> pd.DataFrame:
+    """A label table without rows."""
+    return _label_frame(_empty_ints(), _empty_keys(), _empty_ints(), _empty_ints(), np.empty(0, dtype=bool))
+
+
+def labels_from_fraud_flags(transactions: pd.DataFrame, label_delay_ms: int) -> pd.DataFrame:
+    """Labels for a table that carries a fraud column: one per fraudulent transaction.
+
+    Args:
+        transactions: columns tx_id, terminal_id, event_time_ms and is_fraud (bool or 0/1); card_id is
+            copied when present.
+        label_delay_ms: each label is known this long after its transaction.
+
+    Returns:
+        ``LABEL_COLUMNS`` (plus card_id when present), is_fraud True on every row.
+    """
+    fraud = transactions[transactions[TxColumns.IS_FRAUD].astype(bool)]
+    tx_time = fraud[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    labels = _label_frame(
+        fraud[TxColumns.TX_ID].to_numpy(dtype=np.int64),
+        _keys_of(fraud[TxColumns.TERMINAL_ID]),
+        tx_time,
+        tx_time + label_delay_ms,
+        np.ones(len(fraud), dtype=bool),
+    )
+    if TxColumns.CARD_ID in fraud.columns:
+        labels[TxColumns.CARD_ID] = _keys_of(fraud[TxColumns.CARD_ID])
+    return labels
+
+
+def with_event_time_ms(transactions: pd.DataFrame) -> pd.DataFrame:
+    """The table with an int64 ``event_time_ms`` column, derived from a tz-aware ``event_time`` if needed.
+
+    Raises:
+        ValueError: if only a naive (timezone-less) ``event_time`` is there.
+    """
+    if EVENT_TIME_MS in transactions.columns:
+        return transactions
+    event_time = transactions[TxColumns.EVENT_TIME]
+    if not isinstance(event_time.dtype, pd.DatetimeTZDtype):
+        raise ValueError(f"{TxColumns.EVENT_TIME} must be a timezone-aware datetime column")
+    ms = event_time.dt.tz_convert("UTC").dt.as_unit("ms").astype("int64")
+    return transactions.assign(**{EVENT_TIME_MS: ms})
+
+
+def compute_features(
+    transactions: pd.DataFrame,
+    labels: pd.DataFrame | None = None,
+    params: FeatureParams = DEFAULT_PARAMS,
+) -> pd.DataFrame:
+    """Features of a whole table: the batch reference path, one ``card_step``/``terminal_step`` call each.
+
+    Args:
+        transactions: columns tx_id (int64), card_id, terminal_id, amount (float64), event_time_ms
+            (int64, UTC ms; see ``with_event_time_ms`` for a tz-aware ``event_time`` column).
+        labels: ``LABEL_COLUMNS`` (see ``labels_from_fraud_flags``); ``None`` when there are none.
+        params: windows, label delay and lateness.
+
+    Returns:
+        tx_id then ``params.feature_columns``, one row per transaction, sorted by (event_time_ms, tx_id).
+    """
+    tx_id = transactions[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    event_time = transactions[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    order = _order_by(event_time, tx_id)
+    # Keys become int codes here, in the table's own row order: hashing millions of strings is much
+    # faster before they are shuffled into time order, and the steps accept int keys as they are.
+    card_code, _ = pd.factorize(transactions[TxColumns.CARD_ID], use_na_sentinel=False)
+    terminal_code, terminals = pd.factorize(transactions[TxColumns.TERMINAL_ID], use_na_sentinel=False)
+    table = pd.DataFrame(
+        {
+            TxColumns.TX_ID: tx_id[order],
+            TxColumns.CARD_ID: card_code.astype(np.int64)[order],
+            TxColumns.TERMINAL_ID: terminal_code.astype(np.int64)[order],
+            TxColumns.AMOUNT: transactions[TxColumns.AMOUNT].to_numpy(dtype=np.float64)[order],
+            EVENT_TIME_MS: event_time[order],
+        }
+    )
+    if labels is not None:
+        # A label of a terminal without transactions here cannot count: they all share one spare code.
+        label_terminal = pd.Index(terminals).get_indexer(labels[TxColumns.TERMINAL_ID])
+        label_terminal[label_terminal < 0] = len(terminals)
+        labels = labels.assign(**{TxColumns.TERMINAL_ID: label_terminal.astype(np.int64)})
+    _, card = card_step(CardState.empty(), table, params)
+    _, terminal = terminal_step(TerminalState.empty(), table, labels, params)
+    times = time_features(table[EVENT_TIME_MS].to_numpy())
+    joined = pd.concat([card, terminal.drop(columns=TxColumns.TX_ID), times], axis=1)
+    return joined[[TxColumns.TX_ID, *params.feature_columns]]
+
+
+__all__ = [
+    "LABEL_COLUMNS",
+    "CardState",
+    "TerminalState",
+    "amount_to_cents",
+    "card_step",
+    "compute_features",
+    "empty_labels",
+    "labels_from_fraud_flags",
+    "terminal_step",
+    "time_features",
+    "with_event_time_ms",
+]

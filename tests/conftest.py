@@ -1,0 +1,66 @@
+"""Fixtures shared by the test tiers.
+
+Integration tests run against ONE embedded stack per test session (the real Tansu broker binary, a real
+Valkey server and a SQLite MLflow store), started by the same code as `fraud up`; each test gets its own
+freshly created topics, so tests never see each other's records.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.clients import Clients, Endpoints, ensure_topics
+from infra.embedded import EmbeddedStack, StackInfo
+from infra.settings import Settings, Topics
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/integration are the integration tier."""
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def stack_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fraud-home")
+
+
+@pytest.fixture(scope="session")
+def stack(stack_home: Path) -> Iterator[StackInfo]:
+    """The embedded stack, started once per session; fails loudly if it cannot start."""
+    embedded = EmbeddedStack(stack_home)
+    info = embedded.start()
+    try:
+        yield info
+    finally:
+        embedded.stop()
+
+
+@pytest.fixture
+def settings(stack: StackInfo, stack_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings pointing at the session stack, with topics of this test only (already created)."""
+    for name in [n for n in os.environ if n.upper().startswith("FRAUD_")]:
+        monkeypatch.delenv(name)
+    topics = Topics().with_prefix(f"test-{uuid.uuid4().hex[:10]}-")
+    result = Settings(
+        home=stack_home,
+        bootstrap_servers=stack.bootstrap_servers,
+        redis_url=stack.redis_url,
+        mlflow_tracking_uri=stack.mlflow_tracking_uri,
+        topics=topics,
+        partitions=3,
+    )
+    clients = Clients(result, Endpoints(stack.bootstrap_servers, stack.redis_url, stack.mlflow_tracking_uri))
+    ensure_topics(clients.admin(), topics.all(), result.partitions, result.replication_factor)
+    return result
+
+
+@pytest.fixture
+def clients(settings: Settings) -> Clients:
+    return Clients.from_settings(settings)

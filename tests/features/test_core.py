@@ -1,0 +1,399 @@
+"""Hand-computed cases for every feature of the core, boundaries included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from features.core import (
+    CardState,
+    TerminalState,
+    amount_to_cents,
+    card_step,
+    compute_features,
+    empty_labels,
+    labels_from_fraud_flags,
+    terminal_step,
+    time_features,
+    with_event_time_ms,
+)
+from features.definitions import DAY_MS, FEATURE_COLUMNS, HOUR_MS, FeatureParams
+
+D = 7 * DAY_MS  # the default label delay
+CAP_S = 2_592_000.0  # 30 days in seconds
+PARAMS = FeatureParams()
+
+
+def at(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, ms: int = 0) -> int:
+    """UTC milliseconds of a calendar moment."""
+    return int(datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()) * 1000 + ms
+
+
+T = at(2024, 1, 17, 12)  # a Wednesday noon
+
+
+def txs(*rows: tuple[int, str, str, float, int]) -> pd.DataFrame:
+    """Transactions from (tx_id, card_id, terminal_id, amount, event_time_ms) tuples."""
+    return pd.DataFrame(rows, columns=["tx_id", "card_id", "terminal_id", "amount", "event_time_ms"])
+
+
+def labels(*rows: tuple[int, str, int, int, bool]) -> pd.DataFrame:
+    """Labels from (tx_id, terminal_id, tx_time_ms, known_at_ms, is_fraud) tuples."""
+    frame = pd.DataFrame(rows, columns=["tx_id", "terminal_id", "tx_time_ms", "known_at_ms", "is_fraud"])
+    return frame.astype(
+        {"tx_id": np.int64, "tx_time_ms": np.int64, "known_at_ms": np.int64, "is_fraud": bool}
+    )
+
+
+def card_features(batch: pd.DataFrame, state: CardState | None = None) -> pd.DataFrame:
+    _, features = card_step(state or CardState.empty(), batch, PARAMS)
+    return features.set_index("tx_id")
+
+
+def terminal_features(batch: pd.DataFrame, label_batch: pd.DataFrame | None = None) -> pd.DataFrame:
+    _, features = terminal_step(TerminalState.empty(), batch, label_batch, PARAMS)
+    return features.set_index("tx_id")
+
+
+# --- card windows -------------------------------------------------------------------------------------
+
+
+def test_card_window_excludes_a_transaction_exactly_one_day_earlier() -> None:
+    features = card_features(
+        txs(
+            (1, "A", "x", 100.0, T - DAY_MS),
+            (2, "A", "x", 20.0, T - DAY_MS + 1),
+            (3, "A", "x", 40.0, T),
+            (4, "B", "x", 7.0, T),
+        )
+    )
+
+    assert features.loc[3, "card_nb_tx_1d"] == 2
+    assert features.loc[3, "card_avg_amount_1d"] == 30.0
+    assert features.loc[3, "card_nb_tx_7d"] == 3
+    assert features.loc[3, "card_avg_amount_7d"] == 160.0 / 3
+    assert features.loc[3, "card_nb_tx_30d"] == 3
+    assert features.loc[2, "card_nb_tx_1d"] == 2  # tx 1 is 1 day - 1 ms earlier
+    assert features.loc[2, "card_avg_amount_1d"] == 60.0
+    assert features.loc[1, "card_nb_tx_1d"] == 1
+    assert features.loc[1, "card_avg_amount_1d"] == 100.0
+    assert features.loc[4, "card_nb_tx_30d"] == 1  # another card
+
+
+def test_card_windows_of_7_and_30_days_have_exclusive_lower_bounds() -> None:
+    features = card_features(
+        txs(
+            (1, "A", "x", 1.0, T - 30 * DAY_MS),
+            (2, "A", "x", 2.0, T - 30 * DAY_MS + 1),
+            (3, "A", "x", 4.0, T - 7 * DAY_MS),
+            (4, "A", "x", 8.0, T - 7 * DAY_MS + 1),
+            (5, "A", "x", 16.0, T),
+        )
+    )
+
+    assert features.loc[5, "card_nb_tx_7d"] == 2
+    assert features.loc[5, "card_avg_amount_7d"] == 12.0
+    assert features.loc[5, "card_nb_tx_30d"] == 4
+    assert features.loc[5, "card_avg_amount_30d"] == 30.0 / 4
+
+
+def test_same_millisecond_is_ordered_by_tx_id() -> None:
+    features = card_features(txs((9, "A", "x", 10.0, T), (4, "A", "x", 30.0, T)))
+
+    assert features.loc[4, "card_nb_tx_1d"] == 1
+    assert features.loc[4, "card_avg_amount_1d"] == 30.0
+    assert features.loc[4, "card_nb_tx_1h"] == 1
+    assert features.loc[4, "card_secs_since_prev_tx"] == CAP_S
+    assert features.loc[9, "card_nb_tx_1d"] == 2
+    assert features.loc[9, "card_avg_amount_1d"] == 20.0
+    assert features.loc[9, "card_nb_tx_1h"] == 2
+    assert features.loc[9, "card_secs_since_prev_tx"] == 0.0
+    assert features.loc[9, "card_amount_ratio_30d"] == 0.5
+
+
+def test_one_hour_window() -> None:
+    features = card_features(
+        txs((1, "A", "x", 1.0, T - HOUR_MS), (2, "A", "x", 1.0, T - HOUR_MS + 1), (3, "A", "x", 1.0, T))
+    )
+
+    assert features.loc[3, "card_nb_tx_1h"] == 2
+    assert features.loc[3, "card_nb_tx_1d"] == 3
+
+
+def test_seconds_since_previous_transaction_and_its_cap() -> None:
+    features = card_features(
+        txs(
+            (1, "A", "x", 1.0, T),
+            (2, "A", "x", 1.0, T + 90_500),
+            (3, "A", "x", 1.0, T + 90_500 + 45 * DAY_MS),  # previous one is older than 30 days
+            (4, "A", "x", 1.0, T + 90_500 + 75 * DAY_MS - 1),  # 30 days - 1 ms after the previous
+        )
+    )
+
+    assert features.loc[1, "card_secs_since_prev_tx"] == CAP_S  # first transaction of the card
+    assert features.loc[2, "card_secs_since_prev_tx"] == 90.5
+    assert features.loc[3, "card_secs_since_prev_tx"] == CAP_S
+    assert features.loc[4, "card_secs_since_prev_tx"] == 2_591_999.999
+
+
+def test_amount_ratio_to_the_30_day_mean() -> None:
+    features = card_features(
+        txs(
+            (1, "A", "x", 10.0, T),
+            (2, "A", "x", 30.0, T + 1),
+            (3, "A", "x", 0.0, T + 2),
+            (4, "Z", "x", 0.0, T),
+            (5, "Z", "x", 0.0, T + 1),
+        )
+    )
+
+    assert features.loc[1, "card_amount_ratio_30d"] == 1.0
+    assert features.loc[2, "card_amount_ratio_30d"] == 1.5
+    assert features.loc[3, "card_amount_ratio_30d"] == 0.0
+    assert features.loc[4, "card_amount_ratio_30d"] == 1.0  # mean 0
+    assert features.loc[5, "card_amount_ratio_30d"] == 1.0
+
+
+def test_amounts_are_summed_in_cents() -> None:
+    features = card_features(txs((1, "A", "x", 0.1, T), (2, "A", "x", 0.2, T + 1), (3, "A", "x", 0.3, T + 2)))
+
+    # In floats 0.1 + 0.2 + 0.3 != 0.6; in cents 60 / 3 / 100 is exactly 0.2.
+    assert features.loc[3, "card_avg_amount_1d"] == 0.2
+    assert features.loc[3, "card_amount_ratio_30d"] == 1.5
+
+
+def test_amount_to_cents_rounds_like_python() -> None:
+    amounts = [1.005, 0.125, 2.675, 0.29, 999_999.99, 0.0]
+    assert amount_to_cents(amounts).tolist() == [round(a * 100) for a in amounts]
+    with pytest.raises(ValueError, match="finite"):
+        amount_to_cents([1.0, float("nan")])
+
+
+def test_late_row_sees_only_what_is_ordered_before_it() -> None:
+    state, _ = card_step(CardState.empty(), txs((1, "A", "x", 10.0, T), (2, "A", "x", 20.0, T + HOUR_MS)))
+
+    _, late = card_step(state, txs((3, "A", "x", 40.0, T + HOUR_MS // 2)))
+
+    assert late["card_nb_tx_1d"].tolist() == [2]
+    assert late["card_avg_amount_1d"].tolist() == [25.0]
+    assert late["card_secs_since_prev_tx"].tolist() == [1800.0]
+
+
+def test_card_state_is_pruned_to_the_longest_window() -> None:
+    state, _ = card_step(
+        CardState.empty(),
+        txs(
+            (1, "A", "x", 1.0, T - 30 * DAY_MS),
+            (2, "B", "x", 1.0, T - 30 * DAY_MS + 1),
+            (3, "C", "x", 1.0, T),
+        ),
+    )
+    assert sorted(state.tx_id.tolist()) == [2, 3]
+
+
+def test_card_output_follows_the_batch_row_order_and_int_keys_work() -> None:
+    batch = txs(*[(i, f"c{i % 3}", "x", float(i), T + (7 - i) * 1000) for i in range(8)])
+    by_str = card_step(CardState.empty(), batch)[1]
+    by_int = card_step(CardState.empty(), batch.assign(card_id=batch["card_id"].str[1:].astype(np.int64)))[1]
+
+    assert by_str["tx_id"].tolist() == batch["tx_id"].tolist()
+    assert by_str.index.tolist() == list(range(8))
+    pd.testing.assert_frame_equal(by_int, by_str)
+    assert by_str.loc[0, "card_nb_tx_1d"] == 3  # tx 0 is the latest of card c0 (tx 0, 3, 6)
+
+
+def test_empty_batches() -> None:
+    empty = txs()
+    state, card = card_step(CardState.empty(), empty)
+    assert len(card) == 0
+    assert list(card.columns) == ["tx_id", *PARAMS.card_feature_columns]
+    assert len(state) == 0
+    terminal_state, terminal = terminal_step(TerminalState.empty(), empty, empty_labels())
+    assert list(terminal.columns) == ["tx_id", *PARAMS.terminal_feature_columns]
+    assert len(terminal_state) == 0
+
+
+# --- terminal windows ---------------------------------------------------------------------------------
+
+
+def test_terminal_window_ends_the_label_delay_before_the_transaction() -> None:
+    features = terminal_features(
+        txs(
+            (1, "a", "X", 1.0, T - D),  # upper bound t - d: included
+            (2, "b", "X", 1.0, T - D + 1),  # after t - d: excluded
+            (3, "c", "X", 1.0, T - D - DAY_MS),  # lower bound of 1d: excluded; in 7d
+            (4, "e", "X", 1.0, T - D - DAY_MS + 1),
+            (5, "f", "X", 1.0, T - D - 30 * DAY_MS),  # lower bound of 30d: excluded
+            (6, "g", "X", 1.0, T - D - 30 * DAY_MS + 1),
+            (7, "h", "Y", 1.0, T - D),  # another terminal
+            (8, "q", "X", 1.0, T),
+        )
+    )
+
+    assert features.loc[8, ["terminal_nb_tx_1d", "terminal_nb_tx_7d", "terminal_nb_tx_30d"]].tolist() == [
+        2,
+        3,
+        4,
+    ]
+    assert features.loc[8, ["terminal_risk_1d", "terminal_risk_7d", "terminal_risk_30d"]].tolist() == [
+        0,
+        0,
+        0,
+    ]
+
+
+def test_terminal_risk_counts_labels_known_by_the_transaction_time() -> None:
+    batch = txs(
+        (1, "a", "X", 1.0, T - D),
+        (3, "c", "X", 1.0, T - D - DAY_MS),
+        (4, "e", "X", 1.0, T - D - DAY_MS + 1),
+        (6, "g", "X", 1.0, T - D - 30 * DAY_MS + 1),
+        (8, "q", "X", 1.0, T),
+    )
+    label_batch = labels(
+        (1, "X", T - D, T, True),  # known exactly at t: counts
+        (4, "X", T - D - DAY_MS + 1, T + 1, True),  # known 1 ms after t: does not
+        (3, "X", T - D - DAY_MS, T - DAY_MS, True),  # known after the default delay: counts in 7d
+        (6, "X", T - D - 30 * DAY_MS + 1, T - 20 * DAY_MS, False),  # not fraud
+    )
+
+    features = terminal_features(batch, label_batch)
+
+    assert features.loc[8, "terminal_risk_1d"] == 1 / 2
+    assert features.loc[8, "terminal_risk_7d"] == 2 / 3
+    assert features.loc[8, "terminal_risk_30d"] == 2 / 4
+
+
+def test_terminal_risk_is_zero_without_transactions() -> None:
+    features = terminal_features(txs((1, "a", "X", 1.0, T)), labels((0, "X", T - D - 1, T - 5, True)))
+
+    assert features.loc[1].tolist() == [0, 0.0, 0, 0.0, 0, 0.0]
+
+
+def test_duplicate_labels_count_once_and_the_first_known_decides() -> None:
+    batch = txs((1, "a", "X", 1.0, T - D - 5), (2, "b", "X", 1.0, T - D - 6), (8, "q", "X", 1.0, T))
+    label_batch = labels(
+        (1, "X", T - D - 5, T - 10, True),
+        (1, "X", T - D - 5, T - 3, True),  # duplicate: counts once
+        (2, "X", T - D - 6, T - 5, False),  # first known: not fraud ...
+        (2, "X", T - D - 6, T - 1, True),  # ... so this later one is ignored
+    )
+
+    features = terminal_features(batch, label_batch)
+
+    assert features.loc[8, "terminal_nb_tx_1d"] == 2
+    assert features.loc[8, "terminal_risk_1d"] == 1 / 2
+
+
+def test_label_may_arrive_before_its_transaction() -> None:
+    params = PARAMS
+    fraud = labels((1, "X", T - D - 5, T - D, True))
+    state, _ = terminal_step(TerminalState.empty(), txs(), fraud, params)  # no transaction yet
+    state, _ = terminal_step(state, txs((1, "a", "X", 1.0, T - D - 5)), None, params)
+    state, features = terminal_step(state, txs((8, "q", "X", 1.0, T)), None, params)
+
+    assert features["terminal_risk_1d"].tolist() == [1.0]
+    assert len(state.label_tx_id) == 1
+
+
+def test_terminal_state_keeps_labels_and_transactions_within_reach() -> None:
+    state, _ = terminal_step(
+        TerminalState.empty(),
+        txs(
+            (1, "a", "X", 1.0, T - 37 * DAY_MS),
+            (2, "b", "X", 1.0, T - 37 * DAY_MS + 1),
+            (3, "c", "Y", 1.0, T),
+        ),
+        labels((1, "X", T - 37 * DAY_MS, T - 30 * DAY_MS, True), (2, "X", T - 37 * DAY_MS + 1, T, True)),
+    )
+
+    assert state.event_time_ms.tolist() == [T - 37 * DAY_MS + 1, T]
+    assert state.label_tx_id.tolist() == [2]
+
+
+def test_terminal_output_follows_the_batch_row_order() -> None:
+    batch = txs(*[(i, "a", f"t{i % 2}", 1.0, T + (9 - i) * DAY_MS) for i in range(10)])
+    _, features = terminal_step(TerminalState.empty(), batch, None, PARAMS)
+
+    assert features["tx_id"].tolist() == list(range(10))
+    assert features.loc[0, "terminal_nb_tx_7d"] == 1  # t0 at T + 9d sees t0's tx 8 at T + 1d only
+
+
+# --- time features ------------------------------------------------------------------------------------
+
+
+def test_weekend_and_night() -> None:
+    times = [
+        at(2024, 1, 19, 23, 59, 59, 999),  # Friday
+        at(2024, 1, 20),  # Saturday
+        at(2024, 1, 21, 23, 59, 59, 999),  # Sunday
+        at(2024, 1, 22),  # Monday
+        at(2024, 1, 22, 6, 59, 59, 999),
+        at(2024, 1, 22, 7),
+        at(1999, 12, 31, 12),  # a Friday before 2000, still right
+    ]
+
+    features = time_features(np.array(times))
+
+    assert features["is_weekend"].tolist() == [0, 1, 1, 0, 0, 0, 0]
+    assert features["is_night"].tolist() == [0, 1, 0, 1, 1, 0, 0]
+    assert features["is_night"].dtype == np.int64
+
+
+# --- batch path -----------------------------------------------------------------------------------------
+
+
+def test_compute_features_sorts_by_event_time_then_tx_id() -> None:
+    table = txs((5, "A", "X", 10.0, T), (2, "A", "X", 30.0, T), (1, "B", "Y", 5.0, T - 1))
+    table["is_fraud"] = [False, True, False]
+
+    features = compute_features(table, labels_from_fraud_flags(table, D), PARAMS)
+
+    assert list(features.columns) == ["tx_id", *FEATURE_COLUMNS]
+    assert features["tx_id"].tolist() == [1, 2, 5]
+    assert features.index.tolist() == [0, 1, 2]
+    assert features["card_nb_tx_1d"].tolist() == [1, 1, 2]
+    assert features["card_avg_amount_1d"].tolist() == [5.0, 30.0, 20.0]
+
+
+def test_compute_features_without_labels_and_with_foreign_labels() -> None:
+    table = txs((1, "A", "X", 10.0, T - D), (2, "A", "X", 10.0, T))
+    foreign = labels((99, "elsewhere", T - D, T - D, True))
+
+    without = compute_features(table, None, PARAMS)
+    with_foreign = compute_features(table, foreign, PARAMS)
+
+    pd.testing.assert_frame_equal(without, with_foreign)
+    assert without["terminal_nb_tx_1d"].tolist() == [0, 1]
+    assert without["terminal_risk_1d"].tolist() == [0.0, 0.0]
+
+
+def test_labels_from_fraud_flags() -> None:
+    table = txs((1, "A", "X", 1.0, T), (2, "B", "Y", 1.0, T + 5))
+    table["is_fraud"] = [0, 1]
+
+    result = labels_from_fraud_flags(table, D)
+
+    assert result.to_dict("records") == [
+        {
+            "tx_id": 2,
+            "terminal_id": "Y",
+            "tx_time_ms": T + 5,
+            "known_at_ms": T + 5 + D,
+            "is_fraud": True,
+            "card_id": "B",
+        }
+    ]
+
+
+def test_with_event_time_ms_from_an_aware_datetime() -> None:
+    table = pd.DataFrame(
+        {"event_time": pd.to_datetime([T, T + 1], unit="ms", utc=True).tz_convert("Europe/Paris")}
+    )
+
+    assert with_event_time_ms(table)["event_time_ms"].tolist() == [T, T + 1]
+    with pytest.raises(ValueError, match="timezone-aware"):
+        with_event_time_ms(pd.DataFrame({"event_time": pd.to_datetime([T], unit="ms")}))

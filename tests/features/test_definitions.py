@@ -1,0 +1,109 @@
+"""Feature names and parameters."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from features.definitions import (
+    DAY_MS,
+    DEFAULT_PARAMS,
+    EVENT_TIME_MS,
+    FEATURE_COLUMNS,
+    HANDBOOK_FEATURES,
+    LABEL_COLUMNS,
+    FeatureParams,
+)
+from ingest.schemas import LabelEvent, TransactionEvent
+
+
+def test_feature_columns_in_canonical_order() -> None:
+    assert FEATURE_COLUMNS == (
+        "card_nb_tx_1d",
+        "card_avg_amount_1d",
+        "card_nb_tx_7d",
+        "card_avg_amount_7d",
+        "card_nb_tx_30d",
+        "card_avg_amount_30d",
+        "terminal_nb_tx_1d",
+        "terminal_risk_1d",
+        "terminal_nb_tx_7d",
+        "terminal_risk_7d",
+        "terminal_nb_tx_30d",
+        "terminal_risk_30d",
+        "is_weekend",
+        "is_night",
+        "card_nb_tx_1h",
+        "card_secs_since_prev_tx",
+        "card_amount_ratio_30d",
+    )
+
+
+def test_handbook_features_are_the_15_inputs() -> None:
+    assert ("amount", "is_weekend", "is_night", *FEATURE_COLUMNS[:12]) == HANDBOOK_FEATURES
+
+
+def test_default_params_name_exactly_the_feature_columns() -> None:
+    params = FeatureParams()
+    assert params.feature_columns == FEATURE_COLUMNS
+    assert sorted(params.card_feature_columns + params.terminal_feature_columns) == sorted(
+        set(FEATURE_COLUMNS) - {"is_weekend", "is_night"}
+    )
+    assert params.label_delay_ms == 7 * DAY_MS
+    assert params.max_lateness_ms == 0
+    assert params.longest_window_ms == 30 * DAY_MS
+    assert params.short_window_ms == 3_600_000
+    assert params == DEFAULT_PARAMS
+
+
+def test_other_windows_give_their_own_names() -> None:
+    params = FeatureParams(window_days=(2, 14), short_window_hours=6)
+    assert params.feature_columns == (
+        "card_nb_tx_2d",
+        "card_avg_amount_2d",
+        "card_nb_tx_14d",
+        "card_avg_amount_14d",
+        "terminal_nb_tx_2d",
+        "terminal_risk_2d",
+        "terminal_nb_tx_14d",
+        "terminal_risk_14d",
+        "is_weekend",
+        "is_night",
+        "card_nb_tx_6h",
+        "card_secs_since_prev_tx",
+        "card_amount_ratio_14d",
+    )
+
+
+def test_history_covers_windows_delay_and_lateness() -> None:
+    params = FeatureParams(max_lateness_ms=5)
+    assert params.card_history_ms == 30 * DAY_MS + 5
+    assert params.terminal_history_ms == 37 * DAY_MS + 5
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"window_days": ()},
+        {"window_days": (7, 1)},
+        {"window_days": (1, 1)},
+        {"window_days": (0, 7)},
+        {"label_delay_ms": -1},
+        {"max_lateness_ms": -1},
+        {"short_window_hours": 0},
+        {"lateness": 5},
+    ],
+)
+def test_invalid_params_are_rejected(bad: dict[str, object]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        FeatureParams.model_validate(bad)
+
+
+def test_params_are_frozen() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        DEFAULT_PARAMS.max_lateness_ms = 5  # type: ignore[misc]
+
+
+def test_input_column_names_are_the_wire_field_names() -> None:
+    assert set(LABEL_COLUMNS) <= set(LabelEvent.model_fields)
+    assert EVENT_TIME_MS in TransactionEvent.model_fields

@@ -1,0 +1,78 @@
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from infra.settings import Settings, Topics, UnknownSettingError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in [n for n in os.environ if n.upper().startswith("FRAUD_")]:
+        monkeypatch.delenv(name)
+
+
+def test_defaults_mean_embedded_stack() -> None:
+    settings = load_settings()
+    assert settings.bootstrap_servers is None
+    assert settings.redis_url is None
+    assert settings.mlflow_tracking_uri is None
+    assert settings.spark_master == "local[2]"
+    assert settings.topics.transactions == "transactions"
+    assert settings.topics.dead_letter == "dead-letter"
+    assert settings.label_delay_days == 7
+
+
+def test_environment_overrides_connections_topics_and_security(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_BOOTSTRAP_SERVERS", "kafka:9092")
+    monkeypatch.setenv("FRAUD_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("FRAUD_SASL_PASSWORD", "s3cret")
+    monkeypatch.setenv("FRAUD_TOPICS__ALERTS", "fraud-alerts")
+    monkeypatch.setenv("FRAUD_PARTITIONS", "12")
+    monkeypatch.setenv("FRAUD_HOME", "/var/lib/fraud")
+    settings = load_settings()
+    assert settings.bootstrap_servers == "kafka:9092"
+    assert settings.security_protocol == "SASL_SSL"
+    assert settings.sasl_password is not None
+    assert settings.sasl_password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(settings)
+    assert settings.topics.alerts == "fraud-alerts"
+    assert settings.topics.transactions == "transactions"
+    assert settings.partitions == 12
+    assert settings.home == Path("/var/lib/fraud")
+
+
+def test_mistyped_variable_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_BOOTSTRAP_SERVER", "kafka:9092")
+    with pytest.raises(UnknownSettingError, match="FRAUD_BOOTSTRAP_SERVER"):
+        load_settings()
+
+
+def test_mistyped_topic_name_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_TOPICS__ALERT", "x")
+    with pytest.raises(UnknownSettingError, match="FRAUD_TOPICS__ALERT"):
+        load_settings()
+
+
+def test_invalid_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_SECURITY_PROTOCOL", "PLAIN_TEXT")
+    with pytest.raises(ValidationError):
+        load_settings()
+    monkeypatch.setenv("FRAUD_SECURITY_PROTOCOL", "PLAINTEXT")
+    monkeypatch.setenv("FRAUD_LABEL_DELAY_DAYS", "8")
+    with pytest.raises(ValidationError):
+        load_settings()
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(ValidationError):
+        settings.partitions = 3  # type: ignore[misc]
+
+
+def test_topic_prefix_isolates_every_topic() -> None:
+    topics = Topics().with_prefix("ab-")
+    assert topics.all() == [f"ab-{name}" for name in Topics().all()]
+    assert len(set(topics.all())) == 6

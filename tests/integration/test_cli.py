@@ -1,0 +1,101 @@
+"""The `fraud` command as a user runs it, against the session's embedded stack."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from infra.clients import Clients, topic_counts
+from infra.settings import Settings
+
+FRAUD = str(Path(sys.executable).parent / "fraud")
+
+
+def run_fraud(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    env.update(
+        FRAUD_HOME=str(settings.home),
+        FRAUD_BOOTSTRAP_SERVERS=settings.bootstrap_servers or "",
+        FRAUD_REDIS_URL=settings.redis_url or "",
+        FRAUD_MLFLOW_TRACKING_URI=settings.mlflow_tracking_uri or "",
+        FRAUD_PARTITIONS=str(settings.partitions),
+        COLUMNS="200",
+    )
+    for name, topic in settings.topics.model_dump().items():
+        env[f"FRAUD_TOPICS__{name.upper()}"] = topic
+    return subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_simulate_to_file_and_kafka_then_ingest_handbook_csv(
+    settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    out = tmp_path / "sim.parquet"
+    result = run_fraud(
+        settings,
+        "simulate",
+        "--customers",
+        "100",
+        "--terminals",
+        "200",
+        "--days",
+        "10",
+        "--out",
+        str(out),
+        "--produce",
+    )
+    assert result.returncode == 0, result.stderr
+    simulated = pd.read_parquet(out)
+    assert "Produced" in result.stdout and "transactions" in result.stdout
+
+    handbook = tmp_path / "handbook.csv"
+    pd.DataFrame(
+        {
+            "TRANSACTION_ID": simulated["tx_id"] + 1_000_000,
+            "TX_DATETIME": simulated["event_time"].dt.strftime("%Y-%m-%d %H:%M:%S"),
+            "CUSTOMER_ID": simulated["card_id"],
+            "TERMINAL_ID": simulated["terminal_id"],
+            "TX_AMOUNT": simulated["amount"],
+            "TX_FRAUD": simulated["is_fraud"],
+        }
+    ).to_csv(handbook, index=False)
+    result = run_fraud(settings, "ingest", str(handbook), "--mapping", "handbook")
+    assert result.returncode == 0, result.stderr
+
+    counts = topic_counts(clients, [settings.topics.transactions, settings.topics.labels])
+    assert counts[settings.topics.transactions] == 2 * len(simulated)
+    assert counts[settings.topics.labels] == 2 * int(simulated["is_fraud"].sum())
+
+    status = run_fraud(settings, "topics", "list")
+    assert status.returncode == 0, status.stderr
+    assert f"{2 * len(simulated):,}" in status.stdout
+
+
+def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    result = run_fraud(settings, "ingest", str(bad))
+    assert result.returncode == 1
+    assert "missing column(s)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+    env_typo = run_fraud(settings, "topics", "list")
+    assert env_typo.returncode == 0
+    result = subprocess.run(
+        [FRAUD, "status"],
+        env={**os.environ, "FRAUD_BOOTSTRAP_SERVER": "x"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "unknown setting(s) FRAUD_BOOTSTRAP_SERVER" in result.stderr
+
+
+def test_without_stack_or_settings_says_how_to_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    env["FRAUD_HOME"] = str(tmp_path / "empty")
+    result = subprocess.run([FRAUD, "topics", "list"], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert "fraud up" in result.stderr and "FRAUD_BOOTSTRAP_SERVERS" in result.stderr
