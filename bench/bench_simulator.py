@@ -1,0 +1,61 @@
+"""Benchmark of the handbook transaction simulator: rows per second and the fraud it generates.
+
+Run: ``.venv/bin/python bench/bench_simulator.py [--customers N] [--terminals N] [--days N]
+[--seed N] [--repeats N]``. Simulates the configuration ``--repeats`` times and prints the median
+time; the fraud figures are those of the (deterministic) output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from ingest.schemas import TxColumns
+from ingest.simulator import SimulatorConfig, simulate
+
+
+def _parse_args() -> argparse.Namespace:
+    defaults = SimulatorConfig()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--customers", type=int, default=defaults.customers, help="number of customers")
+    parser.add_argument("--terminals", type=int, default=defaults.terminals, help="number of terminals")
+    parser.add_argument("--days", type=int, default=defaults.days, help="number of simulated days")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the simulation")
+    parser.add_argument("--repeats", type=int, default=3, help="number of timed simulations")
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Time the simulator and print a one-screen summary."""
+    args = _parse_args()
+    config = SimulatorConfig(
+        customers=args.customers, terminals=args.terminals, days=args.days, seed=args.seed
+    )
+    seconds: list[float] = []
+    for _ in range(max(1, args.repeats)):
+        started = time.perf_counter()
+        frame = simulate(config)
+        seconds.append(time.perf_counter() - started)
+
+    median = statistics.median(seconds)
+    rows = len(frame)
+    scenarios = np.bincount(frame[TxColumns.FRAUD_SCENARIO].to_numpy(), minlength=4)
+    frauds = int(scenarios[1:].sum())
+    print(f"settings    {config.model_dump_json()}")
+    print(f"machine     python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} cpus")
+    print(f"rows        {rows:,} ({rows / config.days:,.0f} a day)")
+    print(f"seconds     median {median:.3f} of {len(seconds)}: {', '.join(f'{s:.3f}' for s in seconds)}")
+    print(f"rows/s      {rows / median:,.0f}")
+    print(f"frauds      {frauds:,} ({frauds / rows:.3%})")
+    for scenario in (1, 2, 3):
+        count = int(scenarios[scenario])
+        print(f"scenario {scenario}  {count:,} ({count / max(frauds, 1):.1%} of frauds)")
+
+
+if __name__ == "__main__":
+    main()
