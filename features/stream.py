@@ -1,0 +1,326 @@
+"""The streaming feature job's stages as pure functions over pandas frames, plus their row schemas.
+
+Three stages, each a thin Spark shell (``features.job``) around a function here:
+
+1. ``decode``: Kafka records of the transactions and labels topics become typed event rows; records that
+   fail validation become dead rows with the reason. Each event is routed to a card bucket (cards hashed
+   into a few buckets per Spark key, so one state call serves many cards).
+2. ``card_stage``: per card bucket, events wait until the source's event-time frontier passes them, then
+   go through ``features.core.card_step`` in event-time order. An event that arrives behind the frontier
+   already passed is *late*: processed at once against the state as it is, and marked.
+3. ``terminal_stage``: per terminal bucket, the released transactions and labels go through
+   ``features.core.terminal_step``; the time features complete the record.
+
+Because every micro-batch releases exactly the events below a frontier, in order, and the core steps give
+the same result for any chunking of an ordered stream, the streaming result equals the batch definition
+(``features.core.compute_features``) whatever the micro-batch sizes, restarts included.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from features.core import CardState, TerminalState, card_step, terminal_step, time_features
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
+from ingest.schemas import DeadLetter, LabelEvent, TransactionEvent, TxColumns
+from ingest.validation import parse_event
+
+C = TxColumns
+
+# Row kinds.
+TX, LABEL, DEAD, TICK = "tx", "label", "dead", "tick"
+FEATURES = "features"
+
+KIND = "kind"
+CARD_BUCKET = "card_bucket"
+TERMINAL_BUCKET = "terminal_bucket"
+LATE = "late"
+SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "source_topic", "source_partition", "source_offset"
+RAW, REASON, DETAIL = "raw", "reason", "detail"
+
+#: Columns shared by every stage: the event, where it came from, and (dead rows) why it was rejected.
+EVENT_FIELDS: list[tuple[str, pa.DataType]] = [
+    (KIND, pa.string()),
+    (C.TX_ID, pa.int64()),
+    (C.CARD_ID, pa.string()),
+    (C.TERMINAL_ID, pa.string()),
+    (C.AMOUNT, pa.float64()),
+    (EVENT_TIME_MS, pa.int64()),  # transactions: event time; labels: the transaction's; ticks: frontier
+    (KNOWN_AT_MS, pa.int64()),
+    (C.IS_FRAUD, pa.bool_()),
+    (C.TERMINAL_X, pa.float64()),
+    (C.TERMINAL_Y, pa.float64()),
+    (SOURCE_TOPIC, pa.string()),
+    (SOURCE_PARTITION, pa.int32()),
+    (SOURCE_OFFSET, pa.int64()),
+    (RAW, pa.binary()),
+    (REASON, pa.string()),
+    (DETAIL, pa.string()),
+]
+
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.binary(): "binary",
+}
+
+
+def ddl(fields: list[tuple[str, pa.DataType]]) -> str:
+    """Spark DDL of a field list."""
+    return ", ".join(f"{name} {_DDL_TYPES[kind]}" for name, kind in fields)
+
+
+def decoded_fields() -> list[tuple[str, pa.DataType]]:
+    return [(CARD_BUCKET, pa.int32()), *EVENT_FIELDS]
+
+
+def card_stage_fields(params: FeatureParams) -> list[tuple[str, pa.DataType]]:
+    card = [(name, _feature_type(name)) for name in params.card_feature_columns]
+    return [(TERMINAL_BUCKET, pa.int32()), *EVENT_FIELDS, (LATE, pa.bool_()), *card]
+
+
+def output_fields(params: FeatureParams) -> list[tuple[str, pa.DataType]]:
+    features = [(name, _feature_type(name)) for name in params.feature_columns]
+    return [*EVENT_FIELDS, (LATE, pa.bool_()), *features]
+
+
+def _feature_type(name: str) -> pa.DataType:
+    return pa.int64() if "_nb_tx_" in name or name.startswith("is_") else pa.float64()
+
+
+def _concat(*frames: pd.DataFrame) -> pd.DataFrame:
+    """Rows of all frames (column layout of the first), skipping empty ones."""
+    nonempty = [frame for frame in frames if len(frame)]
+    if not nonempty:
+        return frames[0].iloc[0:0].reset_index(drop=True)
+    if len(nonempty) == 1:
+        return nonempty[0].reset_index(drop=True)
+    return pd.concat(nonempty, ignore_index=True)
+
+
+def _frame(fields: list[tuple[str, pa.DataType]], columns: dict[str, object], n: int) -> pd.DataFrame:
+    """A frame with exactly ``fields``: given columns, the rest null."""
+    data = {}
+    for name, kind in fields:
+        if name in columns:
+            data[name] = columns[name]
+        elif kind in (pa.string(), pa.binary()):
+            data[name] = pd.Series([None] * n, dtype=object)
+        elif kind == pa.bool_():
+            data[name] = pd.Series([None] * n, dtype="boolean")
+        elif kind == pa.float64():
+            data[name] = np.full(n, np.nan)
+        else:
+            data[name] = pd.Series([None] * n, dtype="Int64")
+    return pd.DataFrame(data, index=pd.RangeIndex(n))
+
+
+# --- 1. decode --------------------------------------------------------------------------------------
+
+
+def card_bucket(card_id: str, buckets: int) -> int:
+    """Bucket of a card token (its first 8 hex digits are uniformly distributed)."""
+    try:
+        return int(card_id[:8], 16) % buckets
+    except ValueError:
+        return zlib.crc32(card_id.encode()) % buckets
+
+
+def terminal_buckets(terminal_ids: pd.Series, buckets: int) -> np.ndarray:
+    """Bucket of each terminal id (CRC-32, stable across processes and runs)."""
+    mapping = {t: zlib.crc32(str(t).encode()) % buckets for t in terminal_ids.unique()}
+    return terminal_ids.map(mapping).to_numpy(dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    transactions_topic: str
+    labels_topic: str
+    card_buckets: int
+    max_event_bytes: int
+
+
+def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
+    """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows)."""
+    rows: dict[str, list[object]] = {name: [] for name, _ in decoded_fields()}
+
+    def add(**values: object) -> None:
+        for name, column in rows.items():
+            column.append(values.get(name))
+
+    topics = records.column("topic").to_pylist()
+    partitions = records.column("partition").to_pylist()
+    offsets = records.column("offset").to_pylist()
+    values = records.column("value").to_pylist()
+    for topic, partition, offset, raw in zip(topics, partitions, offsets, values, strict=True):
+        where = {SOURCE_TOPIC: topic, SOURCE_PARTITION: partition, SOURCE_OFFSET: offset}
+        raw = raw or b""
+        model = TransactionEvent if topic == options.transactions_topic else LabelEvent
+        if topic not in (options.transactions_topic, options.labels_topic):
+            add(kind=DEAD, card_bucket=offset % options.card_buckets, raw=raw, reason="invalid_value",
+                detail=f"record from unexpected topic {topic}", **where)  # fmt: skip
+            continue
+        event = parse_event(model, raw, f"kafka:{topic}", options.max_event_bytes, partition, offset)
+        if isinstance(event, DeadLetter):
+            add(kind=DEAD, card_bucket=offset % options.card_buckets, raw=raw, reason=event.reason.value,
+                detail=event.detail, **where)  # fmt: skip
+        elif isinstance(event, TransactionEvent):
+            add(kind=TX, card_bucket=card_bucket(event.card_id, options.card_buckets), tx_id=event.tx_id,
+                card_id=event.card_id, terminal_id=event.terminal_id, amount=event.amount,
+                event_time_ms=event.event_time_ms, terminal_x=event.terminal_x, terminal_y=event.terminal_y,
+                **where)  # fmt: skip
+        elif isinstance(event, LabelEvent):
+            add(kind=LABEL, card_bucket=card_bucket(event.card_id, options.card_buckets), tx_id=event.tx_id,
+                card_id=event.card_id, terminal_id=event.terminal_id, event_time_ms=event.tx_time_ms,
+                known_at_ms=event.known_at_ms, is_fraud=event.is_fraud, **where)  # fmt: skip
+    return pa.RecordBatch.from_pydict(rows, schema=pa.schema(decoded_fields()))
+
+
+def ticks(frontier_ms: int, card_buckets: int) -> pa.RecordBatch:
+    """One tick per card bucket carrying the micro-batch's frontier."""
+    n = card_buckets
+    rows: dict[str, list[object]] = {name: [None] * n for name, _ in decoded_fields()}
+    rows[CARD_BUCKET] = list(range(n))
+    rows[KIND] = [TICK] * n
+    rows[EVENT_TIME_MS] = [frontier_ms] * n
+    return pa.RecordBatch.from_pydict(rows, schema=pa.schema(decoded_fields()))
+
+
+# --- 2. card stage ----------------------------------------------------------------------------------
+
+
+@dataclass
+class CardBucket:
+    """The state of one card bucket: card history, events waiting for the frontier, the frontier."""
+
+    history: CardState
+    pending: pd.DataFrame
+    frontier_ms: int
+
+
+def _event_time(events: pd.DataFrame) -> np.ndarray:
+    """When an event happens for ordering: a transaction's event time, a label's known time."""
+    is_label = (events[KIND] == LABEL).to_numpy()
+    return np.where(is_label, events[KNOWN_AT_MS].fillna(0).to_numpy(dtype=np.int64),
+                    events[EVENT_TIME_MS].to_numpy(dtype=np.int64))  # fmt: skip
+
+
+def card_stage(
+    bucket: CardBucket, rows: pd.DataFrame, params: FeatureParams, terminal_buckets_n: int
+) -> tuple[CardBucket, pd.DataFrame]:
+    """Hold events until the frontier passes them; release them with their card features.
+
+    Returns the new bucket state and the rows for the terminal stage: released transactions (with card
+    features and the late flag), released labels, and dead rows passed through.
+    """
+    kinds = rows[KIND]
+    ticks_in = rows.loc[kinds == TICK, EVENT_TIME_MS]
+    frontier = max([bucket.frontier_ms, *ticks_in.astype("int64").tolist()])
+    events = rows[(kinds == TX) | (kinds == LABEL)]
+    dead = rows[kinds == DEAD]
+
+    late_mask = _event_time(events) < bucket.frontier_ms if len(events) else np.zeros(0, dtype=bool)
+    late = events[late_mask]
+    waiting = _concat(bucket.pending, events[~late_mask])
+    if len(waiting):
+        due_mask = _event_time(waiting) < frontier
+        due, still = waiting[due_mask], waiting[~due_mask]
+    else:
+        due, still = waiting, waiting
+    released = _concat(due.assign(late=False), late.assign(late=True))
+    tx = released[released[KIND] == TX].reset_index(drop=True)
+    labels = released[released[KIND] == LABEL].reset_index(drop=True)
+
+    history = bucket.history
+    columns: dict[str, object] = {}
+    if len(tx):
+        history, card = card_step(history, tx, params)
+        columns = {name: card[name].to_numpy() for name in params.card_feature_columns}
+    out_tx = _frame(card_stage_fields(params), {**{c: tx[c] for c in tx.columns if c != CARD_BUCKET},
+                                                 **columns}, len(tx))  # fmt: skip
+    out_labels = _frame(card_stage_fields(params), {c: labels[c] for c in labels.columns if c != CARD_BUCKET},
+                        len(labels))  # fmt: skip
+    out_dead = _frame(card_stage_fields(params), {c: dead[c].to_numpy() for c in dead.columns if c != CARD_BUCKET},
+                      len(dead))  # fmt: skip
+    out = _concat(out_tx, out_labels, out_dead)
+    if len(out):
+        is_dead = (out[KIND] == DEAD).to_numpy()
+        routed = terminal_buckets(out[C.TERMINAL_ID].fillna(""), terminal_buckets_n)
+        by_offset = out[SOURCE_OFFSET].fillna(0).to_numpy(dtype=np.int64) % terminal_buckets_n
+        out[TERMINAL_BUCKET] = np.where(is_dead, by_offset, routed).astype(np.int32)
+    return CardBucket(history, still.reset_index(drop=True), frontier), out
+
+
+# --- 3. terminal stage ------------------------------------------------------------------------------
+
+
+def terminal_stage(
+    state: TerminalState, rows: pd.DataFrame, params: FeatureParams
+) -> tuple[TerminalState, pd.DataFrame]:
+    """Terminal and time features of released transactions; labels update the terminal risk."""
+    kinds = rows[KIND]
+    tx = rows[kinds == TX].reset_index(drop=True)
+    labels = rows[kinds == LABEL]
+    dead = rows[kinds == DEAD]
+    label_batch = pd.DataFrame(
+        {
+            C.TX_ID: labels[C.TX_ID].to_numpy(dtype=np.int64),
+            C.TERMINAL_ID: labels[C.TERMINAL_ID].to_numpy(dtype=object),
+            TX_TIME_MS: labels[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+            KNOWN_AT_MS: labels[KNOWN_AT_MS].to_numpy(dtype=np.int64),
+            C.IS_FRAUD: labels[C.IS_FRAUD].to_numpy(dtype=bool),
+        }
+    )
+    tx_batch = pd.DataFrame(
+        {
+            C.TX_ID: tx[C.TX_ID].to_numpy(dtype=np.int64),
+            C.TERMINAL_ID: tx[C.TERMINAL_ID].to_numpy(dtype=object),
+            EVENT_TIME_MS: tx[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+        }
+    )
+    state, terminal = terminal_step(state, tx_batch, label_batch, params)
+    when = time_features(tx_batch[EVENT_TIME_MS].to_numpy())
+    columns = {c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), FEATURES, dtype=object)
+               for c in tx.columns if c != TERMINAL_BUCKET}  # fmt: skip
+    columns |= {name: terminal[name].to_numpy() for name in params.terminal_feature_columns}
+    columns |= {name: when[name].to_numpy() for name in when.columns}
+    fields = output_fields(params)
+    out_features = _frame(fields, columns, len(tx))
+    out_dead = _frame(
+        fields, {c: dead[c].to_numpy() for c in dead.columns if c != TERMINAL_BUCKET}, len(dead)
+    )
+    return state, _concat(out_features, out_dead)
+
+
+# --- state blobs ------------------------------------------------------------------------------------
+
+
+def to_blob(frame: pd.DataFrame) -> bytes:
+    """Arrow IPC bytes of a frame (state values are single binary blobs)."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def from_blob(blob: bytes) -> pd.DataFrame:
+    return pa.ipc.open_stream(blob).read_all().to_pandas()
+
+
+def empty_events() -> pd.DataFrame:
+    return _frame(decoded_fields(), {}, 0)
+
+
+def iter_frames(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
+    """The rows a state call received, as one frame."""
+    return _concat(*rows)

@@ -1,0 +1,468 @@
+"""Kafka as a Spark source, through Spark 4's Python Data Source API (``fraud-kafka``).
+
+Offsets per topic-partition live in Spark's checkpoint, and every micro-batch reads an exact offset range,
+so a micro-batch re-run after a crash reads the same records in the same order: replayable input, the
+basis of exactly-once processing. Supports admission control (``maxRecordsPerTrigger``), the
+``availableNow`` trigger, and starting offsets ``earliest``, ``latest`` or a timestamp (``time:<ms>``).
+
+Event-time frontier. Besides offsets, each micro-batch's end offset records a *frontier*: an event time F
+such that every record with a timestamp below F has been read, assuming each partition is written in
+timestamp order (as ``fraud ingest`` does) up to ``allowedLatenessMs`` of disorder. F is the lowest
+progress (latest record timestamp read) among partitions that still have unread records, minus the allowed
+lateness; when every partition is read to its end, F is past the highest progress. Stateful jobs hold
+events until the frontier passes them, then process them in event-time order, which makes the result
+independent of how records were split into micro-batches. A record read with a timestamp below an
+earlier batch's frontier is *late*.
+
+The frontier reaches the job through a decoder: option ``decoder`` names ``module:object`` with a
+``schema`` (DDL string), ``decode(records, split, options)`` turning raw records (a pyarrow RecordBatch with
+``topic, partition, offset, timestamp, key, value``) into output batches, and ``heartbeat(split, options)``, called
+once per micro-batch (on one split), returning the rows that carry the frontier to every state key, so
+that keys without new records still see time pass.
+
+Tansu, the embedded broker, reports a high watermark short of the log end; end offsets are therefore
+found by reading from the reported watermark to the end of each partition (exact on Apache Kafka too).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+RAW_SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
+#: A frontier before any event: nothing is complete yet.
+NO_FRONTIER = -(2**62)
+_POLL_S = 0.05
+_READ_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Split(InputPartition):
+    """One topic-partition's offset range in one micro-batch, plus the batch's frontier."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    frontier_ms: int
+    heartbeat: bool
+
+
+class Decoder(Protocol):
+    """Turns raw Kafka records into a job's input rows (see the module docstring)."""
+
+    schema: str
+
+    def decode(
+        self, records: pa.RecordBatch, split: Split, options: dict[str, str]
+    ) -> Iterator[pa.RecordBatch]: ...
+
+    def heartbeat(self, split: Split, options: dict[str, str]) -> Iterator[pa.RecordBatch]: ...
+
+
+def load_decoder(path: str) -> Decoder | None:
+    """The decoder named ``module:object``; None for raw records."""
+    if not path:
+        return None
+    module, _, name = path.partition(":")
+    decoder = getattr(importlib.import_module(module), name)
+    return decoder
+
+
+def _tp_name(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def _parse_tp(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("/")
+    return topic, int(partition)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("fraud-kafka")`` with options:
+
+    - ``kafka.config``: JSON object of librdkafka settings (bootstrap.servers, security.*);
+    - ``topics``: comma-separated topic names;
+    - ``startingOffsets``: ``earliest`` (default), ``latest`` or ``time:<epoch ms>``;
+    - ``maxRecordsPerTrigger``: admission control, records per micro-batch (default: all available);
+    - ``allowedLatenessMs``: disorder within a partition that still counts as on time (default 0);
+    - ``decoder``: ``module:object`` turning raw records into the output rows (default: raw records).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "fraud-kafka"
+
+    def schema(self) -> str:
+        decoder = load_decoder(dict(self.options).get("decoder", ""))
+        return decoder.schema if decoder is not None else RAW_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader({key.lower(): value for key, value in self.options.items()})
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans offset ranges in the driver; reads them in the executors with cached consumers."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options  # keys in lower case, as Spark treats them
+        self.kafka_config: dict[str, Any] = json.loads(options["kafka.config"])
+        self.topics = [t.strip() for t in options["topics"].split(",") if t.strip()]
+        self.max_records = (
+            int(options["maxrecordspertrigger"]) if options.get("maxrecordspertrigger") else None
+        )
+        self.lateness_ms = int(options.get("allowedlatenessms", "0"))
+        self.starting = options.get("startingoffsets", "earliest")
+        self._consumer: Consumer | None = None
+        self._ends: dict[str, tuple[int, int, int]] = {}  # tp -> (reported high, true end, last timestamp)
+        self._target: dict[str, int] | None = None  # availableNow: do not read past these
+
+    # -- driver side -------------------------------------------------------------------------------
+
+    def _driver_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **self.kafka_config,
+                    "group.id": "fraud-spark-source-planner",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        return self._consumer
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        consumer = self._driver_consumer()
+        found = []
+        for topic in self.topics:
+            metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise KafkaException(
+                    KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"topic {topic!r} not found")
+                )
+            found += [(topic, p) for p in sorted(metadata.partitions)]
+        return found
+
+    def _log_ends(self) -> dict[str, tuple[int, int]]:
+        """(first offset, true end offset) per partition, with the last record's timestamp cached."""
+        consumer = self._driver_consumer()
+        firsts: dict[str, int] = {}
+        probe = []
+        for topic, partition in self._partitions():
+            name = _tp_name(topic, partition)
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10, cached=False
+            )
+            firsts[name] = low
+            known = self._ends.get(name)
+            if known is not None and known[0] == high:
+                continue
+            if high <= low:
+                self._ends[name] = (high, high, NO_FRONTIER)
+            else:
+                probe.append(TopicPartition(topic, partition, high - 1))
+                self._ends[name] = (high, high, NO_FRONTIER)
+        for name, (offset, timestamp) in _read_last(consumer, probe).items():
+            high = self._ends[name][0]
+            self._ends[name] = (high, max(high, offset + 1), timestamp)
+        return {name: (firsts[name], self._ends[name][1]) for name in firsts}
+
+    def initialOffset(self) -> dict:
+        bounds = self._log_ends()
+        if self.starting == "earliest":
+            offsets = {name: first for name, (first, _) in bounds.items()}
+        elif self.starting == "latest":
+            offsets = {name: end for name, (_, end) in bounds.items()}
+        elif self.starting.startswith("time:"):
+            at = int(self.starting.removeprefix("time:"))
+            offsets = {
+                name: _offset_for_time(self._driver_consumer(), *_parse_tp(name), at, first, end)
+                for name, (first, end) in bounds.items()
+            }
+        else:
+            raise ValueError(f"startingOffsets {self.starting!r}: use earliest, latest or time:<epoch ms>")
+        return {"offsets": offsets, "progress": {}, "frontier": NO_FRONTIER}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {name: end for name, (_, end) in self._log_ends().items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._log_ends()
+        begin: dict[str, int] = dict(start["offsets"])
+        for name, (first, _) in bounds.items():
+            begin.setdefault(name, first)  # partitions added since the query started
+        ends = {name: end for name, (_, end) in bounds.items()}
+        if self._target is not None:
+            ends = {name: min(end, self._target.get(name, begin[name])) for name, end in ends.items()}
+        available = {name: max(0, ends[name] - begin[name]) for name in ends}
+        chosen = dict(ends)
+        if isinstance(limit, ReadMaxRows) and sum(available.values()) > limit.max_rows:
+            chosen = _share(begin, available, limit.max_rows)
+        if chosen == {name: begin[name] for name in chosen}:
+            return start
+        progress: dict[str, int] = dict(start.get("progress", {}))
+        lagging = []
+        need_timestamp = [
+            TopicPartition(*_parse_tp(name), chosen[name] - 1)
+            for name in chosen
+            if chosen[name] > begin[name] and chosen[name] != self._ends[name][1]
+        ]
+        stamps = _read_at(self._driver_consumer(), need_timestamp)
+        for name, end in chosen.items():
+            if end > begin[name]:
+                stamp = self._ends[name][2] if end == self._ends[name][1] else stamps[name]
+                progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
+            if end < ends[name]:
+                lagging.append(name)
+        frontier = _frontier(progress, lagging, self.lateness_ms)
+        return {"offsets": chosen, "progress": progress, "frontier": max(int(start["frontier"]), frontier)}
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"offsets": {name: end for name, (_, end) in self._log_ends().items()}}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        frontier = int(end["frontier"])
+        splits: list[Split] = []
+        for name, stop in sorted(end["offsets"].items()):
+            topic, partition = _parse_tp(name)
+            begin = int(start["offsets"].get(name, stop))
+            splits.append(Split(topic, partition, begin, int(stop), frontier, heartbeat=not splits))
+        return splits
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side -----------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, Split):
+            raise TypeError(f"unexpected input partition {partition!r}")
+        decoder = load_decoder(self.options.get("decoder", ""))
+        for records in _read_range(self.kafka_config, partition):
+            if decoder is None:
+                yield records
+            else:
+                yield from decoder.decode(records, partition, self.options)
+        if decoder is not None and partition.heartbeat:
+            yield from decoder.heartbeat(partition, self.options)
+
+
+def _share(begin: dict[str, int], available: dict[str, int], budget: int) -> dict[str, int]:
+    """End offsets taking ``budget`` records, shared in proportion to each partition's backlog."""
+    total = sum(available.values())
+    chosen = {}
+    for name, count in available.items():
+        take = count * budget // total
+        if count and not take:
+            take = 1
+        chosen[name] = begin[name] + min(count, take)
+    return chosen
+
+
+def _frontier(progress: dict[str, int], lagging: list[str], lateness_ms: int) -> int:
+    """Event time below which every record has been read (see the module docstring)."""
+    if not progress:
+        return NO_FRONTIER
+    behind = [progress.get(name, NO_FRONTIER) for name in lagging]
+    if behind:
+        return min(behind) - lateness_ms
+    return max(progress.values()) + 1 - lateness_ms
+
+
+def _read_last(consumer: Consumer, probe: list[TopicPartition]) -> dict[str, tuple[int, int]]:
+    """(offset, timestamp) of the last record of each probed partition, reading from its offset to the end."""
+    if not probe:
+        return {}
+    consumer.assign(probe)
+    last: dict[str, tuple[int, int]] = {}
+    pending = {_tp_name(tp.topic, tp.partition) for tp in probe}
+    deadline = _deadline()
+    while pending:
+        for message in consumer.consume(100_000, timeout=_POLL_S):
+            name = _tp_name(message.topic() or "", message.partition() or 0)
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(name)
+                    continue
+                raise KafkaException(error)
+            last[name] = (message.offset() or 0, message.timestamp()[1])
+        _check(deadline, pending)
+    consumer.unassign()
+    return last
+
+
+def _read_at(consumer: Consumer, at: list[TopicPartition]) -> dict[str, int]:
+    """Timestamp of the record at each given offset."""
+    if not at:
+        return {}
+    consumer.assign(at)
+    wanted = {_tp_name(tp.topic, tp.partition): tp.offset for tp in at}
+    found: dict[str, int] = {}
+    deadline = _deadline()
+    while len(found) < len(wanted):
+        for message in consumer.consume(100_000, timeout=_POLL_S):
+            name = _tp_name(message.topic() or "", message.partition() or 0)
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                continue
+            if name not in found and (message.offset() or 0) >= wanted[name]:
+                found[name] = message.timestamp()[1]
+        _check(deadline, set(wanted) - set(found))
+    consumer.unassign()
+    return found
+
+
+def _offset_for_time(consumer: Consumer, topic: str, partition: int, at_ms: int, first: int, end: int) -> int:
+    """First offset with a timestamp >= ``at_ms``, by binary search over record timestamps.
+
+    Assumes timestamps do not decrease within the partition (records produced in event-time order).
+    Works on brokers whose time index lookups are unreliable.
+    """
+    low, high = first, end
+    while low < high:
+        middle = (low + high) // 2
+        stamp = _read_at(consumer, [TopicPartition(topic, partition, middle)])[_tp_name(topic, partition)]
+        if stamp < at_ms:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _deadline() -> float:
+    import time
+
+    return time.monotonic() + _READ_TIMEOUT_S
+
+
+def _check(deadline: float, pending: set[str]) -> None:
+    import time
+
+    if pending and time.monotonic() > deadline:
+        raise TimeoutError(f"no answer from Kafka for {sorted(pending)} within {_READ_TIMEOUT_S:.0f} s")
+
+
+# Executors keep one consumer per topic-partition per Python worker, with the records it fetched past the
+# last range's end: the next micro-batch usually continues there without a seek (seeks are slow on Tansu).
+_Record = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, value
+_CONSUMERS: dict[tuple[str, str, int], tuple[Consumer, int, list[_Record]]] = {}
+_RAW_FIELDS = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+_BATCH_ROWS = 20_000
+
+
+def _source_consumer(kafka_config: dict[str, Any], split: Split) -> tuple[Consumer, list[_Record]]:
+    """A consumer positioned at ``split.start`` (cached one when it is there), with records already fetched."""
+    cache_key = (json.dumps(kafka_config, sort_keys=True), split.topic, split.partition)
+    cached = _CONSUMERS.pop(cache_key, None)
+    if cached is not None:
+        consumer, position, leftovers = cached
+        if position == split.start:
+            return consumer, leftovers
+        consumer.close()
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": "fraud-spark-source",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
+    return consumer, []
+
+
+def _read_range(kafka_config: dict[str, Any], split: Split) -> Iterator[pa.RecordBatch]:
+    """Records [start, end) of one partition as Arrow batches, in offset order."""
+    if split.end <= split.start:
+        return
+    consumer, pending = _source_consumer(kafka_config, split)
+    position = split.start
+    chunk: list[_Record] = []
+    deadline = _deadline()
+    while position < split.end:
+        if not pending:
+            for message in consumer.consume(_BATCH_ROWS, timeout=_POLL_S):
+                error = message.error()
+                if error is None:
+                    pending.append(
+                        (message.offset() or 0, message.timestamp()[1], message.key(), message.value())
+                    )
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    # Transaction markers take offsets: at the log end the range may be complete.
+                    tp = TopicPartition(split.topic, split.partition)
+                    position = max(position, consumer.position([tp])[0].offset)
+                else:
+                    raise KafkaException(error)
+            if pending:
+                deadline = _deadline()
+        taken = 0
+        for record in pending:
+            if record[0] >= split.end:
+                break
+            chunk.append(record)
+            position = max(position, record[0] + 1)
+            taken += 1
+        pending = pending[taken:]
+        if pending and pending[0][0] >= split.end:
+            position = split.end
+        if len(chunk) >= _BATCH_ROWS:
+            yield _records(split, chunk)
+            chunk = []
+        _check(deadline, {_tp_name(split.topic, split.partition)} if position < split.end else set())
+    if chunk:
+        yield _records(split, chunk)
+    cache_key = (json.dumps(kafka_config, sort_keys=True), split.topic, split.partition)
+    _CONSUMERS[cache_key] = (consumer, split.end, pending)
+
+
+def _records(split: Split, chunk: list[_Record]) -> pa.RecordBatch:
+    offsets, stamps, keys, values = zip(*chunk, strict=True)
+    n = len(chunk)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([split.topic] * n, pa.string()),
+            pa.array([split.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+        ],
+        schema=_RAW_FIELDS,
+    )
