@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from features.cli import app as features_app
 from infra.clients import Clients, NotConfiguredError, delete_topics, ensure_topics, topic_counts
 from infra.console import console, counts_table, err_console, settings_of
 from infra.demo import demo_command
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 topics_app = typer.Typer(help="Create, count and reset the project's Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
+app.add_typer(features_app, name="features")
 
 #: Errors a user can act on: shown as one line, no traceback.
 USER_ERRORS = (StackError, NotConfiguredError, InputFileError, UnknownSettingError)

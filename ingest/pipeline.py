@@ -44,6 +44,8 @@ class EventBatch:
     label_values: list[bytes] = field(default_factory=list)
     label_times: list[int] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    #: Positions of the accepted rows in the table they came from (table imports only).
+    accepted: list[int] = field(default_factory=list)
 
     def add_transaction(self, event: TransactionEvent, raw: bytes) -> None:
         self.tx_keys.append(event.card_id.encode())
@@ -110,7 +112,7 @@ def events_from_table(
     tokens = tokenise(frame[C.CARD_ID], token_key)
     flags = frame[C.IS_FRAUD].tolist() if C.IS_FRAUD in frame.columns else [0] * len(frame)
     rows = frame["source_row"].tolist()
-    for raw, flag, row in zip(_json_rows(frame, tokens), flags, rows, strict=True):
+    for position, (raw, flag, row) in enumerate(zip(_json_rows(frame, tokens), flags, rows, strict=True)):
         where = f"{source}:row {row}"
         parsed = parse_transaction(raw, where, max_bytes)
         if isinstance(parsed, DeadLetter):
@@ -123,6 +125,7 @@ def events_from_table(
             )
         else:
             batch.add_transaction(parsed, raw)
+            batch.accepted.append(position)
             if flag == 1:
                 batch.add_label(label_for(parsed, label_delay_ms))
     return batch

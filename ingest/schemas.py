@@ -116,3 +116,25 @@ class TxColumns:
 
     REQUIRED = (TX_ID, CARD_ID, TERMINAL_ID, AMOUNT, EVENT_TIME)
     OPTIONAL = (IS_FRAUD, FRAUD_SCENARIO, TERMINAL_X, TERMINAL_Y)
+
+
+class FeatureRecord(BaseModel):
+    """One transaction with its features, as written to the features topic (keyed by ``card_id``).
+
+    It carries the whole input event, so the scoring stage needs nothing else. ``late`` marks a
+    transaction that arrived after the feature job's event-time frontier had passed it: its features
+    were computed against the state as it was then.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1]
+    tx_id: TxId
+    card_id: CardToken
+    terminal_id: TerminalId
+    amount: float
+    event_time_ms: EventTimeMs
+    terminal_x: float | None = None
+    terminal_y: float | None = None
+    late: bool
+    features: dict[str, float]
