@@ -19,7 +19,7 @@ the same result for any chunking of an ordered stream, the streaming result equa
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from features.core import CardState, TerminalState, card_step, terminal_step, time_features
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
-from ingest.schemas import DeadLetter, LabelEvent, TransactionEvent, TxColumns
+from ingest.schemas import DeadLetter, LabelEvent, Reason, TransactionEvent, TxColumns
 from ingest.validation import parse_event
 
 C = TxColumns
@@ -151,48 +151,106 @@ class DecodeOptions:
 
 def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
     """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows)."""
-    rows: dict[str, list[object]] = {name: [] for name, _ in decoded_fields()}
-
-    def add(**values: object) -> None:
-        for name, column in rows.items():
-            column.append(values.get(name))
-
+    txs: list[tuple[TransactionEvent, str, int, int]] = []
+    labels: list[tuple[LabelEvent, str, int, int]] = []
+    dead: list[tuple[DeadLetter, str, int, int]] = []
+    positions: tuple[list[int], list[int], list[int]] = ([], [], [])
     topics = records.column("topic").to_pylist()
     partitions = records.column("partition").to_pylist()
     offsets = records.column("offset").to_pylist()
     values = records.column("value").to_pylist()
-    for topic, partition, offset, raw in zip(topics, partitions, offsets, values, strict=True):
-        where = {SOURCE_TOPIC: topic, SOURCE_PARTITION: partition, SOURCE_OFFSET: offset}
-        raw = raw or b""
-        model = TransactionEvent if topic == options.transactions_topic else LabelEvent
-        if topic not in (options.transactions_topic, options.labels_topic):
-            add(kind=DEAD, card_bucket=offset % options.card_buckets, raw=raw, reason="invalid_value",
-                detail=f"record from unexpected topic {topic}", **where)  # fmt: skip
-            continue
-        event = parse_event(model, raw, f"kafka:{topic}", options.max_event_bytes, partition, offset)
-        if isinstance(event, DeadLetter):
-            add(kind=DEAD, card_bucket=offset % options.card_buckets, raw=raw, reason=event.reason.value,
-                detail=event.detail, **where)  # fmt: skip
-        elif isinstance(event, TransactionEvent):
-            add(kind=TX, card_bucket=card_bucket(event.card_id, options.card_buckets), tx_id=event.tx_id,
-                card_id=event.card_id, terminal_id=event.terminal_id, amount=event.amount,
-                event_time_ms=event.event_time_ms, terminal_x=event.terminal_x, terminal_y=event.terminal_y,
-                **where)  # fmt: skip
+    for position, (topic, partition, offset, raw) in enumerate(
+        zip(topics, partitions, offsets, values, strict=True)
+    ):
+        if topic == options.transactions_topic:
+            event: TransactionEvent | LabelEvent | DeadLetter = parse_event(
+                TransactionEvent, raw or b"", f"kafka:{topic}", options.max_event_bytes, partition, offset
+            )
+        elif topic == options.labels_topic:
+            event = parse_event(
+                LabelEvent, raw or b"", f"kafka:{topic}", options.max_event_bytes, partition, offset
+            )
+        else:
+            event = DeadLetter(raw=raw or b"", source=f"kafka:{topic}", reason=Reason.INVALID_VALUE,
+                               detail=f"record from unexpected topic {topic}", partition=partition, offset=offset)  # fmt: skip
+        where = (topic, partition, offset)
+        if isinstance(event, TransactionEvent):
+            txs.append((event, *where))
+            positions[0].append(position)
         elif isinstance(event, LabelEvent):
-            add(kind=LABEL, card_bucket=card_bucket(event.card_id, options.card_buckets), tx_id=event.tx_id,
-                card_id=event.card_id, terminal_id=event.terminal_id, event_time_ms=event.tx_time_ms,
-                known_at_ms=event.known_at_ms, is_fraud=event.is_fraud, **where)  # fmt: skip
-    return pa.RecordBatch.from_pydict(rows, schema=pa.schema(decoded_fields()))
+            labels.append((event, *where))
+            positions[1].append(position)
+        else:
+            dead.append((event, *where))
+            positions[2].append(position)
+    buckets = options.card_buckets
+    batches = []
+    if txs:
+        batches.append(_batch(len(txs), {
+            KIND: [TX] * len(txs),
+            CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in txs],
+            C.TX_ID: [e.tx_id for e, *_ in txs],
+            C.CARD_ID: [e.card_id for e, *_ in txs],
+            C.TERMINAL_ID: [e.terminal_id for e, *_ in txs],
+            C.AMOUNT: [e.amount for e, *_ in txs],
+            EVENT_TIME_MS: [e.event_time_ms for e, *_ in txs],
+            C.TERMINAL_X: [e.terminal_x for e, *_ in txs],
+            C.TERMINAL_Y: [e.terminal_y for e, *_ in txs],
+            **_where(txs),
+        }))  # fmt: skip
+    if labels:
+        batches.append(_batch(len(labels), {
+            KIND: [LABEL] * len(labels),
+            CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in labels],
+            C.TX_ID: [e.tx_id for e, *_ in labels],
+            C.CARD_ID: [e.card_id for e, *_ in labels],
+            C.TERMINAL_ID: [e.terminal_id for e, *_ in labels],
+            EVENT_TIME_MS: [e.tx_time_ms for e, *_ in labels],
+            KNOWN_AT_MS: [e.known_at_ms for e, *_ in labels],
+            C.IS_FRAUD: [e.is_fraud for e, *_ in labels],
+            **_where(labels),
+        }))  # fmt: skip
+    if dead:
+        batches.append(_batch(len(dead), {
+            KIND: [DEAD] * len(dead),
+            CARD_BUCKET: [offset % buckets for *_, offset in dead],
+            RAW: [e.raw for e, *_ in dead],
+            REASON: [e.reason.value for e, *_ in dead],
+            DETAIL: [e.detail for e, *_ in dead],
+            **_where(dead),
+        }))  # fmt: skip
+    if not batches:
+        return _batch(0, {})
+    if len(batches) == 1:
+        return batches[0]
+    # Keep the records' order (one topic per range in the job, but callers may mix them).
+    order = np.argsort(np.concatenate([np.asarray(p, dtype=np.int64) for p in positions if p]), kind="stable")
+    combined = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return combined.take(pa.array(order))
+
+
+def _where(rows: Sequence[tuple[object, str, int, int]]) -> dict[str, list[object]]:
+    return {
+        SOURCE_TOPIC: [topic for _, topic, _, _ in rows],
+        SOURCE_PARTITION: [partition for _, _, partition, _ in rows],
+        SOURCE_OFFSET: [offset for *_, offset in rows],
+    }
+
+
+def _batch(n: int, columns: dict[str, list[object]]) -> pa.RecordBatch:
+    """A record batch of the decoded schema: given columns, the rest null."""
+    schema = pa.schema(decoded_fields())
+    arrays = [
+        pa.array(columns[field.name], field.type) if field.name in columns else pa.nulls(n, field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def ticks(frontier_ms: int, card_buckets: int) -> pa.RecordBatch:
     """One tick per card bucket carrying the micro-batch's frontier."""
     n = card_buckets
-    rows: dict[str, list[object]] = {name: [None] * n for name, _ in decoded_fields()}
-    rows[CARD_BUCKET] = list(range(n))
-    rows[KIND] = [TICK] * n
-    rows[EVENT_TIME_MS] = [frontier_ms] * n
-    return pa.RecordBatch.from_pydict(rows, schema=pa.schema(decoded_fields()))
+    return _batch(n, {CARD_BUCKET: list(range(n)), KIND: [TICK] * n, EVENT_TIME_MS: [frontier_ms] * n})
 
 
 # --- 2. card stage ----------------------------------------------------------------------------------

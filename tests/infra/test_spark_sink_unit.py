@@ -1,0 +1,207 @@
+"""The sink's pure logic: options, schema checks, marker decisions, row-to-record mapping (no broker, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
+
+from infra import spark_sink
+from infra.spark_sink import (
+    OPTION_KAFKA_CONFIG,
+    OPTION_MARKER_TOPIC,
+    OPTION_SINK_ID,
+    OPTION_TOPIC,
+    SinkConfigError,
+    SinkIdReusedError,
+    SinkOptions,
+    checkpoint_sink_id,
+    kafka_headers,
+    marker_decision,
+    sink_options,
+    validate_schema,
+)
+
+KAFKA = {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
+HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
+
+
+def options(**extra: str) -> dict[str, str]:
+    return {OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: "alerts-sink", **extra}
+
+
+def test_options_parse_with_marker_topic_defaulting_to_topic() -> None:
+    parsed = SinkOptions.parse(options(**{OPTION_TOPIC: "alerts"}))
+    assert parsed == SinkOptions(
+        kafka_config=KAFKA, sink_id="alerts-sink", topic="alerts", marker_topic="alerts"
+    )
+    explicit = SinkOptions.parse(options(**{OPTION_MARKER_TOPIC: "markers"}))
+    assert (explicit.topic, explicit.marker_topic) == (None, "markers")
+    assert explicit.transactional_id(3) == "alerts-sink-3"
+
+
+def test_option_keys_are_case_insensitive_like_spark() -> None:
+    raw = {"KAFKA.CONFIG": json.dumps(KAFKA), "Sink.Id": "s", "Topic": "t"}
+    assert SinkOptions.parse(raw).marker_topic == "t"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "'kafka.config'.*required"),
+        ({OPTION_KAFKA_CONFIG: "{not json", OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "not valid JSON"),
+        ({OPTION_KAFKA_CONFIG: "[1]", OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "bootstrap.servers"),
+        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_TOPIC: "t"}, "'sink.id'.*required"),
+        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: " "}, "'sink.id'.*required"),
+        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: "s"}, "marker.topic"),
+        (
+            {
+                OPTION_KAFKA_CONFIG: json.dumps({**KAFKA, "transactional.id": "x", "acks": "1"}),
+                OPTION_SINK_ID: "s",
+                OPTION_TOPIC: "t",
+            },
+            "may not set acks, transactional.id",
+        ),
+    ],
+)
+def test_bad_options_fail_with_a_clear_message(raw: dict[str, str], message: str) -> None:
+    with pytest.raises(SinkConfigError, match=message):
+        SinkOptions.parse(raw)
+
+
+def test_producer_config_user_settings_win_except_the_owned_ones() -> None:
+    parsed = SinkOptions.parse(
+        {
+            OPTION_KAFKA_CONFIG: json.dumps({**KAFKA, "linger.ms": 5, "compression.type": "lz4"}),
+            OPTION_SINK_ID: "s",
+            OPTION_TOPIC: "t",
+        }
+    )
+    config = parsed.producer_config("s-1")
+    assert config["linger.ms"] == 5
+    assert config["compression.type"] == "lz4"
+    assert config["transaction.timeout.ms"] == spark_sink.DEFAULT_TRANSACTION_TIMEOUT_MS
+    assert (config["enable.idempotence"], config["acks"], config["transactional.id"]) == (True, "all", "s-1")
+    consumer = parsed.marker_consumer_config("s-1")
+    assert (consumer["group.id"], consumer["enable.auto.commit"]) == ("s-1", False)
+    assert consumer["isolation.level"] == "read_committed"
+
+
+def test_sink_options_builds_spark_options_from_a_client_config() -> None:
+    built = sink_options(KAFKA, "q1-alerts", topic="alerts")
+    assert built == {
+        OPTION_KAFKA_CONFIG: json.dumps(KAFKA),
+        OPTION_SINK_ID: "q1-alerts",
+        OPTION_TOPIC: "alerts",
+    }
+    assert all(isinstance(value, str) for value in built.values())
+    with pytest.raises(SinkConfigError):
+        sink_options(KAFKA, "q1-alerts")
+
+
+def test_full_schema_is_accepted() -> None:
+    schema = (
+        StructType()
+        .add("topic", StringType())
+        .add("key", BinaryType())
+        .add("value", StringType())
+        .add("timestamp_ms", LongType())
+        .add("headers", HEADERS)
+        .add("partition", IntegerType())
+    )
+    validate_schema(schema, default_topic=None)
+    validate_schema(StructType().add("value", BinaryType(), nullable=False), default_topic="alerts")
+
+
+def test_schema_problems_are_listed_together() -> None:
+    schema = StructType().add("key", LongType()).add("timestamp", LongType()).add("headers", BinaryType())
+    with pytest.raises(SinkConfigError) as caught:
+        validate_schema(schema, default_topic=None)
+    message = str(caught.value)
+    for problem in (
+        "unknown column 'timestamp'",
+        "column 'key' is bigint, expected binary or string",
+        "column 'headers' is binary, expected array<struct<key:string,value:binary>>",
+        "column 'value' is required",
+        "column 'topic' is required",
+    ):
+        assert problem in message
+
+
+def test_marker_decides_write_skip_or_reuse_error() -> None:
+    assert marker_decision(-1, 0) == "write"  # no marker yet
+    assert marker_decision(5, 5) == "write"  # batch 4 was the last one written
+    assert marker_decision(6, 5) == "skip"  # batch 5 is in Kafka already: a re-run
+    with pytest.raises(SinkIdReusedError, match="another checkpoint"):
+        marker_decision(9, 5)
+
+
+def test_headers_become_confluent_kafka_tuples() -> None:
+    assert kafka_headers(None) is None
+    assert kafka_headers([]) is None
+    assert kafka_headers([{"key": "a", "value": b"1"}, {"key": "b", "value": None}]) == [
+        ("a", b"1"),
+        ("b", None),
+    ]
+
+
+def test_checkpoint_sink_id_lives_and_dies_with_the_checkpoint(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoints" / "scoring"
+    first = checkpoint_sink_id(checkpoint, "alerts")
+    assert first.startswith("alerts-")
+    assert checkpoint_sink_id(checkpoint, "alerts") == first
+    assert checkpoint_sink_id(checkpoint, "scores") != first
+    (checkpoint / "fraud-sink-alerts.id").unlink()
+    assert checkpoint_sink_id(checkpoint, "alerts") != first
+
+
+class FakeProducer:
+    """Records produce() calls; the first call raises BufferError like a full local queue."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[Any, ...]] = []
+        self.polls = 0
+        self.full_once = True
+
+    def produce(self, topic: str, value: Any, key: Any, partition: int, timestamp: int, headers: Any) -> None:
+        if self.full_once:
+            self.full_once = False
+            raise BufferError("queue full")
+        self.records.append((topic, value, key, partition, timestamp, headers))
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_arrow_rows_map_to_kafka_records() -> None:
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.record_batch(
+        {
+            "topic": pa.array(["alerts", None], pa.string()),
+            "key": pa.array([b"card-1", None], pa.binary()),
+            "value": pa.array([b"{}", b"[]"], pa.binary()),
+            "timestamp_ms": pa.array([1_700_000_000_000, None], pa.int64()),
+            "headers": pa.array([[{"key": "v", "value": b"1"}], None], header_type),
+            "partition": pa.array([None, 2], pa.int32()),
+        }
+    )
+    producer = FakeProducer()
+    assert spark_sink._produce(producer, batch, default_topic="fallback") == 2  # type: ignore[arg-type]
+    assert producer.records == [
+        ("alerts", b"{}", b"card-1", -1, 1_700_000_000_000, [("v", b"1")]),
+        ("fallback", b"[]", None, 2, 0, None),
+    ]
+    assert producer.polls >= 2  # once for the full queue, once after the batch
+
+
+def test_a_row_without_any_topic_fails_the_write() -> None:
+    batch = pa.record_batch({"value": pa.array([b"x"], pa.binary())})
+    producer = FakeProducer()
+    producer.full_once = False
+    with pytest.raises(spark_sink.SinkWriteError, match="no topic"):
+        spark_sink._produce(producer, batch, default_topic=None)  # type: ignore[arg-type]

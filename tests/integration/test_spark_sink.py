@@ -1,0 +1,562 @@
+"""The exactly-once Kafka sink (``fraud-kafka-sink``) on the real Tansu broker and real Spark (local mode).
+
+Input is a directory of JSON files read with ``maxFilesPerTrigger=1``: finite and replayable, one file per
+micro-batch, hash-partitioned on ``id`` into 2 Spark partitions, so a re-run batch has the same rows per
+partition. Outputs are counted with a read_committed consumer: every input id exactly once.
+
+Run as a script (``python test_spark_sink.py chaos-job ...``) this module is the streaming job of the chaos
+test, killed and restarted in a subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from infra import spark_sink
+from infra.clients import Clients, partitions_of
+from infra.settings import Settings
+from infra.spark_sink import (
+    MARKER_PARTITION,
+    SINK_NAME,
+    FraudKafkaStreamWriter,
+    KafkaSinkCommit,
+    SinkIdReusedError,
+    SinkOptions,
+    TransactionEvent,
+    checkpoint_sink_id,
+    register,
+    sink_options,
+)
+
+PARTITIONS = 2
+INPUT_SCHEMA = "id long, payload string"
+CHAOS_SINK_NAME = "fraud-kafka-sink-chaos"
+JOB_TIMEOUT_S = 150
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+def write_inputs(directory: Path, files: int, rows_per_file: int) -> int:
+    """``files`` JSON-lines files of consecutive ids (one micro-batch each); returns the row count."""
+    directory.mkdir(parents=True, exist_ok=True)
+    next_id = 0
+    for number in range(files):
+        lines = []
+        for _ in range(rows_per_file):
+            lines.append(json.dumps({"id": next_id, "payload": f"tx-{next_id:08d}-" + "x" * 40}))
+            next_id += 1
+        # Write then rename: the file source must never list a half-written file.
+        partial = directory / f".part-{number:04d}.tmp"
+        partial.write_text("\n".join(lines) + "\n")
+        partial.rename(directory / f"part-{number:04d}.json")
+    return next_id
+
+
+def sink_frame(spark: SparkSession, inputs: Path, topics: tuple[str, str] | None = None) -> DataFrame:
+    """The standard test stream: key = id, value = the JSON row, one file per micro-batch.
+
+    With ``topics`` the ``topic`` column routes even ids to the first and odd ids to the second topic,
+    and rows carry ``timestamp_ms`` and ``headers`` too.
+    """
+    rows = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inputs))
+        .repartition(PARTITIONS, "id")
+    )
+    columns = [
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.to_json(F.struct("id", "payload")).cast("binary").alias("value"),
+    ]
+    if topics is not None:
+        even, odd = topics
+        columns += [
+            F.when(F.col("id") % 2 == 0, F.lit(even)).otherwise(F.lit(odd)).alias("topic"),
+            (F.lit(1_700_000_000_000) + F.col("id")).alias("timestamp_ms"),
+            F.array(
+                F.struct(
+                    F.lit("source-id").alias("key"), F.col("id").cast("string").cast("binary").alias("value")
+                )
+            ).alias("headers"),
+        ]
+    return rows.select(*columns)
+
+
+def run_to_end(
+    frame: DataFrame, options: dict[str, str], checkpoint: Path, name: str
+) -> list[dict[str, Any]]:
+    """Run the query with the availableNow trigger until the input is exhausted; its progress reports."""
+    query = (
+        frame.writeStream.format(SINK_NAME)
+        .options(**options)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(JOB_TIMEOUT_S)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise AssertionError(f"query {name} failed: {query.exception()}")
+    return list(query.recentProgress)
+
+
+def read_committed(clients: Clients, topic: str, timeout_s: float = 30.0) -> list[Message]:
+    """Every record of ``topic`` a read_committed consumer sees now (the writers have finished).
+
+    Done when each partition's position reached its high watermark and a poll brings nothing more:
+    transaction markers take offsets too, so the position, not the last record, tells the end; the extra
+    poll reads past Tansu's high watermark, which can stop short of a multi-record last batch.
+    """
+    consumer = clients.consumer(group_id=f"sink-test-reader-{uuid.uuid4().hex[:8]}")
+    try:
+        partitions = [TopicPartition(topic, partition) for partition in partitions_of(consumer, topic)]
+        ends = {
+            p.partition: consumer.get_watermark_offsets(p, timeout=10, cached=False)[1] for p in partitions
+        }
+        consumer.assign([TopicPartition(topic, p.partition, OFFSET_BEGINNING) for p in partitions])
+        records: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            batch = consumer.consume(10_000, timeout=0.3)
+            for message in batch:
+                if message.error() is not None:
+                    raise KafkaException(message.error())
+                records.append(message)
+            behind = [
+                p.partition for p in consumer.position(partitions) if max(p.offset, 0) < ends[p.partition]
+            ]
+            if not behind and not batch:
+                return records
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {behind} not read to their end")
+    finally:
+        consumer.close()
+
+
+def id_counts(records: list[Message]) -> collections.Counter[int]:
+    return collections.Counter(json.loads(record.value() or b"null")["id"] for record in records)
+
+
+def assert_each_id_once(records: list[Message], expected: int) -> None:
+    counts = id_counts(records)
+    duplicated = {record_id: n for record_id, n in counts.items() if n > 1}
+    missing = sorted(set(range(expected)) - set(counts))
+    assert not duplicated, f"duplicated ids (id: times): {dict(list(duplicated.items())[:10])}"
+    assert not missing, f"{len(missing)} ids missing, e.g. {missing[:10]}"
+    assert len(records) == expected
+
+
+def markers(clients: Clients, sink_id: str, marker_topic: str, partitions: int = PARTITIONS) -> list[int]:
+    """The committed marker offset of each write partition's group (-1001 = none)."""
+    found = []
+    for partition in range(partitions):
+        consumer: Consumer = clients.consumer(group_id=f"{sink_id}-{partition}")
+        try:
+            (committed,) = consumer.committed([TopicPartition(marker_topic, MARKER_PARTITION)], timeout=10)
+            found.append(committed.offset)
+        finally:
+            consumer.close()
+    return found
+
+
+def arrow_rows(ids: range) -> list[pa.RecordBatch]:
+    return [
+        pa.record_batch(
+            {
+                "key": pa.array([str(i).encode() for i in ids], pa.binary()),
+                "value": pa.array([json.dumps({"id": i}).encode() for i in ids], pa.binary()),
+            }
+        )
+    ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered(spark: SparkSession) -> None:
+    register(spark)
+
+
+@pytest.fixture
+def writer(clients: Clients, settings: Settings) -> Iterator[FraudKafkaStreamWriter]:
+    """A stream writer used directly, outside Spark, as one Python worker would."""
+    options = sink_options(
+        clients.kafka_config(), f"direct-{uuid.uuid4().hex[:8]}", topic=settings.topics.alerts
+    )
+    yield FraudKafkaStreamWriter(SinkOptions.parse(options))
+    spark_sink.close_cached_writers()
+
+
+# --- streaming queries in this process ----------------------------------------------------------------
+
+
+def test_streaming_query_writes_every_row_once(
+    spark: SparkSession, clients: Clients, settings: Settings, tmp_path: Path
+) -> None:
+    """Three micro-batches routed to two topics by the ``topic`` column: each row once, fields intact."""
+    expected = write_inputs(tmp_path / "in", files=3, rows_per_file=200)
+    topics = (settings.topics.alerts, settings.topics.scores)
+    sink_id = f"q-{uuid.uuid4().hex[:8]}"
+    options = sink_options(clients.kafka_config(), sink_id, marker_topic=settings.topics.alerts)
+
+    progress = run_to_end(sink_frame(spark, tmp_path / "in", topics), options, tmp_path / "cp", sink_id)
+
+    assert [p["batchId"] for p in progress if p["numInputRows"]] == [0, 1, 2]
+    even, odd = (read_committed(clients, topic) for topic in topics)
+    assert_each_id_once(even + odd, expected)
+    for topic, records in ((topics[0], even), (topics[1], odd)):
+        for record in records:
+            record_id = json.loads(record.value() or b"")["id"]
+            assert record.topic() == topic
+            assert record_id % 2 == (0 if topic == topics[0] else 1)
+            assert record.key() == str(record_id).encode()
+            assert record.timestamp()[1] == 1_700_000_000_000 + record_id
+            assert record.headers() == [("source-id", str(record_id).encode())]
+    assert markers(clients, sink_id, settings.topics.alerts) == [3, 3]  # last batch 2, + 1
+
+
+def test_rerun_of_a_written_batch_writes_nothing_again(
+    spark: SparkSession, clients: Clients, settings: Settings, tmp_path: Path
+) -> None:
+    """Deleting the last entry of the checkpoint's commit log makes Spark re-run that micro-batch (as after
+    a crash between the Kafka commit and Spark's): its tasks find their markers and write nothing."""
+    expected = write_inputs(tmp_path / "in", files=2, rows_per_file=150)
+    checkpoint = tmp_path / "cp"
+    sink_id = checkpoint_sink_id(checkpoint, "alerts")
+    options = sink_options(clients.kafka_config(), sink_id, topic=settings.topics.alerts)
+    run_to_end(sink_frame(spark, tmp_path / "in"), options, checkpoint, sink_id)
+    assert len(read_committed(clients, settings.topics.alerts)) == expected
+
+    for name in ("1", ".1.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    assert checkpoint_sink_id(checkpoint, "alerts") == sink_id
+    progress = run_to_end(sink_frame(spark, tmp_path / "in"), options, checkpoint, sink_id)
+
+    assert [(p["batchId"], p["numInputRows"]) for p in progress if p["numInputRows"]] == [(1, 150)]
+    assert_each_id_once(read_committed(clients, settings.topics.alerts), expected)
+    assert markers(clients, sink_id, settings.topics.alerts) == [2, 2]
+
+
+def test_batch_write_puts_each_task_in_one_transaction(
+    spark: SparkSession, clients: Clients, settings: Settings
+) -> None:
+    """``frame.write`` (a backfill) through the same sink: rows land once; overwrite is refused."""
+    rows = spark.range(0, 500, numPartitions=3).select(
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.to_json(F.struct("id")).cast("binary").alias("value"),
+    )
+    options = sink_options(clients.kafka_config(), f"b-{uuid.uuid4().hex[:8]}", topic=settings.topics.scores)
+    rows.write.format(SINK_NAME).options(**options).mode("append").save()
+    assert_each_id_once(read_committed(clients, settings.topics.scores), 500)
+    with pytest.raises(Exception, match="overwrite mode is not possible"):
+        rows.write.format(SINK_NAME).options(**options).mode("overwrite").save()
+
+
+# --- the writer used directly, as Python workers do ---------------------------------------------------
+
+
+def test_same_batch_and_partition_written_twice_is_written_once(
+    writer: FraudKafkaStreamWriter, clients: Clients, settings: Settings
+) -> None:
+    """A second write of (batch 0, partition 0), e.g. a task retry after its Kafka commit, is a no-op."""
+    first = writer.write_partition(iter(arrow_rows(range(100))), batch_id=0, partition_id=0)
+    again = writer.write_partition(iter(arrow_rows(range(100))), batch_id=0, partition_id=0)
+    later = writer.write_partition(iter(arrow_rows(range(100, 150))), batch_id=1, partition_id=0)
+    empty = writer.write_partition(iter([]), batch_id=2, partition_id=0)
+
+    assert (first.status, first.rows) == ("written", 100)
+    assert (again.status, again.rows) == ("already-written", 100)
+    assert (later.status, later.rows) == ("written", 50)
+    assert empty == KafkaSinkCommit(writer.options.sink_id, 2, 0, 0, "empty")
+    assert_each_id_once(read_committed(clients, settings.topics.alerts), 150)
+    assert markers(clients, writer.options.sink_id, settings.topics.alerts, partitions=1) == [2]
+
+
+def test_partition_moving_between_workers_keeps_exactly_once(
+    writer: FraudKafkaStreamWriter, clients: Clients, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark runs partition 0 on whichever Python worker is free. Worker A caches a producer; worker B
+    writes the next batch (fencing A); A's next batch must take the transactional id back, not fail.
+    Then B starts a producer (fencing A) without writing: A finds out at its marker, before any row."""
+    writer.write_partition(iter(arrow_rows(range(0, 10))), batch_id=0, partition_id=0)
+    (key,) = [key for key in spark_sink._WRITERS if key[1] == writer.options.transactional_id(0)]
+    worker_a = spark_sink._WRITERS.pop(key)  # "worker B" starts with an empty cache
+    writer.write_partition(iter(arrow_rows(range(10, 20))), batch_id=1, partition_id=0)
+    worker_b = spark_sink._WRITERS[key]
+
+    caplog.set_level(logging.INFO, logger=spark_sink.__name__)
+    spark_sink._WRITERS[key] = worker_a  # batch 2 lands on worker A: the marker moved (1 -> 2)
+    moved = writer.write_partition(iter(arrow_rows(range(20, 30))), batch_id=2, partition_id=0)
+    assert moved.status == "written"
+    assert "another worker wrote this partition since (marker 2, ours 1)" in caplog.text
+
+    worker_b.start_producer()  # fences A; the marker does not move
+    fenced = writer.write_partition(iter(arrow_rows(range(30, 40))), batch_id=3, partition_id=0)
+    assert fenced.status == "written"
+    assert "cached producer cannot begin (fenced by another worker" in caplog.text
+
+    assert_each_id_once(read_committed(clients, settings.topics.alerts), 40)
+    assert markers(clients, writer.options.sink_id, settings.topics.alerts, partitions=1) == [4]
+    worker_b.close()
+
+
+def test_marker_ahead_of_the_batch_fails_loudly(writer: FraudKafkaStreamWriter) -> None:
+    """A new checkpoint with an old sink id starts at batch 0 again: skipping would lose its rows."""
+    writer.write_partition(iter(arrow_rows(range(5))), batch_id=7, partition_id=0)
+    with pytest.raises(SinkIdReusedError, match="another checkpoint"):
+        writer.write_partition(iter(arrow_rows(range(5))), batch_id=0, partition_id=0)
+
+
+def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settings: Settings) -> None:
+    """What the embedded broker (Tansu 0.6) does with transactions, checked on the real binary.
+
+    Relied on: a fenced producer fails when it sends offsets, before any record; offsets sent in an
+    aborted or fenced transaction are never applied. Known gap (Apache Kafka differs): records of an
+    aborted transaction reach read_committed consumers, because Tansu's fetch responses list no aborted
+    transactions. The chaos test therefore kills jobs only where no transaction holds records; if this
+    assertion starts failing, Tansu filters aborted records and the chaos test can kill mid-transaction.
+    """
+    from confluent_kafka import Producer
+
+    topic, group = settings.topics.alerts, f"probe-{uuid.uuid4().hex[:8]}"
+    group_consumer = clients.consumer(group_id=group)
+    marker = TopicPartition(topic, 0)
+
+    def producer() -> Producer:
+        made = Producer({**clients.kafka_config(), "transactional.id": group, "linger.ms": 20})
+        made.init_transactions(30)
+        return made
+
+    def committed() -> int:
+        (result,) = group_consumer.committed([marker], timeout=10)
+        return int(result.offset)
+
+    first = producer()
+    first.begin_transaction()
+    first.produce(topic, b'{"id": 0}', partition=0)
+    first.send_offsets_to_transaction(
+        [TopicPartition(topic, 0, 1)], group_consumer.consumer_group_metadata(), 30
+    )
+    first.commit_transaction(30)
+    assert committed() == 1
+
+    first.begin_transaction()
+    first.produce(topic, b'{"id": 1}', partition=0)
+    first.send_offsets_to_transaction(
+        [TopicPartition(topic, 0, 2)], group_consumer.consumer_group_metadata(), 30
+    )
+    first.flush(10)  # on the broker (an abort purges records still queued locally)
+    first.abort_transaction(30)
+    assert committed() == 1, "offsets of an aborted transaction must not apply"
+
+    first.begin_transaction()
+    first.send_offsets_to_transaction(
+        [TopicPartition(topic, 0, 3)], group_consumer.consumer_group_metadata(), 30
+    )
+    first.flush(10)
+    second = producer()  # fences `first` and aborts its open transaction
+    assert committed() == 1, "offsets of a fenced transaction must not apply"
+    second.begin_transaction()
+    with pytest.raises(KafkaException):
+        first.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 4)], group_consumer.consumer_group_metadata(), 10
+        )
+    second.abort_transaction(30)
+    group_consumer.close()
+
+    seen = sorted(json.loads(record.value() or b"")["id"] for record in read_committed(clients, topic))
+    assert seen == [0, 1], "Tansu now hides aborted records: tighten the chaos test (see docstring)"
+
+
+# --- chaos: SIGKILL the job in a subprocess, restart it from its checkpoint ----------------------------
+
+
+Pause = tuple[int, int, str]  # (micro-batch, Spark partition, TransactionEvent)
+
+
+class ChaosWriter(FraudKafkaStreamWriter):
+    """Logs every task's outcome. At a pause point (batch, partition, event) the task reports its process
+    and waits to be killed, so the test can SIGKILL the application at exact points of the protocol."""
+
+    def __init__(self, options: SinkOptions, control: Path, pauses: set[Pause]) -> None:
+        super().__init__(options)
+        self.control = control
+        self.pauses = pauses
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
+        result = super().write(iterator)
+        with (self.control / "tasks.log").open("a") as log:
+            log.write(json.dumps([result.batch_id, result.partition_id, result.status, result.rows]) + "\n")
+        return result
+
+    def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
+        if (batch_id, partition_id, event) not in self.pauses:
+            return
+        report = self.control / f"paused-{batch_id}-{partition_id}-{event}"
+        report.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
+        report.with_suffix(".tmp").rename(report)
+        time.sleep(3600)  # until SIGKILL
+
+
+def chaos_job(argv: list[str]) -> None:
+    """The chaos test's streaming job: the standard test stream into a sink that can pause (ChaosWriter)."""
+    parser = argparse.ArgumentParser()
+    for name in ("--bootstrap", "--inputs", "--checkpoint", "--topic", "--sink-id", "--control", "--home"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT")
+    args = parser.parse_args(argv)
+    pauses = {(int(b), int(p), event) for b, p, event in (spec.split(":") for spec in args.pause)}
+    control = Path(args.control)
+
+    from infra.spark import spark_session
+
+    class ChaosSink(spark_sink.FraudKafkaSink):
+        @classmethod
+        def name(cls) -> str:
+            return CHAOS_SINK_NAME
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
+            return ChaosWriter(self._checked(schema), control, pauses)
+
+    spark = spark_session(
+        Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"
+    )
+    spark.dataSource.register(ChaosSink)
+    options = sink_options({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
+    query = (
+        sink_frame(spark, Path(args.inputs))
+        .writeStream.format(CHAOS_SINK_NAME)
+        .options(**options)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class ChaosRun:
+    """One run of the chaos job (this file as a script) in its own process group."""
+
+    def __init__(self, tmp_path: Path, clients: Clients, topic: str, sink_id: str, run: int) -> None:
+        self.control = tmp_path / f"control-{run}"
+        self.control.mkdir()
+        self.log = tmp_path / f"job-{run}.log"
+        self.args = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "chaos-job",
+            f"--bootstrap={clients.endpoints.bootstrap_servers}",
+            f"--inputs={tmp_path / 'in'}",
+            f"--checkpoint={tmp_path / 'cp'}",
+            f"--topic={topic}",
+            f"--sink-id={sink_id}",
+            f"--control={self.control}",
+            f"--home={tmp_path / 'home'}",
+        ]
+
+    def start(self, pauses: list[Pause] | None = None) -> subprocess.Popen[bytes]:
+        args = self.args + [
+            f"--pause={batch}:{partition}:{event}" for batch, partition, event in pauses or []
+        ]
+        with self.log.open("wb") as log:
+            return subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=Path(__file__).parents[2],
+            )
+
+    def kill_when_paused(self, job: subprocess.Popen[bytes], pauses: list[Pause]) -> None:
+        """Wait until every task reached its pause point, then SIGKILL the whole application: the driver's
+        process group (Python driver + JVM) and the Python workers' (the PySpark daemon's own group)."""
+        reports = [self.control / f"paused-{batch}-{partition}-{event}" for batch, partition, event in pauses]
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not all(report.exists() for report in reports):
+            if job.poll() is not None or time.monotonic() > deadline:
+                job.kill()
+                raise AssertionError(f"the job never reached {pauses}:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        workers = [json.loads(report.read_text()) for report in reports]
+        for pgid in {job.pid, *(worker["pgid"] for worker in workers)}:
+            os.killpg(pgid, signal.SIGKILL)
+        job.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(worker["pid"]) for worker in workers):
+            assert time.monotonic() < deadline, "killed workers did not exit"
+            time.sleep(0.1)
+
+    def tasks(self) -> list[tuple[int, int, str]]:
+        """(batch, partition, status) of every task that returned, in order."""
+        path = self.control / "tasks.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [(batch, partition, status) for batch, partition, status, _ in map(json.loads, lines)]
+
+
+@pytest.mark.chaos
+def test_sigkill_mid_stream_and_restart_gives_every_row_once(
+    clients: Clients, settings: Settings, tmp_path: Path
+) -> None:
+    """SIGKILLs the streaming job (a subprocess) mid-stream, restarts it from its checkpoint: every row once.
+
+    The kill comes in micro-batch 1 when task 0 has committed its Kafka transaction (rows and marker)
+    and task 1 holds an open transaction with its marker sent but no row yet; Spark has not recorded the
+    batch. The restart re-runs batch 1: task 0 finds its marker and writes nothing; task 1's
+    init_transactions aborts the zombie transaction, whose marker therefore never applies, and writes.
+    The restarted job then finishes the input (availableNow); a read_committed consumer sees every id once.
+    (No kill while a transaction holds rows: Tansu would show an aborted transaction's rows, see
+    test_tansu_transaction_semantics_the_sink_relies_on.)
+    """
+    files, rows_per_file = 4, 100
+    expected = write_inputs(tmp_path / "in", files, rows_per_file)
+    topic, sink_id = settings.topics.alerts, f"chaos-{uuid.uuid4().hex[:8]}"
+    checkpoint = tmp_path / "cp"
+    kill_points: list[Pause] = [(1, 0, "committed"), (1, 1, "opened")]
+
+    first = ChaosRun(tmp_path, clients, topic, sink_id, run=1)
+    first.kill_when_paused(first.start(kill_points), kill_points)
+    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
+    assert sorted(first.tasks()) == [(0, 0, "written"), (0, 1, "written")]  # batch 1's tasks never returned
+
+    second = ChaosRun(tmp_path, clients, topic, sink_id, run=2)
+    job = second.start()
+    assert job.wait(timeout=JOB_TIMEOUT_S) == 0, second.log.read_text()[-3000:]
+    tasks = second.tasks()
+    assert sorted(t for t in tasks if t[0] == 1) == [(1, 0, "already-written"), (1, 1, "written")]
+    assert {batch for batch, _, status in tasks if status == "written"} == set(range(1, files))
+
+    assert_each_id_once(read_committed(clients, topic), expected)
+    assert markers(clients, sink_id, topic) == [files, files]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["chaos-job"]:
+    chaos_job(sys.argv[2:])
