@@ -18,16 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from features.core import CardState, TerminalState
-from features.definitions import FeatureParams
+from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.stream import (
     CARD_BUCKET,
+    DEAD,
+    DETAIL,
+    KIND,
+    LATE,
+    RAW,
+    REASON,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
     TERMINAL_BUCKET,
     CardBucket,
     DecodeOptions,
@@ -44,8 +56,22 @@ from features.stream import (
     ticks,
     to_blob,
 )
+from infra.redis_store import card_features_key, set_latest
+from infra.settings import Topics
+from infra.spark_sink import HEADERS_TYPE, OPTION_AFTER_COMMIT, checkpoint_sink_id, sink_options
+from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource, Split
+from ingest.schemas import (
+    DLQ_DETAIL_HEADER,
+    DLQ_OFFSET_HEADER,
+    DLQ_PARTITION_HEADER,
+    DLQ_REASON_HEADER,
+    DLQ_SOURCE_HEADER,
+    SCHEMA_VERSION,
+    TxColumns,
+)
 
+C = TxColumns
 _BLOB = StructType([StructField("blob", BinaryType())])
 _LONG = StructType([StructField("value", LongType())])
 
@@ -146,14 +172,20 @@ class TerminalStage(StatefulProcessor):
 
 @dataclass(frozen=True)
 class FeatureJobConfig:
-    """What one run of the feature job reads, keeps and writes (all from parameters: replays are isolated)."""
+    """What one run of the feature job reads, keeps and writes.
+
+    Everything comes from parameters, never from globals, so an isolated run (a replay into its own
+    topics, checkpoint and Redis prefix) cannot touch the live pipeline.
+    """
 
     kafka_config: dict[str, Any]
-    transactions_topic: str
-    labels_topic: str
+    topics: Topics
     checkpoint: Path
-    max_event_bytes: int
+    redis_url: str
     params: FeatureParams
+    max_event_bytes: int
+    redis_prefix: str = ""
+    redis_ttl_s: int = 30 * 86_400
     max_records_per_trigger: int | None = None
     card_buckets: int = 16
     terminal_buckets: int = 16
@@ -165,9 +197,9 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
     reader = (
         spark.readStream.format("fraud-kafka")
         .option("kafka.config", json.dumps(config.kafka_config))
-        .option("topics", f"{config.transactions_topic},{config.labels_topic}")
-        .option("topic.transactions", config.transactions_topic)
-        .option("topic.labels", config.labels_topic)
+        .option("topics", f"{config.topics.transactions},{config.topics.labels}")
+        .option("topic.transactions", config.topics.transactions)
+        .option("topic.labels", config.topics.labels)
         .option("startingOffsets", "earliest")
         .option("allowedLatenessMs", str(config.params.max_lateness_ms))
         .option("decoder", "features.job:DECODER")
@@ -189,3 +221,115 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         outputMode="Append",
         timeMode="None",
     )
+
+
+def sink_rows(features: DataFrame, topics: Topics, params: FeatureParams) -> DataFrame:
+    """Kafka records of the job's output: feature records keyed by card, dead letters with ``dlq.*`` headers.
+
+    Built with Spark SQL expressions (in the JVM), not Python.
+    """
+    kind = F.col(KIND)
+    record = F.to_json(
+        F.struct(
+            F.lit(SCHEMA_VERSION).alias("schema_version"),
+            *(F.col(name) for name in (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)),
+            F.col(C.TERMINAL_X),
+            F.col(C.TERMINAL_Y),
+            F.col(LATE).alias("late"),
+            F.struct(*(F.col(name) for name in params.feature_columns)).alias("features"),
+        )
+    )
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    headers = F.array(
+        header(DLQ_REASON_HEADER, F.col(REASON)),
+        header(DLQ_DETAIL_HEADER, F.col(DETAIL)),
+        header(DLQ_SOURCE_HEADER, F.concat(F.lit("kafka:"), F.col(SOURCE_TOPIC))),
+        header(DLQ_PARTITION_HEADER, F.col(SOURCE_PARTITION).cast("string")),
+        header(DLQ_OFFSET_HEADER, F.col(SOURCE_OFFSET).cast("string")),
+    )
+    is_dead = kind == F.lit(DEAD)
+    return features.select(
+        F.when(is_dead, F.lit(topics.dead_letter)).otherwise(F.lit(topics.features)).alias("topic"),
+        F.when(is_dead, F.lit(None).cast("binary")).otherwise(F.col(C.CARD_ID).cast("binary")).alias("key"),
+        F.when(is_dead, F.col(RAW)).otherwise(record.cast("binary")).alias("value"),
+        F.when(is_dead, F.lit(None).cast("long")).otherwise(F.col(EVENT_TIME_MS)).alias("timestamp_ms"),
+        F.when(is_dead, headers).otherwise(F.lit(None).cast(HEADERS_TYPE)).alias("headers"),
+    )
+
+
+# --- Redis: the latest features of each card, written after each committed Kafka transaction ----------
+
+_REDIS_CLIENTS: dict[str, Any] = {}
+
+
+def write_latest_features(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
+    """``after.commit`` hook of the sink: ``card:{card_id}:features`` gets each card's newest record."""
+    import redis
+
+    features_topic = options["redis.topic"]
+    latest: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        topics = batch.column("topic").to_pylist()
+        values = batch.column("value").to_pylist()
+        for topic, value in zip(topics, values, strict=True):
+            if topic != features_topic or value is None:
+                continue
+            record = orjson.loads(value)
+            order = (record[EVENT_TIME_MS], record[C.TX_ID])
+            known = latest.get(record[C.CARD_ID])
+            if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
+                latest[record[C.CARD_ID]] = record
+    url = options["redis.url"]
+    client = _REDIS_CLIENTS.get(url)
+    if client is None:
+        client = _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    prefix = options.get("redis.prefix", "")
+    set_latest(
+        client,
+        (
+            (
+                card_features_key(card, prefix),
+                record[EVENT_TIME_MS],
+                record[C.TX_ID],
+                {C.TERMINAL_ID: record[C.TERMINAL_ID], C.AMOUNT: record[C.AMOUNT], LATE: int(record["late"]),
+                 **record["features"]},
+            )
+            for card, record in latest.items()
+        ),
+        int(options["redis.ttl"]),
+    )  # fmt: skip
+
+
+def start_feature_job(
+    spark: SparkSession, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
+) -> StreamingQuery:
+    """Start the streaming feature job: ``once`` processes everything available, then stops."""
+    register_sink(spark)
+    config.checkpoint.mkdir(parents=True, exist_ok=True)
+    rows = sink_rows(feature_stream(spark, config), config.topics, config.params)
+    writer = (
+        rows.writeStream.format("fraud-kafka-sink")
+        .options(
+            **sink_options(
+                config.kafka_config,
+                checkpoint_sink_id(config.checkpoint, "features"),
+                marker_topic=config.topics.features,
+            )
+        )
+        .option(OPTION_AFTER_COMMIT, "features.job:write_latest_features")
+        .option("redis.url", config.redis_url)
+        .option("redis.prefix", config.redis_prefix)
+        .option("redis.ttl", str(config.redis_ttl_s))
+        .option("redis.topic", config.topics.features)
+        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .queryName(f"features-{config.topics.features}")
+    )
+    trigger = (
+        writer.trigger(availableNow=True)
+        if once
+        else writer.trigger(processingTime=f"{trigger_interval_s} seconds")
+    )
+    return trigger.start()

@@ -7,6 +7,7 @@ librdkafka's defaults are the opposite, so every client is made here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -217,18 +218,20 @@ def read_topic(clients: Clients, topic: str, idle_timeout_s: float = 10.0) -> It
                 continue
             consumer.assign([TopicPartition(topic, partition, first)])
             position = first
+            idle_since = time.monotonic()
             while position < end:
-                message = consumer.poll(idle_timeout_s)
+                message = consumer.poll(0.2)
                 if message is None:
                     # Transaction markers take offsets too: the position may be at the end already.
-                    position = consumer.position([TopicPartition(topic, partition)])[0].offset
-                    if position >= end:
-                        break
-                    raise TimeoutError(
-                        f"{topic}[{partition}]: nothing after offset {position}, expected up to {end}"
-                    )
+                    position = max(position, consumer.position([TopicPartition(topic, partition)])[0].offset)
+                    if position < end and time.monotonic() - idle_since > idle_timeout_s:
+                        raise TimeoutError(
+                            f"{topic}[{partition}]: nothing after offset {position}, expected up to {end}"
+                        )
+                    continue
                 if message.error() is not None:
                     raise KafkaException(message.error())
+                idle_since = time.monotonic()
                 position = (message.offset() or 0) + 1
                 yield message
             consumer.unassign()

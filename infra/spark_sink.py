@@ -60,6 +60,7 @@ Delivery guarantee:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -100,6 +101,9 @@ OPTION_KAFKA_CONFIG = "kafka.config"
 OPTION_SINK_ID = "sink.id"
 OPTION_TOPIC = "topic"
 OPTION_MARKER_TOPIC = "marker.topic"
+#: ``module:function`` called as ``function(batches, options)`` with a streaming task's record batches once
+#: they are in Kafka (committed now, or found committed by an earlier attempt): for idempotent side stores.
+OPTION_AFTER_COMMIT = "after.commit"
 
 #: The commit markers live on this partition of the marker topic (it exists in every topic).
 MARKER_PARTITION = 0
@@ -154,6 +158,8 @@ class SinkOptions:
     sink_id: str
     topic: str | None
     marker_topic: str
+    after_commit: str | None = None
+    raw: Mapping[str, str] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -193,7 +199,22 @@ class SinkOptions:
                 f"set option {OPTION_MARKER_TOPIC!r} or {OPTION_TOPIC!r}: partition {MARKER_PARTITION} of that "
                 "existing topic carries the sink's commit markers"
             )
-        return cls(kafka_config=kafka_config, sink_id=sink_id, topic=topic, marker_topic=marker_topic)
+        return cls(
+            kafka_config=kafka_config,
+            sink_id=sink_id,
+            topic=topic,
+            marker_topic=marker_topic,
+            after_commit=lowered.get(OPTION_AFTER_COMMIT) or None,
+            raw=lowered,
+        )
+
+    def run_after_commit(self, batches: list[pa.RecordBatch]) -> None:
+        """Call the ``after.commit`` hook, if any, with rows that are in Kafka."""
+        if self.after_commit is None or not batches:
+            return
+        module, _, name = self.after_commit.partition(":")
+        hook = getattr(importlib.import_module(module), name)
+        hook(batches, dict(self.raw or {}))
 
     def transactional_id(self, partition_id: int) -> str:
         """Transactional id (and marker consumer group) of Spark partition ``partition_id``."""
@@ -432,6 +453,13 @@ def _is_fenced(error: KafkaError) -> bool:
     )
 
 
+def _keeping(batches: Iterator[pa.RecordBatch], kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches, each also appended to ``kept``."""
+    for batch in batches:
+        kept.append(batch)
+        yield batch
+
+
 def _peek(batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
     """The first non-empty record batch, or None when the partition has no rows."""
     for batch in batches:
@@ -509,12 +537,17 @@ class _ArrowKafkaWriter:
         first = _peek(batches)
         if first is None:
             return self._message(batch_id, partition_id, 0, "empty")
+        kept: list[pa.RecordBatch] = []
+        if self.options.after_commit is not None:
+            batches = _keeping(batches, kept)
+            kept.append(first)
         writer = _cached_writer(self.options, self.options.transactional_id(partition_id))
         what = f"{SINK_NAME} {writer.transactional_id} batch {batch_id}"
         producer = self._begin(writer, batch_id, what)
         if producer is None:
             drained = first.num_rows + sum(batch.num_rows for batch in batches)
             _log.info("%s: already written (marker %d), skipping %d rows", what, batch_id + 1, drained)
+            self.options.run_after_commit(kept)
             return self._message(batch_id, partition_id, drained, "already-written")
         self.on_transaction_event("opened", batch_id, partition_id)
         rows = self._produce_all(producer, writer, first, batches, what)
@@ -525,6 +558,7 @@ class _ArrowKafkaWriter:
             raise
         writer.owned_marker = batch_id + 1
         self.on_transaction_event("committed", batch_id, partition_id)
+        self.options.run_after_commit(kept)
         return self._message(batch_id, partition_id, rows, "written")
 
     def _begin(self, writer: _TransactionalWriter, batch_id: int, what: str) -> Producer | None:
