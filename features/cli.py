@@ -10,10 +10,12 @@ import typer
 from features.batch import file_features
 from features.definitions import DAY_MS, FeatureParams
 from infra.console import console, settings_of
+from infra.progress import watch_query
 from ingest.files import parse_mapping
 
-app = typer.Typer(help="Per-card and per-terminal features: streaming job and batch reference path.",
-                  no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    help="Per-card and per-terminal features: streaming job and batch reference path.", no_args_is_help=True
+)
 
 
 def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:
@@ -56,4 +58,62 @@ def batch_command(
     console.print(
         f"Wrote features of [bold]{len(result.features):,}[/bold] transactions to {out} "
         f"({len(params.feature_columns)} feature columns); {len(result.rejected):,} rows rejected."
+    )
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    once: Annotated[
+        bool, typer.Option("--once", help="Process everything available now, then stop.")
+    ] = False,
+    max_records: Annotated[
+        int | None, typer.Option(min=1, help="Admission control: at most this many records per micro-batch.")
+    ] = 100_000,
+    allowed_lateness_s: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Event-time disorder within a partition that still counts as on time; "
+            "results wait this long in event time.",
+        ),
+    ] = 0.0,
+    trigger_interval_s: Annotated[float, typer.Option(min=0.0, help="Seconds between micro-batches.")] = 1.0,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
+    ] = None,
+    feature_delay_days: Annotated[
+        float,
+        typer.Option(
+            help="Label delay d of the terminal features: windows end d days before each transaction."
+        ),
+    ] = 7.0,
+) -> None:
+    """Run the streaming feature job: transactions and labels in; features to Kafka and Redis."""
+    from features.job import FeatureJobConfig, start_feature_job
+    from infra.clients import Clients, ensure_topics
+    from infra.spark import spark_session
+
+    settings = settings_of(ctx)
+    clients = Clients.from_settings(settings)
+    ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
+    config = FeatureJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=settings.topics,
+        checkpoint=(checkpoint or settings.home / "checkpoints" / "features").resolve(),
+        redis_url=clients.endpoints.redis_url,
+        params=feature_params(feature_delay_days, allowed_lateness_s),
+        max_event_bytes=settings.max_event_bytes,
+        max_records_per_trigger=max_records,
+    )
+    with console.status("Starting Spark..."):
+        spark = spark_session(settings, app_name="fraud-features")
+    query = start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
+    console.print(
+        f"Feature job running (checkpoint {config.checkpoint}); {'until done' if once else 'Ctrl-C stops it'}."
+    )
+    report = watch_query(query)
+    console.print(
+        f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
+        f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
     )

@@ -294,13 +294,17 @@ def write_latest_features(batches: list[pa.RecordBatch], options: dict[str, str]
                 card_features_key(card, prefix),
                 record[EVENT_TIME_MS],
                 record[C.TX_ID],
-                {C.TERMINAL_ID: record[C.TERMINAL_ID], C.AMOUNT: record[C.AMOUNT], LATE: int(record["late"]),
-                 **record["features"]},
+                {
+                    C.TERMINAL_ID: record[C.TERMINAL_ID],
+                    C.AMOUNT: record[C.AMOUNT],
+                    LATE: int(record["late"]),
+                    **record["features"],
+                },
             )
             for card, record in latest.items()
         ),
         int(options["redis.ttl"]),
-    )  # fmt: skip
+    )
 
 
 def start_feature_job(

@@ -171,8 +171,14 @@ def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
                 LabelEvent, raw or b"", f"kafka:{topic}", options.max_event_bytes, partition, offset
             )
         else:
-            event = DeadLetter(raw=raw or b"", source=f"kafka:{topic}", reason=Reason.INVALID_VALUE,
-                               detail=f"record from unexpected topic {topic}", partition=partition, offset=offset)  # fmt: skip
+            event = DeadLetter(
+                raw=raw or b"",
+                source=f"kafka:{topic}",
+                reason=Reason.INVALID_VALUE,
+                detail=f"record from unexpected topic {topic}",
+                partition=partition,
+                offset=offset,
+            )
         where = (topic, partition, offset)
         if isinstance(event, TransactionEvent):
             txs.append((event, *where))
@@ -186,39 +192,54 @@ def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
     buckets = options.card_buckets
     batches = []
     if txs:
-        batches.append(_batch(len(txs), {
-            KIND: [TX] * len(txs),
-            CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in txs],
-            C.TX_ID: [e.tx_id for e, *_ in txs],
-            C.CARD_ID: [e.card_id for e, *_ in txs],
-            C.TERMINAL_ID: [e.terminal_id for e, *_ in txs],
-            C.AMOUNT: [e.amount for e, *_ in txs],
-            EVENT_TIME_MS: [e.event_time_ms for e, *_ in txs],
-            C.TERMINAL_X: [e.terminal_x for e, *_ in txs],
-            C.TERMINAL_Y: [e.terminal_y for e, *_ in txs],
-            **_where(txs),
-        }))  # fmt: skip
+        batches.append(
+            _batch(
+                len(txs),
+                {
+                    KIND: [TX] * len(txs),
+                    CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in txs],
+                    C.TX_ID: [e.tx_id for e, *_ in txs],
+                    C.CARD_ID: [e.card_id for e, *_ in txs],
+                    C.TERMINAL_ID: [e.terminal_id for e, *_ in txs],
+                    C.AMOUNT: [e.amount for e, *_ in txs],
+                    EVENT_TIME_MS: [e.event_time_ms for e, *_ in txs],
+                    C.TERMINAL_X: [e.terminal_x for e, *_ in txs],
+                    C.TERMINAL_Y: [e.terminal_y for e, *_ in txs],
+                    **_where(txs),
+                },
+            )
+        )
     if labels:
-        batches.append(_batch(len(labels), {
-            KIND: [LABEL] * len(labels),
-            CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in labels],
-            C.TX_ID: [e.tx_id for e, *_ in labels],
-            C.CARD_ID: [e.card_id for e, *_ in labels],
-            C.TERMINAL_ID: [e.terminal_id for e, *_ in labels],
-            EVENT_TIME_MS: [e.tx_time_ms for e, *_ in labels],
-            KNOWN_AT_MS: [e.known_at_ms for e, *_ in labels],
-            C.IS_FRAUD: [e.is_fraud for e, *_ in labels],
-            **_where(labels),
-        }))  # fmt: skip
+        batches.append(
+            _batch(
+                len(labels),
+                {
+                    KIND: [LABEL] * len(labels),
+                    CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in labels],
+                    C.TX_ID: [e.tx_id for e, *_ in labels],
+                    C.CARD_ID: [e.card_id for e, *_ in labels],
+                    C.TERMINAL_ID: [e.terminal_id for e, *_ in labels],
+                    EVENT_TIME_MS: [e.tx_time_ms for e, *_ in labels],
+                    KNOWN_AT_MS: [e.known_at_ms for e, *_ in labels],
+                    C.IS_FRAUD: [e.is_fraud for e, *_ in labels],
+                    **_where(labels),
+                },
+            )
+        )
     if dead:
-        batches.append(_batch(len(dead), {
-            KIND: [DEAD] * len(dead),
-            CARD_BUCKET: [offset % buckets for *_, offset in dead],
-            RAW: [e.raw for e, *_ in dead],
-            REASON: [e.reason.value for e, *_ in dead],
-            DETAIL: [e.detail for e, *_ in dead],
-            **_where(dead),
-        }))  # fmt: skip
+        batches.append(
+            _batch(
+                len(dead),
+                {
+                    KIND: [DEAD] * len(dead),
+                    CARD_BUCKET: [offset % buckets for *_, offset in dead],
+                    RAW: [e.raw for e, *_ in dead],
+                    REASON: [e.reason.value for e, *_ in dead],
+                    DETAIL: [e.detail for e, *_ in dead],
+                    **_where(dead),
+                },
+            )
+        )
     if not batches:
         return _batch(0, {})
     if len(batches) == 1:
@@ -268,8 +289,11 @@ class CardBucket:
 def _event_time(events: pd.DataFrame) -> np.ndarray:
     """When an event happens for ordering: a transaction's event time, a label's known time."""
     is_label = (events[KIND] == LABEL).to_numpy()
-    return np.where(is_label, events[KNOWN_AT_MS].fillna(0).to_numpy(dtype=np.int64),
-                    events[EVENT_TIME_MS].to_numpy(dtype=np.int64))  # fmt: skip
+    return np.where(
+        is_label,
+        events[KNOWN_AT_MS].fillna(0).to_numpy(dtype=np.int64),
+        events[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+    )
 
 
 def card_stage(
@@ -303,12 +327,17 @@ def card_stage(
     if len(tx):
         history, card = card_step(history, tx, params)
         columns = {name: card[name].to_numpy() for name in params.card_feature_columns}
-    out_tx = _frame(card_stage_fields(params), {**{c: tx[c] for c in tx.columns if c != CARD_BUCKET},
-                                                 **columns}, len(tx))  # fmt: skip
-    out_labels = _frame(card_stage_fields(params), {c: labels[c] for c in labels.columns if c != CARD_BUCKET},
-                        len(labels))  # fmt: skip
-    out_dead = _frame(card_stage_fields(params), {c: dead[c].to_numpy() for c in dead.columns if c != CARD_BUCKET},
-                      len(dead))  # fmt: skip
+    out_tx = _frame(
+        card_stage_fields(params), {**{c: tx[c] for c in tx.columns if c != CARD_BUCKET}, **columns}, len(tx)
+    )
+    out_labels = _frame(
+        card_stage_fields(params), {c: labels[c] for c in labels.columns if c != CARD_BUCKET}, len(labels)
+    )
+    out_dead = _frame(
+        card_stage_fields(params),
+        {c: dead[c].to_numpy() for c in dead.columns if c != CARD_BUCKET},
+        len(dead),
+    )
     out = _concat(out_tx, out_labels, out_dead)
     if len(out):
         is_dead = (out[KIND] == DEAD).to_numpy()
@@ -347,8 +376,11 @@ def terminal_stage(
     )
     state, terminal = terminal_step(state, tx_batch, label_batch, params)
     when = time_features(tx_batch[EVENT_TIME_MS].to_numpy())
-    columns = {c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), FEATURES, dtype=object)
-               for c in tx.columns if c != TERMINAL_BUCKET}  # fmt: skip
+    columns = {
+        c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), FEATURES, dtype=object)
+        for c in tx.columns
+        if c != TERMINAL_BUCKET
+    }
     columns |= {name: terminal[name].to_numpy() for name in params.terminal_feature_columns}
     columns |= {name: when[name].to_numpy() for name in when.columns}
     fields = output_fields(params)

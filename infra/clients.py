@@ -104,7 +104,7 @@ class Clients:
         }
         return Producer(config)
 
-    def consumer(self, group_id: str = "fraud-tools", **overrides: Any) -> Consumer:
+    def consumer(self, group_id: str = "fraud-tools", overrides: dict[str, Any] | None = None) -> Consumer:
         """A consumer for ``assign()`` use with offsets we manage: no auto-commit, read_committed."""
         config = {
             **self.kafka_config(),
@@ -113,7 +113,7 @@ class Clients:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-            **overrides,
+            **(overrides or {}),
         }
         return Consumer(config)
 
@@ -164,76 +164,97 @@ def partitions_of(consumer: Consumer, topic: str) -> list[int]:
     return sorted(metadata.partitions)
 
 
+def read_to_end(
+    consumer: Consumer, start: list[TopicPartition], timeout_s: float = 60.0
+) -> dict[str, tuple[int, int]]:
+    """Read each partition from the given offset to its end; (offset, timestamp) of the last record read.
+
+    The consumer must have ``enable.partition.eof`` set: the end is where the broker says so, which
+    also covers partitions whose last offsets hold transaction markers. Keys are ``topic/partition``.
+    """
+    if not start:
+        return {}
+    consumer.assign(start)
+    last: dict[str, tuple[int, int]] = {}
+    pending = {f"{tp.topic}/{tp.partition}" for tp in start}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for message in consumer.consume(100_000, timeout=0.05):
+            name = f"{message.topic()}/{message.partition()}"
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                pending.discard(name)
+                continue
+            last[name] = (message.offset() or 0, message.timestamp()[1])
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(
+                f"no end of partition from Kafka for {sorted(pending)} within {timeout_s:.0f} s"
+            )
+    consumer.unassign()
+    return last
+
+
 def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
     """(first, end) offset of every partition, with end = one past the last record.
 
     Tansu reports a high watermark of (base offset of the last record batch) + 1, short of the log end
     when the last batch holds several records. Reading from there to the end finds the true end; on
-    Apache Kafka the same read returns just the last record, so the result is exact on both.
+    Apache Kafka the same read returns just the last record, so the result is exact on both. The
+    consumer must have ``enable.partition.eof`` set.
     """
     bounds = {}
     for partition in partitions_of(consumer, topic):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=False
-        )
-        bounds[partition] = (low, high)
+        tp = TopicPartition(topic, partition)
+        bounds[partition] = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
     probe = [TopicPartition(topic, p, high - 1) for p, (low, high) in bounds.items() if high > low]
-    if probe:
-        consumer.assign(probe)
-        wait_s = timeout_s  # the first fetch includes connecting; later ones only drain
-        while messages := consumer.consume(10_000, timeout=wait_s):
-            wait_s = 0.3
-            for message in messages:
-                where, offset = message.partition(), message.offset()
-                if message.error() is None and where is not None and offset is not None:
-                    first, end = bounds[where]
-                    bounds[where] = (first, max(end, offset + 1))
-        consumer.unassign()
+    for name, (offset, _) in read_to_end(consumer, probe).items():
+        partition = int(name.rpartition("/")[2])
+        first, end = bounds[partition]
+        bounds[partition] = (first, max(end, offset + 1))
     return bounds
 
 
 def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
-    """Number of records in each topic (offset span; exact for topics written without transactions)."""
-    consumer = clients.consumer()
-    try:
-        return {
-            topic: sum(end - first for first, end in offset_bounds(consumer, topic).values())
-            for topic in topics
-        }
-    finally:
-        consumer.close()
+    """Number of records in each topic, as a read_committed consumer sees them.
+
+    Counted by reading: offset spans would also count transaction markers (and, on Tansu, records of
+    aborted transactions are counted, as its consumers see them).
+    """
+    return {topic: sum(1 for _ in read_topic(clients, topic)) for topic in topics}
 
 
 def read_topic(clients: Clients, topic: str, idle_timeout_s: float = 10.0) -> Iterator[Message]:
-    """Every record of ``topic`` present now, partition by partition in offset order (read_committed).
+    """Every record of ``topic`` present now (read_committed), in offset order within each partition.
 
-    Stops at the end offsets measured at the start; fails if no record arrives for ``idle_timeout_s``
-    before the end is reached.
+    Stops at the end offsets measured at the start (or the end of a partition, if that comes first);
+    fails if neither a record nor the end arrives for ``idle_timeout_s``.
     """
-    consumer = clients.consumer()
+    consumer = clients.consumer(overrides={"enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
         bounds = offset_bounds(consumer, topic)
-        for partition, (first, end) in sorted(bounds.items()):
-            if end <= first:
-                continue
-            consumer.assign([TopicPartition(topic, partition, first)])
-            position = first
-            idle_since = time.monotonic()
-            while position < end:
-                message = consumer.poll(0.2)
-                if message is None:
-                    # Transaction markers take offsets too: the position may be at the end already.
-                    position = max(position, consumer.position([TopicPartition(topic, partition)])[0].offset)
-                    if position < end and time.monotonic() - idle_since > idle_timeout_s:
-                        raise TimeoutError(
-                            f"{topic}[{partition}]: nothing after offset {position}, expected up to {end}"
-                        )
-                    continue
-                if message.error() is not None:
-                    raise KafkaException(message.error())
+        pending = {p: end for p, (first, end) in bounds.items() if end > first}
+        consumer.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
+        idle_since = time.monotonic()
+        while pending:
+            messages = consumer.consume(10_000, timeout=0.1)
+            if messages:
                 idle_since = time.monotonic()
-                position = (message.offset() or 0) + 1
-                yield message
-            consumer.unassign()
+            elif time.monotonic() - idle_since > idle_timeout_s:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} did not reach their end")
+            for message in messages:
+                partition = message.partition() or 0
+                if partition not in pending:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    del pending[partition]
+                elif (message.offset() or 0) >= pending[partition]:
+                    del pending[partition]
+                else:
+                    yield message
     finally:
         consumer.close()

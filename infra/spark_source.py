@@ -42,6 +42,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from infra.clients import read_to_end
+
 RAW_SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
 #: A frontier before any event: nothing is complete yet.
 NO_FRONTIER = -(2**62)
@@ -177,7 +179,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 probe.append(TopicPartition(topic, partition, high - 1))
                 self._ends[name] = (high, high, NO_FRONTIER)
-        for name, (offset, timestamp) in _read_last(consumer, probe).items():
+        for name, (offset, timestamp) in read_to_end(consumer, probe, _READ_TIMEOUT_S).items():
             high = self._ends[name][0]
             self._ends[name] = (high, max(high, offset + 1), timestamp)
         return {name: (firsts[name], self._ends[name][1]) for name in firsts}
@@ -290,29 +292,6 @@ def _frontier(progress: dict[str, int], lagging: list[str], lateness_ms: int) ->
     if behind:
         return min(behind) - lateness_ms
     return max(progress.values()) + 1 - lateness_ms
-
-
-def _read_last(consumer: Consumer, probe: list[TopicPartition]) -> dict[str, tuple[int, int]]:
-    """(offset, timestamp) of the last record of each probed partition, reading from its offset to the end."""
-    if not probe:
-        return {}
-    consumer.assign(probe)
-    last: dict[str, tuple[int, int]] = {}
-    pending = {_tp_name(tp.topic, tp.partition) for tp in probe}
-    deadline = _deadline()
-    while pending:
-        for message in consumer.consume(100_000, timeout=_POLL_S):
-            name = _tp_name(message.topic() or "", message.partition() or 0)
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(name)
-                    continue
-                raise KafkaException(error)
-            last[name] = (message.offset() or 0, message.timestamp()[1])
-        _check(deadline, pending)
-    consumer.unassign()
-    return last
 
 
 def _read_at(consumer: Consumer, at: list[TopicPartition]) -> dict[str, int]:
