@@ -2,7 +2,7 @@
 
 A thin shell: the stages are the pure functions of ``features.stream``; this module wires them into a
 Structured Streaming query with ``transformWithStateInPandas`` (RocksDB state store), keyed by card bucket
-and then by terminal bucket.
+and then by terminal bucket. Between stages each key gets one row holding all its events as an Arrow blob.
 
 Delivery guarantee: exactly-once for read_committed consumers of the features and dead-letter topics.
 Input offsets and operator state are checkpointed together; a micro-batch re-run after a crash reads the
@@ -25,7 +25,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from features.core import CardState, TerminalState
 from features.definitions import EVENT_TIME_MS, FeatureParams
@@ -33,8 +32,10 @@ from features.stream import (
     CARD_BUCKET,
     DEAD,
     DETAIL,
+    KEY,
     KIND,
     LATE,
+    PACKED_FIELDS,
     RAW,
     REASON,
     SOURCE_OFFSET,
@@ -47,14 +48,15 @@ from features.stream import (
     card_stage_fields,
     ddl,
     decode,
-    decoded_fields,
     empty_events,
     from_blob,
-    iter_frames,
     output_fields,
+    pack,
+    pack_frame,
     terminal_stage,
     ticks,
     to_blob,
+    unpack,
 )
 from infra.redis_store import card_features_key, set_latest
 from infra.settings import Topics
@@ -72,22 +74,20 @@ from ingest.schemas import (
 )
 
 C = TxColumns
-_BLOB = StructType([StructField("blob", BinaryType())])
-_LONG = StructType([StructField("value", LongType())])
 
 
 class EventDecoder:
-    """Decoder for ``fraud-kafka``: transactions and labels to event rows, ticks for every card bucket."""
+    """Decoder for ``fraud-kafka``: transactions and labels to events packed per card bucket, and ticks."""
 
-    schema = ddl(decoded_fields())
+    schema = ddl(PACKED_FIELDS)
 
     def decode(
         self, records: pa.RecordBatch, split: Split, options: dict[str, str]
     ) -> Iterator[pa.RecordBatch]:
-        yield decode(records, _decode_options(options))
+        yield pack(decode(records, _decode_options(options)), CARD_BUCKET)
 
     def heartbeat(self, split: Split, options: dict[str, str]) -> Iterator[pa.RecordBatch]:
-        yield ticks(split.frontier_ms, int(options["cardbuckets"]))
+        yield pack(ticks(split.frontier_ms, int(options["cardbuckets"])), CARD_BUCKET)
 
 
 DECODER = EventDecoder()
@@ -102,6 +102,13 @@ def _decode_options(options: dict[str, str]) -> DecodeOptions:
     )
 
 
+NO_FRONTIER = -(2**62)
+#: State of a card bucket: card history, events waiting for the frontier (Arrow IPC blobs), the frontier.
+CARD_STATE = "history binary, pending binary, frontier bigint"
+#: State of a terminal bucket: terminal transactions and labels (Arrow IPC blobs).
+TERMINAL_STATE = "transactions binary, labels binary"
+
+
 class CardStage(StatefulProcessor):
     """``features.stream.card_stage`` per card bucket; state: history, pending events, frontier."""
 
@@ -110,30 +117,22 @@ class CardStage(StatefulProcessor):
         self.terminal_buckets = terminal_buckets
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.history = handle.getValueState("history", _BLOB)
-        self.pending = handle.getValueState("pending", _BLOB)
-        self.frontier = handle.getValueState("frontier", _LONG)
+        self.state = handle.getValueState("bucket", CARD_STATE)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = iter_frames(rows)
-        stored = self.history.get()
-        pending = self.pending.get()
-        frontier = self.frontier.get()
-        bucket = CardBucket(
-            history=CardState.from_frame(from_blob(stored[0])) if stored else CardState.empty(),
-            pending=from_blob(pending[0]) if pending else empty_events(),
-            frontier_ms=int(frontier[0]) if frontier else -(2**62),
-        )
+        frame = unpack(rows)
+        stored = self.state.get()
+        if stored:
+            history, pending, frontier = stored
+            bucket = CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
+        else:
+            bucket = CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
         after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        if after.history is not bucket.history:
-            self.history.update((to_blob(after.history.to_frame()),))
-        if len(after.pending) or pending:
-            self.pending.update((to_blob(after.pending),))
-        self.frontier.update((after.frontier_ms,))
+        self.state.update((to_blob(after.history.to_frame()), to_blob(after.pending), after.frontier_ms))
         if len(out):
-            yield out
+            yield pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
 
     def close(self) -> None:
         pass
@@ -146,23 +145,21 @@ class TerminalStage(StatefulProcessor):
         self.params = params
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.transactions = handle.getValueState("transactions", _BLOB)
-        self.labels = handle.getValueState("labels", _BLOB)
+        self.state = handle.getValueState("terminals", TERMINAL_STATE)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = iter_frames(rows)
-        transactions, labels = self.transactions.get(), self.labels.get()
-        state = (
-            TerminalState.from_frames(from_blob(transactions[0]), from_blob(labels[0]))
-            if transactions and labels
+        frame = unpack(rows)
+        stored = self.state.get()
+        terminals = (
+            TerminalState.from_frames(from_blob(stored[0]), from_blob(stored[1]))
+            if stored
             else TerminalState.empty()
         )
-        state, out = terminal_stage(state, frame, self.params)
-        tx_frame, label_frame = state.to_frames()
-        self.transactions.update((to_blob(tx_frame),))
-        self.labels.update((to_blob(label_frame),))
+        terminals, out = terminal_stage(terminals, frame, self.params)
+        tx_frame, label_frame = terminals.to_frames()
+        self.state.update((to_blob(tx_frame), to_blob(label_frame)))
         if len(out):
             yield out
 
@@ -209,13 +206,13 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     events = reader.load()
-    card = events.groupBy(CARD_BUCKET).transformWithStateInPandas(
+    card = events.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=CardStage(config.params, config.terminal_buckets),
-        outputStructType=ddl(card_stage_fields(config.params)),
+        outputStructType=ddl(PACKED_FIELDS),
         outputMode="Append",
         timeMode="None",
     )
-    return card.groupBy(TERMINAL_BUCKET).transformWithStateInPandas(
+    return card.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=TerminalStage(config.params),
         outputStructType=ddl(output_fields(config.params)),
         outputMode="Append",

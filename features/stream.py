@@ -394,12 +394,12 @@ def terminal_stage(
 # --- state blobs ------------------------------------------------------------------------------------
 
 
-def to_blob(frame: pd.DataFrame) -> bytes:
-    """Arrow IPC bytes of a frame (state values are single binary blobs)."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+def to_blob(frame: pd.DataFrame | pa.RecordBatch) -> bytes:
+    """Arrow IPC bytes of a frame: state values, and the rows one stage sends to one key of the next."""
+    table = frame if isinstance(frame, pa.RecordBatch) else pa.Table.from_pandas(frame, preserve_index=False)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+        writer.write(table)
     return bytes(sink.getvalue().to_pybytes())
 
 
@@ -411,6 +411,35 @@ def empty_events() -> pd.DataFrame:
     return _frame(decoded_fields(), {}, 0)
 
 
-def iter_frames(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
-    """The rows a state call received, as one frame."""
-    return _concat(*rows)
+# --- transport between stages -------------------------------------------------------------------------
+# Spark moves rows one by one between Python and the JVM; sending each key ONE row that holds all its
+# events as an Arrow IPC blob keeps that cost per key instead of per event.
+
+KEY, PAYLOAD = "key", "payload"
+#: Rows between stages: the key of the next stage and the Arrow IPC blob of its events.
+PACKED_FIELDS: list[tuple[str, pa.DataType]] = [(KEY, pa.int32()), (PAYLOAD, pa.binary())]
+PACKED_SCHEMA = pa.schema(PACKED_FIELDS)
+
+
+def pack(events: pa.RecordBatch, key_column: str) -> pa.RecordBatch:
+    """One row per distinct ``key_column`` value: the key and the blob of its events."""
+    keys = events.column(key_column).to_numpy(zero_copy_only=False)
+    distinct = np.unique(keys)
+    payloads = [to_blob(events.take(pa.array(np.flatnonzero(keys == key)))) for key in distinct]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(distinct, pa.int32()), pa.array(payloads, pa.binary())], schema=PACKED_SCHEMA
+    )
+
+
+def pack_frame(frame: pd.DataFrame, key_column: str, fields: list[tuple[str, pa.DataType]]) -> pd.DataFrame:
+    """``pack`` for a pandas frame with the given fields; returns the packed rows as a frame."""
+    batch = pa.RecordBatch.from_pandas(frame, schema=pa.schema(fields), preserve_index=False)
+    return pack(batch, key_column).to_pandas()
+
+
+def unpack(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
+    """The events of the packed rows a state call received, as one frame."""
+    tables = [pa.ipc.open_stream(blob).read_all() for frame in rows for blob in frame[PAYLOAD]]
+    if not tables:
+        return empty_events()
+    return pa.concat_tables(tables).to_pandas() if len(tables) > 1 else tables[0].to_pandas()

@@ -20,6 +20,8 @@ def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partition
     """Get or create the session for ``settings.spark_master``."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Python workers inherit this: pandas FutureWarnings from PySpark's own row conversion are noise.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
