@@ -10,7 +10,8 @@ import typer
 from features.batch import file_features
 from features.definitions import DAY_MS, FeatureParams
 from infra.console import console, settings_of
-from infra.progress import watch_query
+from infra.progress import QueryReport, watch_query
+from infra.settings import Settings, Topics
 from ingest.files import parse_mapping
 
 app = typer.Typer(
@@ -90,19 +91,40 @@ def run_command(
     ] = 7.0,
 ) -> None:
     """Run the streaming feature job: transactions and labels in; features to Kafka and Redis."""
+    settings = settings_of(ctx)
+    run_feature_job(
+        settings,
+        settings.topics,
+        (checkpoint or settings.home / "checkpoints" / "features").resolve(),
+        feature_params(feature_delay_days, allowed_lateness_s),
+        once=once,
+        max_records=max_records,
+        trigger_interval_s=trigger_interval_s,
+    )
+
+
+def run_feature_job(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    params: FeatureParams,
+    once: bool,
+    max_records: int | None = 100_000,
+    trigger_interval_s: float = 1.0,
+) -> QueryReport:
+    """Start the feature job, show its progress until it stops, and print a summary."""
     from features.job import FeatureJobConfig, start_feature_job
     from infra.clients import Clients, ensure_topics
     from infra.spark import spark_session
 
-    settings = settings_of(ctx)
     clients = Clients.from_settings(settings)
-    ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
+    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
     config = FeatureJobConfig(
         kafka_config=clients.kafka_config(),
-        topics=settings.topics,
-        checkpoint=(checkpoint or settings.home / "checkpoints" / "features").resolve(),
+        topics=topics,
+        checkpoint=checkpoint,
         redis_url=clients.endpoints.redis_url,
-        params=feature_params(feature_delay_days, allowed_lateness_s),
+        params=params,
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
     )
@@ -112,8 +134,12 @@ def run_command(
     console.print(
         f"Feature job running (checkpoint {config.checkpoint}); {'until done' if once else 'Ctrl-C stops it'}."
     )
-    report = watch_query(query)
+    try:
+        report = watch_query(query)
+    finally:
+        spark.stop()  # also stops the Python workers and their Kafka consumers
     console.print(
         f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
         f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
     )
+    return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -74,5 +75,5 @@ def dead_letter_table(summary: DeadLetterSummary) -> Table:
     table.add_column("example detail", overflow="fold")
     for reason, count in summary.by_reason.most_common():
         example = summary.examples[reason]
-        table.add_row(reason, f"{count:,}", example.source, example.detail)
+        table.add_row(reason, f"{count:,}", re.sub(r"[^:]*/", "", example.source), example.detail)
     return table

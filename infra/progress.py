@@ -22,20 +22,18 @@ class QueryReport:
 
 
 def records_read(progress: dict[str, Any]) -> int:
-    """Kafka records a micro-batch read: its end offsets minus its start offsets, over all sources."""
-    total = 0
-    for source in progress.get("sources", []):
-        start, end = (_offsets(source.get(key)) for key in ("startOffset", "endOffset"))
-        total += sum(offset - start.get(name, offset) for name, offset in end.items())
-    return total
+    """Kafka records a micro-batch read (``fraud-kafka`` offsets count them), over all sources."""
+    return sum(
+        _read(source.get("endOffset")) - _read(source.get("startOffset"))
+        for source in progress.get("sources", [])
+    )
 
 
-def _offsets(raw: Any) -> dict[str, int]:
+def _read(raw: Any) -> int:
     if not raw:
-        return {}
+        return 0
     value = json.loads(raw) if isinstance(raw, str) else raw
-    offsets = value.get("offsets", {}) if isinstance(value, dict) else {}
-    return {str(name): int(offset) for name, offset in offsets.items()}
+    return int(value.get("read", 0)) if isinstance(value, dict) else 0
 
 
 def watch_query(query: StreamingQuery, poll_s: int = 1) -> QueryReport:

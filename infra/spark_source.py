@@ -198,7 +198,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             }
         else:
             raise ValueError(f"startingOffsets {self.starting!r}: use earliest, latest or time:<epoch ms>")
-        return {"offsets": offsets, "progress": {}, "frontier": NO_FRONTIER}
+        return {"offsets": offsets, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {name: end for name, (_, end) in self._log_ends().items()}
@@ -235,7 +235,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end < ends[name]:
                 lagging.append(name)
         frontier = _frontier(progress, lagging, self.lateness_ms)
-        return {"offsets": chosen, "progress": progress, "frontier": max(int(start["frontier"]), frontier)}
+        read = int(start.get("read", 0)) + sum(chosen[name] - begin[name] for name in chosen)
+        return {
+            "offsets": chosen,
+            "progress": progress,
+            "frontier": max(int(start["frontier"]), frontier),
+            "read": read,  # records read since the query started: progress reports use it
+        }
 
     def reportLatestOffset(self) -> dict | None:
         return {"offsets": {name: end for name, (_, end) in self._log_ends().items()}}
