@@ -67,7 +67,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -159,7 +159,8 @@ class SinkOptions:
     topic: str | None
     marker_topic: str
     after_commit: str | None = None
-    raw: Mapping[str, str] | None = None
+    #: All options as given (the ``after.commit`` hook reads its own from them).
+    raw: Mapping[str, str] | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
