@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -102,11 +102,18 @@ class KafkaDataSource(DataSource):
     - ``maxRecordsPerTrigger``: admission control, records per micro-batch (default: all available);
     - ``allowedLatenessMs``: disorder within a partition that still counts as on time (default 0);
     - ``decoder``: ``module:object`` turning raw records into the output rows (default: raw records).
+
+    ``spark.read.format("fraud-kafka")`` reads a bounded range instead: ``startingOffsets`` as above and
+    ``endingOffsets``: ``latest`` (default) or ``time:<epoch ms>`` (exclusive). Reading the same range
+    twice yields the same records in the same order.
     """
 
     @classmethod
     def name(cls) -> str:
         return "fraud-kafka"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaBatchReader({key.lower(): value for key, value in self.options.items()})
 
     def schema(self) -> str:
         decoder = load_decoder(dict(self.options).get("decoder", ""))
@@ -276,6 +283,46 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield from decoder.decode(records, partition, self.options)
         if decoder is not None and partition.heartbeat:
             yield from decoder.heartbeat(partition, self.options)
+
+
+class KafkaBatchReader(DataSourceReader):
+    """A bounded offset range of each partition, planned once in the driver."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        planner = KafkaStreamReader(options)
+        try:
+            start: dict[str, int] = planner.initialOffset()["offsets"]
+            ending = options.get("endingoffsets", "latest")
+            if ending == "latest":
+                end = {name: stop for name, (_, stop) in planner._log_ends().items()}
+            elif ending.startswith("time:"):
+                at = int(ending.removeprefix("time:"))
+                end = {
+                    name: _offset_for_time(planner._driver_consumer(), *_parse_tp(name), at, first, stop)
+                    for name, (first, stop) in planner._log_ends().items()
+                }
+            else:
+                raise ValueError(f"endingOffsets {ending!r}: use latest or time:<epoch ms>")
+        finally:
+            planner.stop()
+        self.splits = [
+            Split(*_parse_tp(name), start[name], max(start[name], stop), NO_FRONTIER, heartbeat=False)
+            for name, stop in sorted(end.items())
+        ]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, Split):
+            raise TypeError(f"unexpected input partition {partition!r}")
+        decoder = load_decoder(self.options.get("decoder", ""))
+        for records in _read_range(json.loads(self.options["kafka.config"]), partition):
+            if decoder is None:
+                yield records
+            else:
+                yield from decoder.decode(records, partition, self.options)
 
 
 def _share(begin: dict[str, int], available: dict[str, int], budget: int) -> dict[str, int]:
