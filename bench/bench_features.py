@@ -20,10 +20,9 @@ import numpy as np
 
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra.clients import Clients, Endpoints, ensure_topics, topic_counts
-from infra.embedded import EmbeddedStack
+from infra.clients import Clients, ensure_topics, topic_counts
+from infra.embedded import temporary_stack
 from infra.progress import records_read
-from infra.settings import Settings
 from infra.spark import spark_session
 from ingest.files import clean_table
 from ingest.pipeline import events_from_table, produce_events
@@ -52,48 +51,35 @@ def main() -> None:
     frame = simulate(
         SimulatorConfig(customers=args.customers, terminals=args.terminals, days=args.days, seed=args.seed)
     )
-    with tempfile.TemporaryDirectory() as home:
-        stack = EmbeddedStack(Path(home))
-        info = stack.start()
-        try:
-            settings = Settings(
-                home=Path(home),
-                bootstrap_servers=info.bootstrap_servers,
-                redis_url=info.redis_url,
-                mlflow_tracking_uri=info.mlflow_tracking_uri,
-                partitions=args.partitions,
-            )
-            clients = Clients(
-                settings, Endpoints(info.bootstrap_servers, info.redis_url, info.mlflow_tracking_uri)
-            )
-            ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, 1)
-            batch = events_from_table(clean_table(frame, "bench"), "bench", b"bench", 7 * DAY_MS, 16_384)
-            produced = produce_events(clients.producer(), settings.topics, batch)
-            print(f"input: {produced.transactions:,} transactions, {produced.labels:,} labels")
+    with tempfile.TemporaryDirectory() as home, temporary_stack(Path(home)) as info:
+        clients = Clients.for_stack(info, Path(home), partitions=args.partitions)
+        settings = clients.settings
+        ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, 1)
+        batch = events_from_table(clean_table(frame, "bench"), "bench", b"bench", 7 * DAY_MS, 16_384)
+        produced = produce_events(clients.producer(), settings.topics, batch)
+        print(f"input: {produced.transactions:,} transactions, {produced.labels:,} labels")
 
-            started = time.perf_counter()
-            spark = spark_session(settings, app_name="bench-features")
-            startup_s = time.perf_counter() - started
-            config = FeatureJobConfig(
-                kafka_config=clients.kafka_config(),
-                topics=settings.topics,
-                checkpoint=Path(home) / "checkpoint",
-                redis_url=info.redis_url,
-                params=FeatureParams(),
-                max_event_bytes=settings.max_event_bytes,
-                max_records_per_trigger=args.max_records,
-                card_buckets=args.card_buckets,
-                terminal_buckets=args.terminal_buckets,
-            )
-            started = time.perf_counter()
-            query = start_feature_job(spark, config, once=True)
-            query.awaitTermination()
-            run_s = time.perf_counter() - started
-            progress = [p for p in query.recentProgress if records_read(p)]
-            written = topic_counts(clients, [settings.topics.features])[settings.topics.features]
-            spark.stop()
-        finally:
-            stack.stop()
+        started = time.perf_counter()
+        spark = spark_session(settings, app_name="bench-features")
+        startup_s = time.perf_counter() - started
+        config = FeatureJobConfig(
+            kafka_config=clients.kafka_config(),
+            topics=settings.topics,
+            checkpoint=Path(home) / "checkpoint",
+            redis_url=info.redis_url,
+            params=FeatureParams(),
+            max_event_bytes=settings.max_event_bytes,
+            max_records_per_trigger=args.max_records,
+            card_buckets=args.card_buckets,
+            terminal_buckets=args.terminal_buckets,
+        )
+        started = time.perf_counter()
+        query = start_feature_job(spark, config, once=True)
+        query.awaitTermination()
+        run_s = time.perf_counter() - started
+        progress = [p for p in query.recentProgress if records_read(p)]
+        written = topic_counts(clients, [settings.topics.features])[settings.topics.features]
+        spark.stop()
 
     records = [records_read(p) for p in progress]
     batch_s = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]

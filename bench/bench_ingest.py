@@ -12,9 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.clients import Clients, Endpoints, ensure_topics, topic_counts
-from infra.embedded import EmbeddedStack
-from infra.settings import Settings
+from infra.clients import Clients, ensure_topics, topic_counts
+from infra.embedded import temporary_stack
 from ingest.files import clean_table
 from ingest.pipeline import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -36,32 +35,19 @@ def main() -> None:
     print(f"settings: {config.model_dump()} partitions={args.partitions} broker=embedded Tansu (memory)")
 
     frame = simulate(config)
-    with tempfile.TemporaryDirectory() as home:
-        stack = EmbeddedStack(Path(home))
-        info = stack.start()
-        try:
-            settings = Settings(
-                home=Path(home),
-                bootstrap_servers=info.bootstrap_servers,
-                redis_url=info.redis_url,
-                mlflow_tracking_uri=info.mlflow_tracking_uri,
-                partitions=args.partitions,
-            )
-            clients = Clients(
-                settings, Endpoints(info.bootstrap_servers, info.redis_url, info.mlflow_tracking_uri)
-            )
-            ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, 1)
+    with tempfile.TemporaryDirectory() as home, temporary_stack(Path(home)) as info:
+        clients = Clients.for_stack(info, Path(home), partitions=args.partitions)
+        settings = clients.settings
+        ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, 1)
 
-            started = time.perf_counter()
-            batch = events_from_table(
-                clean_table(frame, "bench"), "bench", b"bench-key", 7 * DAY_MS, settings.max_event_bytes
-            )
-            prepare_s = time.perf_counter() - started
-            events = len(batch.tx_values) + len(batch.label_values)
-            result = produce_events(clients.producer(), settings.topics, batch)
-            counts = topic_counts(clients, [settings.topics.transactions, settings.topics.labels])
-        finally:
-            stack.stop()
+        started = time.perf_counter()
+        batch = events_from_table(
+            clean_table(frame, "bench"), "bench", b"bench-key", 7 * DAY_MS, settings.max_event_bytes
+        )
+        prepare_s = time.perf_counter() - started
+        events = len(batch.tx_values) + len(batch.label_values)
+        result = produce_events(clients.producer(), settings.topics, batch)
+        counts = topic_counts(clients, [settings.topics.transactions, settings.topics.labels])
     total_s = prepare_s + result.seconds
     print(
         f"transactions: {result.transactions:,}  labels: {result.labels:,}  dead letters: {result.dead_letters.total}"

@@ -19,6 +19,12 @@ app = typer.Typer(
 )
 
 
+FeatureDelayOption = Annotated[
+    float,
+    typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),
+]
+
+
 def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:
     return FeatureParams(
         label_delay_ms=round(label_delay_days * DAY_MS), max_lateness_ms=round(allowed_lateness_s * 1000)
@@ -36,12 +42,7 @@ def batch_command(
         str,
         typer.Option(help="Column mapping, as for `fraud ingest`: canonical, handbook, or SRC=DST pairs."),
     ] = "canonical",
-    feature_delay_days: Annotated[
-        float,
-        typer.Option(
-            help="Label delay d of the terminal features: windows end d days before each transaction."
-        ),
-    ] = 7.0,
+    feature_delay_days: FeatureDelayOption = 7.0,
 ) -> None:
     """Compute the features over a file, exactly as the streaming job would after ingesting it."""
     settings = settings_of(ctx)
@@ -83,12 +84,7 @@ def run_command(
     checkpoint: Annotated[
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
     ] = None,
-    feature_delay_days: Annotated[
-        float,
-        typer.Option(
-            help="Label delay d of the terminal features: windows end d days before each transaction."
-        ),
-    ] = 7.0,
+    feature_delay_days: FeatureDelayOption = 7.0,
 ) -> None:
     """Run the streaming feature job: transactions and labels in; features to Kafka and Redis."""
     settings = settings_of(ctx)

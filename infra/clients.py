@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.embedded import EmbeddedStack
+from infra.embedded import EmbeddedStack, StackInfo
 from infra.settings import Settings
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
@@ -74,6 +75,18 @@ class Clients:
     @classmethod
     def from_settings(cls, settings: Settings) -> Clients:
         return cls(settings, resolve_endpoints(settings))
+
+    @classmethod
+    def for_stack(cls, info: StackInfo, home: Path, **updates: Any) -> Clients:
+        """Clients (and their settings) for an embedded stack started by the caller."""
+        settings = Settings(
+            home=home,
+            bootstrap_servers=info.bootstrap_servers,
+            redis_url=info.redis_url,
+            mlflow_tracking_uri=info.mlflow_tracking_uri,
+            **updates,
+        )
+        return cls(settings, Endpoints(info.bootstrap_servers, info.redis_url, info.mlflow_tracking_uri))
 
     def kafka_config(self) -> dict[str, Any]:
         """Connection and security options shared by every Kafka client."""

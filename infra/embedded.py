@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -275,3 +275,14 @@ def _terminate(service: Service, grace_s: float = 5.0) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(service.pid, signal.SIGKILL)
     return True
+
+
+@contextlib.contextmanager
+def temporary_stack(home: Path) -> Iterator[StackInfo]:
+    """An embedded stack under ``home`` for the duration of the block (benchmarks, one-off runs)."""
+    stack = EmbeddedStack(home)
+    info = stack.start()
+    try:
+        yield info
+    finally:
+        stack.stop()
