@@ -53,16 +53,29 @@ def raw_records(rows: list[tuple[str, bytes]]) -> pa.RecordBatch:
 
 def tx_json(tx_id: int, time: int, card: str = TOKEN, amount: float = 10.0, terminal: str = "t1") -> bytes:
     return orjson.dumps(
-        {"schema_version": 1, "tx_id": tx_id, "card_id": card, "terminal_id": terminal, "amount": amount,
-         "event_time_ms": time}
-    )  # fmt: skip
+        {
+            "schema_version": 1,
+            "tx_id": tx_id,
+            "card_id": card,
+            "terminal_id": terminal,
+            "amount": amount,
+            "event_time_ms": time,
+        }
+    )
 
 
 def test_decode_routes_events_and_dead_letters() -> None:
     label = orjson.dumps(
-        {"schema_version": 1, "tx_id": 1, "card_id": TOKEN, "terminal_id": "t1", "tx_time_ms": T0,
-         "known_at_ms": T0 + 7 * DAY, "is_fraud": True}
-    )  # fmt: skip
+        {
+            "schema_version": 1,
+            "tx_id": 1,
+            "card_id": TOKEN,
+            "terminal_id": "t1",
+            "tx_time_ms": T0,
+            "known_at_ms": T0 + 7 * DAY,
+            "is_fraud": True,
+        }
+    )
     batch = decode(
         raw_records([("tx", tx_json(1, T0)), ("labels", label), ("tx", b"{oops"), ("other", b"{}")]), OPTIONS
     )
@@ -153,11 +166,22 @@ def run_stream(
         ("tx", tx_json(r.tx_id, r.event_time_ms, r.card_id, r.amount, r.terminal_id)) for r in tx.itertuples()
     ]
     raw += [
-        ("labels", orjson.dumps({"schema_version": 1, "tx_id": int(r.tx_id), "card_id": r.card_id,
-                                 "terminal_id": r.terminal_id, "tx_time_ms": int(r.tx_time_ms),
-                                 "known_at_ms": int(r.known_at_ms), "is_fraud": True}))
+        (
+            "labels",
+            orjson.dumps(
+                {
+                    "schema_version": 1,
+                    "tx_id": int(r.tx_id),
+                    "card_id": r.card_id,
+                    "terminal_id": r.terminal_id,
+                    "tx_time_ms": int(r.tx_time_ms),
+                    "known_at_ms": int(r.known_at_ms),
+                    "is_fraud": True,
+                }
+            ),
+        )
         for r in labels.itertuples()
-    ]  # fmt: skip
+    ]
     options = DecodeOptions("tx", "labels", card_buckets=buckets, max_event_bytes=16_384)
     decoded = decode(raw_records([raw[i] for i in arrival]), options).to_pandas()
     when = np.where(decoded["kind"] == LABEL, decoded["known_at_ms"].fillna(0), decoded["event_time_ms"])
@@ -189,8 +213,9 @@ def assert_equal_to_batch(
     reference = compute_features(tx, labels, params).set_index("tx_id")
     got = features.set_index("tx_id").loc[reference.index]
     for column in params.feature_columns:
-        np.testing.assert_allclose(got[column].astype(float), reference[column].astype(float), rtol=0, atol=1e-9,
-                                   err_msg=column)  # fmt: skip
+        np.testing.assert_allclose(
+            got[column].astype(float), reference[column].astype(float), rtol=0, atol=1e-9, err_msg=column
+        )
 
 
 @pytest.mark.parametrize("batches", [1, 7, 40])
