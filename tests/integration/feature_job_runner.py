@@ -1,0 +1,148 @@
+"""The streaming feature job as a subprocess, for the chaos tests of ``test_feature_job.py``.
+
+Runs ``features.job.start_feature_job`` on its own Spark (local mode) against the topics
+``{prefix}transactions`` … ``{prefix}dead-letter``, Redis keys under ``prefix``, and a checkpoint, either
+with ``--once`` (availableNow: everything there now, then exit) or continuously until killed.
+
+``--pause BATCH:PARTITION:EVENT`` (repeatable) makes the sink's write task of that micro-batch and Spark
+partition stop at that point of its Kafka transaction (``opened``: begun, marker sent, no record yet;
+``committed``: Kafka commit done, Spark not told): it writes ``paused-BATCH-PARTITION-EVENT`` (its pid and
+process group, JSON) into ``--control`` and sleeps until the test SIGKILLs the application. Every task that
+returns appends ``[batch, partition, status, rows]`` to ``--control/tasks.log``; each micro-batch prints a
+``progress {...}`` line (records read, duration) on stdout.
+
+    python tests/integration/feature_job_runner.py --bootstrap=127.0.0.1:9092 \\
+        --redis=redis://127.0.0.1:6379/0 --prefix=test-abc- --checkpoint=/tmp/cp --home=/tmp/home \\
+        --control=/tmp/control --max-records=3000 [--once] [--pause=1:0:committed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from features import job
+from features.definitions import FeatureParams
+from features.job import FeatureJobConfig, start_feature_job
+from infra import spark_sink
+from infra.progress import records_read
+from infra.settings import Settings, Topics
+from infra.spark import spark_session
+from infra.spark_sink import FraudKafkaStreamWriter, KafkaSinkCommit, SinkOptions, TransactionEvent
+
+#: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
+SHUFFLE_PARTITIONS = 2
+MAX_EVENT_BYTES = 16_384
+
+Pause = tuple[int, int, str]  # (micro-batch, Spark partition, TransactionEvent)
+
+
+class PausingWriter(FraudKafkaStreamWriter):
+    """The feature job's sink writer, logging each task's outcome and stopping at the pause points."""
+
+    def __init__(self, options: SinkOptions, control: Path, pauses: set[Pause]) -> None:
+        super().__init__(options)
+        self.control = control
+        self.pauses = pauses
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
+        result = super().write(iterator)
+        with (self.control / "tasks.log").open("a") as log:
+            log.write(json.dumps([result.batch_id, result.partition_id, result.status, result.rows]) + "\n")
+        return result
+
+    def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
+        if (batch_id, partition_id, event) not in self.pauses:
+            return
+        report = self.control / f"paused-{batch_id}-{partition_id}-{event}"
+        report.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
+        report.with_suffix(".tmp").rename(report)
+        time.sleep(3600)  # until SIGKILL
+
+
+def _log_progress(progress: list[Any], seen: int, started: float) -> int:
+    """Print one line per micro-batch not printed yet; returns the last batch id printed."""
+    for report in progress:
+        if report["batchId"] > seen:
+            seen = report["batchId"]
+            line = {
+                "batch": seen,
+                "records": records_read(report),
+                "ms": report["durationMs"].get("triggerExecution"),
+                "at_s": round(time.monotonic() - started, 1),
+            }
+            print(f"progress {json.dumps(line)}", flush=True)
+    return seen
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers.")
+    parser.add_argument("--redis", required=True, help="redis:// URL of the feature store.")
+    parser.add_argument("--prefix", required=True, help="Prefix of the topics and of the Redis keys.")
+    parser.add_argument("--checkpoint", required=True, type=Path, help="The job's checkpoint directory.")
+    parser.add_argument("--home", required=True, type=Path, help="Local state directory of Spark.")
+    parser.add_argument("--control", required=True, type=Path, help="Where tasks log and pause reports go.")
+    parser.add_argument("--max-records", type=int, default=None, help="Records per micro-batch at most.")
+    parser.add_argument("--once", action="store_true", help="availableNow: process what is there, exit.")
+    parser.add_argument("--trigger-interval", type=float, default=0.5, help="Seconds between micro-batches.")
+    parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT (repeatable).")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    control: Path = args.control
+    control.mkdir(parents=True, exist_ok=True)
+    pauses = {(int(b), int(p), event) for b, p, event in (spec.split(":") for spec in args.pause)}
+
+    class PausingSink(spark_sink.FraudKafkaSink):
+        """``fraud-kafka-sink`` (same name: the job asks for it) with the pausing writer."""
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> PausingWriter:
+            return PausingWriter(self._checked(schema), control, pauses)
+
+    def register_pausing_sink(spark: Any) -> None:
+        spark.dataSource.register(PausingSink)
+
+    assert callable(job.register_sink), "start_feature_job no longer registers its sink as register_sink"
+    job.register_sink = register_pausing_sink  # start_feature_job registers the sink it writes to
+
+    spark = spark_session(
+        Settings(spark_master=f"local[{SHUFFLE_PARTITIONS}]", home=args.home),
+        app_name="feature-job-runner",
+        shuffle_partitions=SHUFFLE_PARTITIONS,
+    )
+    config = FeatureJobConfig(
+        kafka_config={"bootstrap.servers": args.bootstrap},
+        topics=Topics().with_prefix(args.prefix),
+        checkpoint=args.checkpoint,
+        redis_url=args.redis,
+        params=FeatureParams(),
+        max_event_bytes=MAX_EVENT_BYTES,
+        redis_prefix=args.prefix,
+        max_records_per_trigger=args.max_records,
+    )
+    started = time.monotonic()
+    query = start_feature_job(spark, config, once=args.once, trigger_interval_s=args.trigger_interval)
+    seen = -1
+    while not query.awaitTermination(0.2):
+        seen = _log_progress(query.recentProgress, seen, started)
+    _log_progress(query.recentProgress, seen, started)
+    print(f"query stopped at_s {time.monotonic() - started:.1f}", flush=True)
+    failure = query.exception()
+    spark.stop()
+    print(f"spark stopped at_s {time.monotonic() - started:.1f}", flush=True)
+    if failure is not None:
+        raise SystemExit(f"feature job failed: {failure}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,653 @@
+"""The streaming feature job (``features.job``) on the real Tansu broker, Valkey and Spark (local mode).
+
+The reference for every feature is the batch path (``features.batch.transactions_features``) over the
+same simulated table: the streaming job must give the same value for every feature of every transaction
+(within 1e-9), whatever the micro-batch sizes, restarts, bounded disorder, bad records or kills, and
+write each transaction's record once.
+
+Records read back from Kafka are read_committed. The chaos tests run the job in a subprocess
+(``feature_job_runner.py``), SIGKILL the whole application (driver, JVM, Python workers) and restart
+the job from its checkpoint in this process.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+import redis
+from confluent_kafka import KafkaError, Message, Producer
+from pyspark.sql import SparkSession
+
+from features.batch import transactions_features
+from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.job import FeatureJobConfig, start_feature_job
+from infra.clients import Clients, Endpoints, ensure_topics, read_topic
+from infra.embedded import StackInfo
+from infra.progress import records_read
+from infra.redis_store import card_features_key
+from infra.settings import Settings, Topics
+from ingest.deadletter import from_message
+from ingest.files import clean_table
+from ingest.pipeline import EventBatch, events_from_table, produce_events
+from ingest.schemas import (
+    DLQ_OFFSET_HEADER,
+    DLQ_PARTITION_HEADER,
+    DLQ_REASON_HEADER,
+    DLQ_SOURCE_HEADER,
+    SCHEMA_VERSION,
+    FeatureRecord,
+    Reason,
+    TransactionEvent,
+    TxColumns,
+)
+from ingest.simulator import SimulatorConfig, simulate
+
+C = TxColumns
+DAY_MS = 86_400_000
+LABEL_DELAY_MS = 7 * DAY_MS
+MAX_EVENT_BYTES = 16_384
+TOLERANCE = 1e-9
+JOB_TIMEOUT_S = 240
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = Path(__file__).with_name("feature_job_runner.py")
+
+#: Five weeks (every 30-day window fills up) of ~2,000 cards: the parity runs' input.
+PARITY_SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=35, seed=11)
+#: Two admission limits (records per micro-batch): several micro-batches per run, and one per run.
+PARITY_MAX_RECORDS = (25_000, 80_000)
+#: A smaller five weeks for the other tests.
+SMALL_SIMULATION = SimulatorConfig(customers=250, terminals=500, days=35, seed=5)
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Simulated:
+    """A simulated table's events as ingest builds them, and the batch path's features of the table."""
+
+    events: EventBatch
+    reference: pd.DataFrame  # tx_id (index), then the feature columns
+    transactions: dict[int, TransactionEvent]  # the events as produced, by tx_id
+
+
+def simulated(config: SimulatorConfig, settings: Settings, params: FeatureParams) -> Simulated:
+    """Simulate, build the events (tokenised with the settings' key, labels a week later) and the reference."""
+    frame = simulate(config)
+    key = settings.token_key.get_secret_value().encode()
+    events = events_from_table(clean_table(frame, "sim"), "sim", key, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    assert not events.dead_letters
+    reference = transactions_features(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    assert len(reference.features) == len(frame) and not reference.rejected
+    transactions = {
+        event.tx_id: event for event in map(TransactionEvent.model_validate_json, events.tx_values)
+    }
+    return Simulated(events, reference.features.set_index(C.TX_ID).sort_index(), transactions)
+
+
+def split_at(events: EventBatch, cut_ms: int) -> tuple[EventBatch, EventBatch]:
+    """The events (transactions and labels) with Kafka timestamps before ``cut_ms``, and the others."""
+    before, after = EventBatch(), EventBatch()
+    for key, value, ts in zip(events.tx_keys, events.tx_values, events.tx_times, strict=True):
+        part = before if ts < cut_ms else after
+        part.tx_keys.append(key)
+        part.tx_values.append(value)
+        part.tx_times.append(ts)
+    for key, value, ts in zip(events.label_keys, events.label_values, events.label_times, strict=True):
+        part = before if ts < cut_ms else after
+        part.label_keys.append(key)
+        part.label_values.append(value)
+        part.label_times.append(ts)
+    return before, after
+
+
+Record = tuple[str, bytes | None, bytes | None, int]  # topic, key, value, Kafka timestamp (ms)
+
+
+def records_in_time_order(events: EventBatch, topics: Topics) -> list[Record]:
+    """Transactions and labels merged by Kafka timestamp, transactions first at equal times (as ingest)."""
+    records = [
+        (topics.transactions, key, value, ts)
+        for key, value, ts in zip(events.tx_keys, events.tx_values, events.tx_times, strict=True)
+    ] + [
+        (topics.labels, key, value, ts)
+        for key, value, ts in zip(events.label_keys, events.label_values, events.label_times, strict=True)
+    ]
+    order = np.argsort(np.asarray([ts for *_, ts in records], dtype=np.int64), kind="stable")
+    return [records[i] for i in order]
+
+
+def produce_records(producer: Producer, records: list[Record]) -> list[tuple[int, int]]:
+    """Produce the records in this order (idempotent producer: the order holds per partition).
+
+    Returns the (partition, offset) each record got.
+    """
+    placed: list[tuple[int, int] | None] = [None] * len(records)
+    errors: list[str] = []
+
+    def delivered(index: int) -> Any:
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                errors.append(str(error))
+            else:
+                placed[index] = (message.partition() or 0, message.offset() or 0)
+
+        return report
+
+    for index, (topic, key, value, ts) in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, timestamp=ts, on_delivery=delivered(index))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if index % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors[:5]
+    assert all(where is not None for where in placed)
+    return [where for where in placed if where is not None]
+
+
+def prefix_of(topics: Topics) -> str:
+    """The prefix of topics made by ``Topics.with_prefix`` (the jobs use it for their Redis keys too)."""
+    return topics.features.removesuffix(Topics().features)
+
+
+def job_config(
+    clients: Clients,
+    topics: Topics,
+    checkpoint: Path,
+    max_records: int | None,
+    params: FeatureParams | None = None,
+) -> FeatureJobConfig:
+    """The job over ``topics`` with Redis keys under the topics' prefix."""
+    return FeatureJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis_url=clients.endpoints.redis_url,
+        params=params or FeatureParams(),
+        max_event_bytes=MAX_EVENT_BYTES,
+        redis_prefix=prefix_of(topics),
+        max_records_per_trigger=max_records,
+    )
+
+
+def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
+    """Run the job with the availableNow trigger until it stops; its micro-batches' progress reports."""
+    query = start_feature_job(spark, config, once=True)
+    try:
+        finished = query.awaitTermination(JOB_TIMEOUT_S)
+    finally:
+        query.stop()
+    assert finished, f"the feature job did not finish within {JOB_TIMEOUT_S} s"
+    assert query.exception() is None, f"the feature job failed: {query.exception()}"
+    return [dict(progress) for progress in query.recentProgress]
+
+
+def records_per_batch(progress: list[dict[str, Any]]) -> list[int]:
+    """Kafka records read by each micro-batch that read any."""
+    return [read for read in map(records_read, progress) if read]
+
+
+def outputs_of(clients: Clients, input_topics: Topics, prefix: str) -> Topics:
+    """Topics reading ``input_topics``' transactions and labels, writing features and dead letters of their own."""
+    own = Topics().with_prefix(prefix)
+    ensure_topics(clients.admin(), [own.features, own.dead_letter], clients.settings.partitions, 1)
+    return own.model_copy(update={"transactions": input_topics.transactions, "labels": input_topics.labels})
+
+
+@dataclass
+class FeatureOutput:
+    """The features topic as a read_committed consumer sees it."""
+
+    records: list[Message]
+
+    def counts(self) -> collections.Counter[int]:
+        return collections.Counter(orjson.loads(m.value() or b"null")[C.TX_ID] for m in self.records)
+
+    def by_tx(self) -> dict[int, Message]:
+        """One record per transaction (the first one seen)."""
+        found: dict[int, Message] = {}
+        for message in self.records:
+            found.setdefault(orjson.loads(message.value() or b"null")[C.TX_ID], message)
+        return found
+
+
+def features_topic(clients: Clients, topic: str) -> FeatureOutput:
+    return FeatureOutput(list(read_topic(clients, topic)))
+
+
+def assert_each_transaction_once(output: FeatureOutput, expected: Iterable[int]) -> None:
+    counts = output.counts()
+    expected_ids = set(expected)
+    missing = sorted(expected_ids - set(counts))
+    unexpected = sorted(set(counts) - expected_ids)
+    repeated = {tx: n for tx, n in counts.items() if n > 1}
+    assert not missing, f"{len(missing)} transactions have no feature record, e.g. {missing[:10]}"
+    assert not unexpected, f"feature records of unknown transactions, e.g. {unexpected[:10]}"
+    assert not repeated, (
+        f"{len(repeated)} transactions have several records, e.g. {list(repeated.items())[:10]}"
+    )
+
+
+def assert_same_as_batch(records: dict[int, Message], sim: Simulated, params: FeatureParams) -> None:
+    """Each record is well formed, carries its transaction and has the batch path's features (records of
+    transactions missing here are not looked for: see ``assert_each_transaction_once``)."""
+    rows = []
+    for tx_id, message in records.items():
+        record = FeatureRecord.model_validate_json(message.value() or b"")
+        event = sim.transactions[tx_id]
+        assert record.schema_version == SCHEMA_VERSION
+        assert (record.card_id, record.terminal_id, record.amount, record.event_time_ms) == (
+            event.card_id,
+            event.terminal_id,
+            event.amount,
+            event.event_time_ms,
+        ), f"tx {tx_id}: the record does not carry its transaction"
+        assert (record.terminal_x, record.terminal_y) == (event.terminal_x, event.terminal_y)
+        assert message.key() == event.card_id.encode()
+        assert message.timestamp()[1] == event.event_time_ms
+        assert not record.late, f"tx {tx_id} is marked late, but every event arrived within the lateness"
+        assert list(record.features) == list(params.feature_columns)
+        rows.append({C.TX_ID: tx_id, **record.features})
+    streamed = pd.DataFrame(rows).set_index(C.TX_ID).sort_index()
+    reference = sim.reference.loc[streamed.index]
+    for column in params.feature_columns:
+        got = streamed[column].to_numpy(dtype=np.float64)
+        want = reference[column].to_numpy(dtype=np.float64)
+        wrong = np.flatnonzero(~(np.abs(got - want) <= TOLERANCE))
+        examples = [(int(reference.index[i]), got[i], want[i]) for i in wrong[:5]]
+        assert not len(wrong), (
+            f"{column}: {len(wrong)} of {len(got)} transactions differ from the batch path; "
+            f"(tx_id, stream, batch): {examples}"
+        )
+
+
+def latest_per_card(sim: Simulated) -> pd.DataFrame:
+    """By card token: tx_id, event time and batch-path features of the card's latest transaction.
+
+    Latest by (event time, tx_id), the order in which Redis keeps the newest record.
+    """
+    events = pd.DataFrame(
+        {
+            C.TX_ID: list(sim.transactions),
+            C.CARD_ID: [e.card_id for e in sim.transactions.values()],
+            EVENT_TIME_MS: [e.event_time_ms for e in sim.transactions.values()],
+        }
+    ).sort_values([EVENT_TIME_MS, C.TX_ID])
+    latest = events.groupby(C.CARD_ID).tail(1)
+    return latest.join(sim.reference, on=C.TX_ID).set_index(C.CARD_ID)
+
+
+def assert_redis_holds_latest(
+    client: redis.Redis, prefix: str, sim: Simulated, params: FeatureParams
+) -> None:
+    """``card:{card}:features`` of every card holds the features of the card's latest transaction."""
+    latest = latest_per_card(sim)
+    chosen = list(latest.index)
+    pipe = client.pipeline(transaction=False)
+    for card in chosen:
+        pipe.hgetall(card_features_key(card, prefix))
+    for card, stored in zip(chosen, pipe.execute(), strict=True):
+        assert stored, f"no {card_features_key(card, prefix)} in Redis"
+        fields = {k.decode(): v.decode() for k, v in stored.items()}
+        want = latest.loc[card]
+        assert (int(fields[C.TX_ID]), int(fields[EVENT_TIME_MS])) == (
+            int(want[C.TX_ID]),
+            int(want[EVENT_TIME_MS]),
+        ), f"card {card}: Redis holds tx {fields[C.TX_ID]}, not the card's latest tx {want[C.TX_ID]}"
+        event = sim.transactions[int(want[C.TX_ID])]
+        assert fields[C.TERMINAL_ID] == event.terminal_id
+        assert float(fields[C.AMOUNT]) == event.amount
+        assert fields["late"] == "0"
+        for column in params.feature_columns:
+            assert abs(float(fields[column]) - float(want[column])) <= TOLERANCE, (
+                f"card {card}: {column} is {fields[column]} in Redis, {want[column]} in the batch path"
+            )
+
+
+def isolated_clients(stack: StackInfo, home: Path) -> Clients:
+    """Clients of settings with topics of their own (created), for fixtures wider than one test."""
+    settings = Settings(
+        home=home,
+        bootstrap_servers=stack.bootstrap_servers,
+        redis_url=stack.redis_url,
+        mlflow_tracking_uri=stack.mlflow_tracking_uri,
+        topics=Topics().with_prefix(f"test-{uuid.uuid4().hex[:10]}-"),
+        partitions=3,
+    )
+    clients = Clients(
+        settings, Endpoints(stack.bootstrap_servers, stack.redis_url, stack.mlflow_tracking_uri)
+    )
+    ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
+    return clients
+
+
+# --- parity with the batch path: two admission limits, a stop and a restart in the middle -------------
+
+
+@dataclass
+class ParityRun:
+    """One job over the shared input: run once after each half, the second time from the same checkpoint."""
+
+    config: FeatureJobConfig
+    first: list[dict[str, Any]]
+    second: list[dict[str, Any]]
+    output: FeatureOutput
+
+
+@dataclass
+class Parity:
+    """The shared input of the parity runs and what each job made of it."""
+
+    sim: Simulated
+    clients: Clients
+    halves: tuple[int, int]  # records (transactions and labels) produced before and after the stop
+    runs: dict[int, ParityRun]  # by max_records_per_trigger
+
+
+@pytest.fixture(scope="module")
+def parity(
+    stack: StackInfo, stack_home: Path, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Parity:
+    """Five simulated weeks of ~2,000 cards, produced in two halves split at the median transaction time.
+
+    Two jobs read the same input topics, each with its own checkpoint, output topics, Redis prefix and
+    admission limit; each runs once (availableNow) after the first half is produced and once again, from
+    its checkpoint, after the rest is produced.
+    """
+    params = FeatureParams()
+    clients = isolated_clients(stack, stack_home)
+    topics = clients.settings.topics
+    sim = simulated(PARITY_SIMULATION, clients.settings, params)
+    cut_ms = int(np.median(np.asarray(sim.events.tx_times)))
+    first, rest = split_at(sim.events, cut_ms)
+    checkpoints = tmp_path_factory.mktemp("parity")
+    configs = {
+        limit: job_config(
+            clients,
+            outputs_of(clients, topics, f"{prefix_of(topics)}{limit}-"),
+            checkpoints / f"cp-{limit}",
+            limit,
+            params,
+        )
+        for limit in PARITY_MAX_RECORDS
+    }
+    halves = []
+    progress: dict[int, list[list[dict[str, Any]]]] = {limit: [] for limit in configs}
+    for part in (first, rest):
+        produced = produce_events(clients.producer(), topics, part)
+        assert produced.delivery_errors == []
+        halves.append(produced.transactions + produced.labels)
+        for limit, config in configs.items():
+            progress[limit].append(run_once(spark, config))
+    runs = {
+        limit: ParityRun(config, *progress[limit], features_topic(clients, config.topics.features))
+        for limit, config in configs.items()
+    }
+    return Parity(sim, clients, (halves[0], halves[1]), runs)
+
+
+@pytest.mark.parametrize("max_records", PARITY_MAX_RECORDS)
+def test_features_equal_the_batch_path_across_micro_batches_and_a_restart(
+    parity: Parity, max_records: int
+) -> None:
+    """Every feature of every transaction equals the batch path's, each transaction written once, for two
+    different admission limits and with a stop and restart from the checkpoint half way."""
+    run = parity.runs[max_records]
+    for progress, produced in zip((run.first, run.second), parity.halves, strict=True):
+        read = records_per_batch(progress)
+        assert sum(read) == produced, "the run did not read exactly the records produced since the last one"
+        assert max(read) <= max_records, f"a micro-batch read {max(read)} records, over the limit"
+        assert len(read) >= -(-produced // max_records)
+    assert min(p["batchId"] for p in run.second) > max(p["batchId"] for p in run.first), (
+        "the second run did not continue from the first run's checkpoint"
+    )
+    assert_each_transaction_once(run.output, parity.sim.transactions)
+    assert_same_as_batch(run.output.by_tx(), parity.sim, run.config.params)
+    dead = read_topic(parity.clients, run.config.topics.dead_letter)
+    assert sum(1 for _ in dead) == 0
+
+
+def test_redis_holds_each_cards_latest_features(parity: Parity) -> None:
+    """``card:{card}:features`` under each job's prefix holds the features of the card's latest transaction
+    (by event time, then tx_id), for every card, after both runs."""
+    client = redis.Redis.from_url(parity.clients.endpoints.redis_url)
+    for run in parity.runs.values():
+        assert_redis_holds_latest(client, run.config.redis_prefix, parity.sim, run.config.params)
+    assert len(latest_per_card(parity.sim)) > 1_500
+
+
+# --- disorder within the allowed lateness ------------------------------------------------------------
+
+
+def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
+    spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    """Malformed records among good ones on the transactions and labels topics, spread over several
+    micro-batches: each lands on the dead-letter topic once, with its original bytes and the reason, topic,
+    partition and offset; every good transaction still gets its features."""
+    params = FeatureParams()
+    sim = simulated(SimulatorConfig(customers=120, terminals=240, days=21, seed=9), settings, params)
+    topics = settings.topics
+    good = records_in_time_order(sim.events, topics)
+    tx_at = [i for i, (topic, *_) in enumerate(good) if topic == topics.transactions]
+    label_at = [i for i, (topic, *_) in enumerate(good) if topic == topics.labels]
+    tx_base = orjson.loads(good[tx_at[0]][2] or b"")
+    label_base = orjson.loads(good[label_at[0]][2] or b"")
+    bad_values: list[tuple[str, bytes, Reason]] = [
+        (
+            topics.transactions,
+            b'{"schema_version": 1, "tx_id": 900000001, "card_id": ',
+            Reason.MALFORMED_JSON,
+        ),
+        (
+            topics.transactions,
+            orjson.dumps({**tx_base, "tx_id": 900000002, "amount": "12.50"}),
+            Reason.WRONG_TYPE,
+        ),
+        (
+            topics.transactions,
+            orjson.dumps({**tx_base, "tx_id": 900000003, "schema_version": 2}),
+            Reason.UNKNOWN_SCHEMA_VERSION,
+        ),
+        (topics.transactions, b"[1, 2, 3]", Reason.NOT_AN_OBJECT),
+        (
+            topics.labels,
+            orjson.dumps({k: v for k, v in label_base.items() if k != "known_at_ms"}),
+            Reason.MISSING_FIELD,
+        ),
+    ]
+    # Each bad record goes right after a good one of its topic, with that record's key and timestamp.
+    after = [tx_at[len(tx_at) * k // 5] for k in (1, 2, 3, 4)] + [label_at[len(label_at) // 2]]
+    records: list[Record] = []
+    bad_index: dict[int, tuple[str, bytes, Reason]] = {}
+    inserts = dict(zip(after, bad_values, strict=True))
+    for i, record in enumerate(good):
+        records.append(record)
+        if i in inserts:
+            topic, value, _ = inserts[i]
+            bad_index[len(records)] = inserts[i]
+            records.append((topic, record[1], value, record[3]))
+
+    placed = produce_records(clients.producer(), records)
+    progress = run_once(spark, job_config(clients, topics, tmp_path / "cp", 1_500, params))
+
+    read = records_per_batch(progress)
+    assert sum(read) == len(records) and max(read) <= 1_500 and len(read) >= 3, read
+    output = features_topic(clients, topics.features)
+    assert_each_transaction_once(output, sim.transactions)
+    assert_same_as_batch(output.by_tx(), sim, params)
+
+    expected = {
+        (f"kafka:{topic}", *placed[index]): (value, reason)
+        for index, (topic, value, reason) in bad_index.items()
+    }
+    letters = collections.Counter()
+    for message in read_topic(clients, topics.dead_letter):
+        header_names = {name for name, _ in message.headers() or []}
+        assert {DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, DLQ_PARTITION_HEADER, DLQ_OFFSET_HEADER} <= header_names
+        letter = from_message(message)
+        assert letter.detail, letter
+        where = (letter.source, letter.partition, letter.offset)
+        assert where in expected, f"unexpected dead letter {letter}"
+        value, reason = expected[where]
+        assert (message.value(), letter.raw, letter.reason) == (value, value, reason), letter
+        letters[where] += 1
+    assert letters == collections.Counter({where: 1 for where in expected})
+
+
+# --- chaos: SIGKILL the job (a subprocess) mid-stream, restart it from its checkpoint -------------------
+
+#: Five weeks of ~130 cards, read in three micro-batches (a run in a subprocess pays Spark's start-up).
+CHAOS_SIMULATION = SimulatorConfig(customers=150, terminals=300, days=35, seed=3)
+CHAOS_MAX_RECORDS = 3_500
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the job's driver): its JVM, the JVM's Python workers and daemon."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None:
+            children[int(fields[1])].append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class JobProcess:
+    """``feature_job_runner.py`` running continuously in its own session, SIGKILLed as a whole when asked."""
+
+    def __init__(self, tmp_path: Path, clients: Clients) -> None:
+        self.checkpoint = tmp_path / "cp"
+        self.control = tmp_path / "control"
+        self.log = tmp_path / "job.log"
+        self.args = [
+            sys.executable,
+            str(RUNNER),
+            f"--bootstrap={clients.endpoints.bootstrap_servers}",
+            f"--redis={clients.endpoints.redis_url}",
+            f"--prefix={prefix_of(clients.settings.topics)}",
+            f"--checkpoint={self.checkpoint}",
+            f"--home={tmp_path / 'home'}",
+            f"--control={self.control}",
+            f"--max-records={CHAOS_MAX_RECORDS}",
+        ]
+        self.job: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+        with self.log.open("wb") as log:
+            self.job = subprocess.Popen(
+                [*self.args, *extra], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            )
+        return self.job
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def wait_for(self, condition: Any, what: str) -> None:
+        """Poll until ``condition()``; fail (and kill the job) if the job exits or time runs out first."""
+        assert self.job is not None
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not condition():
+            if self.job.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"the job never got to {what}:\n{self.tail()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the driver, the JVM and every Python worker: the process groups of the job's tree."""
+        assert self.job is not None
+        tree = [self.job.pid, *_descendants(self.job.pid)]
+        groups = set()
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                groups.add(os.getpgid(pid))
+        assert os.getpgid(0) not in groups
+        for group in groups:
+            os.killpg(group, signal.SIGKILL)
+        self.job.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in tree):
+            assert time.monotonic() < deadline, "killed processes did not exit"
+            time.sleep(0.1)
+
+    def tasks(self) -> list[tuple[int, int, str]]:
+        """(batch, partition, status) of every write task that returned, in order."""
+        path = self.control / "tasks.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [(batch, partition, status) for batch, partition, status, _ in map(json.loads, lines)]
+
+
+def produce_in_order(clients: Clients, sim: Simulated) -> None:
+    produced = produce_events(clients.producer(), clients.settings.topics, sim.events)
+    assert produced.delivery_errors == []
+
+
+@pytest.mark.chaos
+def test_sigkill_between_transactions_and_restart_writes_every_record_once(
+    spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    """Runs the job continuously in a subprocess and SIGKILLs it in micro-batch 1 when the sink's write
+    task of Spark partition 0 has committed its Kafka transaction and the task of partition 1 has opened
+    its own (commit marker sent, no record yet): no Kafka transaction holds records, and Spark has not
+    recorded batch 1. Restarted from the checkpoint with availableNow (in this process), the job re-runs
+    batch 1, where partition 0 finds its marker and writes nothing and partition 1 writes, then finishes
+    the input. Every transaction has exactly one feature record, equal to the batch path's, and Redis holds
+    each card's latest features.
+    """
+    params = FeatureParams()
+    sim = simulated(CHAOS_SIMULATION, settings, params)
+    produce_in_order(clients, sim)
+    pauses = ["1:0:committed", "1:1:opened"]
+
+    job = JobProcess(tmp_path, clients)
+    job.start(*(f"--pause={pause}" for pause in pauses))
+    reports = [job.control / f"paused-{pause.replace(':', '-')}" for pause in pauses]
+    job.wait_for(lambda: all(report.exists() for report in reports), f"the pause points {pauses}")
+    job.kill()
+    query = job.checkpoint / "query"
+    assert (query / "offsets" / "1").exists() and not (query / "commits" / "1").exists()
+    assert {(batch, status) for batch, _, status in job.tasks()} <= {(0, "written"), (0, "empty")}
+
+    progress = run_once(spark, job_config(clients, settings.topics, job.checkpoint, CHAOS_MAX_RECORDS))
+
+    assert progress[0]["batchId"] == 1, "the restart did not re-run batch 1"
+    output = features_topic(clients, settings.topics.features)
+    assert_each_transaction_once(output, sim.transactions)
+    assert_same_as_batch(output.by_tx(), sim, params)
+    client = redis.Redis.from_url(settings.redis_url)
+    assert_redis_holds_latest(client, prefix_of(settings.topics), sim, params)
