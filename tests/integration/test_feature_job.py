@@ -2,11 +2,11 @@
 
 The reference for every feature is the batch path (``features.batch.transactions_features``) over the
 same simulated table: the streaming job must give the same value for every feature of every transaction
-(within 1e-9), whatever the micro-batch sizes, restarts, bounded disorder, bad records or kills, and
-write each transaction's record once.
+(within 1e-9), whatever the micro-batch sizes, restarts, bad records or kills, and write each
+transaction's record once. (Bounded disorder is covered without Kafka in tests/features/test_stream.py.)
 
-Records read back from Kafka are read_committed. The chaos tests run the job in a subprocess
-(``feature_job_runner.py``), SIGKILL the whole application (driver, JVM, Python workers) and restart
+Records read back from Kafka are read_committed. The chaos test runs the job in a subprocess
+(``feature_job_runner.py``), SIGKILLs the whole application (driver, JVM, Python workers) and restarts
 the job from its checkpoint in this process.
 """
 
