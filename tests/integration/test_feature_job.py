@@ -598,7 +598,8 @@ class JobProcess:
                 groups.add(os.getpgid(pid))
         assert os.getpgid(0) not in groups
         for group in groups:
-            os.killpg(group, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         self.job.wait(timeout=30)
         deadline = time.monotonic() + 30
         while any(_alive(pid) for pid in tree):
