@@ -71,8 +71,6 @@ RUNNER = Path(__file__).with_name("feature_job_runner.py")
 PARITY_SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=35, seed=11)
 #: Two admission limits (records per micro-batch): several micro-batches per run, and one per run.
 PARITY_MAX_RECORDS = (25_000, 80_000)
-#: A smaller five weeks for the other tests.
-SMALL_SIMULATION = SimulatorConfig(customers=250, terminals=500, days=35, seed=5)
 
 
 # --- helpers -----------------------------------------------------------------------------------------
