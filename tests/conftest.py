@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from infra.clients import Clients, Endpoints, ensure_topics
-from infra.embedded import EmbeddedStack, StackInfo
+from infra.embedded import StackInfo, temporary_stack
 from infra.settings import Settings, Topics
 
 
@@ -34,12 +34,8 @@ def stack_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def stack(stack_home: Path) -> Iterator[StackInfo]:
     """The embedded stack, started once per session; fails loudly if it cannot start."""
-    embedded = EmbeddedStack(stack_home)
-    info = embedded.start()
-    try:
+    with temporary_stack(stack_home) as info:
         yield info
-    finally:
-        embedded.stop()
 
 
 @pytest.fixture
