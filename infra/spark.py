@@ -1,7 +1,7 @@
 """The Spark session every job uses: local mode by default, any cluster through ``FRAUD_SPARK_MASTER``.
 
-Python workers run this interpreter (``PYSPARK_PYTHON``), state lives in RocksDB with changelog
-checkpointing, and the project's Python data sources are registered on the session.
+Python workers run this interpreter (``PYSPARK_PYTHON``) and are forked by ``infra.spark_daemon``, which
+imports their modules once; state lives in RocksDB with changelog checkpointing.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partition
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "infra.spark_daemon")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
     )

@@ -1,0 +1,56 @@
+"""Spark's Python daemon with the workers' imports done once, before it forks them.
+
+Spark starts this module (``spark.python.daemon.module``) and it forks one Python worker per task. A stock
+worker imports PySpark (from ``pyspark.zip``, compiled from source every time), pandas, PyArrow and the
+project's stages after the fork: seconds of CPU per worker, and a streaming query starts several workers
+per micro-batch. Here the daemon imports all of that before serving, so every forked worker starts with
+it in memory.
+
+Forking is only safe from a single-threaded process: importing numpy starts OpenBLAS threads unless told
+not to, and PyArrow's jemalloc starts a background purge thread; the daemon asks for one BLAS thread (the
+stages do no linear algebra) and no jemalloc background thread. A test checks that the preloaded daemon
+has exactly one thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Environment that keeps the imports below from starting threads (set before they run).
+SINGLE_THREADED_ENV = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+}
+for _name, _value in SINGLE_THREADED_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+import importlib  # noqa: E402
+
+from pyspark import daemon  # noqa: E402
+
+#: Imported by the daemon, in order; each is in every worker's memory after the fork.
+PRELOAD = (
+    "pyspark.worker",
+    "pyspark.sql.pandas.serializers",
+    "pyspark.sql.worker.plan_data_source_read",
+    "pyspark.sql.worker.write_into_data_source",
+    "pyspark.sql.streaming.stateful_processor_api_client",
+    "pandas",
+    "pyarrow",
+    "infra.spark_source",
+    "infra.spark_sink",
+    "features.job",
+)
+
+
+def preload() -> None:
+    """Import ``PRELOAD``."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+if __name__ == "__main__":
+    preload()
+    daemon.manager()
