@@ -79,6 +79,15 @@ def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[
         consumer.close()
 
 
+def _at_or_after(message: Message, from_ms: int | None) -> bool:
+    """Whether the record's Kafka timestamp is at or after ``from_ms``.
+
+    Seeking with offsets_for_times is exact on Apache Kafka, but the embedded broker (Tansu) answers with
+    an earlier offset (the partition's start), so records before ``from_ms`` are also skipped here.
+    """
+    return from_ms is None or message.timestamp()[1] >= from_ms
+
+
 def _parse_alert(message: Message) -> AlertRecord | None:
     try:
         return AlertRecord.model_validate_json(message.value() or b"")
@@ -149,7 +158,7 @@ def tail_command(
     if follow:
         try:
             for message in follow_topic(clients, topic, from_ms):
-                alert = _parse_alert(message)
+                alert = _parse_alert(message) if _at_or_after(message, from_ms) else None
                 if alert is not None:
                     console.print(_alert_line(alert), highlight=False, soft_wrap=True)
         except KeyboardInterrupt:
@@ -158,7 +167,7 @@ def tail_command(
     alerts = [
         alert
         for message in read_topic(clients, topic, start_ms=from_ms)
-        if (alert := _parse_alert(message)) is not None
+        if _at_or_after(message, from_ms) and (alert := _parse_alert(message)) is not None
     ]
     alerts.sort(key=lambda a: (a.event_time_ms, a.tx_id))
     console.print(_alerts_table(alerts, f"Alerts on {topic}: {len(alerts):,}"))
