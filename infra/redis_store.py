@@ -226,24 +226,29 @@ def _to_hash(record: BaseModel) -> dict[str, str | int | float]:
     return fields
 
 
-def _decode_hash(raw: Mapping[bytes, bytes]) -> dict[str, Any]:
+def _text(value: bytes | str) -> str:
+    """Redis replies are bytes, or str from a client made with ``decode_responses=True``."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decode_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
     decoded: dict[str, Any] = {}
     for key, value in raw.items():
-        name = key.decode()
+        name = _text(key)
         if name in _JSON_FIELDS:
             decoded[name] = orjson.loads(value)
         elif name in _INT_FIELDS:
             decoded[name] = int(value)
         else:
-            decoded[name] = value.decode()
+            decoded[name] = _text(value)
     return decoded
 
 
-def _alert_from_hash(raw: Mapping[bytes, bytes]) -> AlertRecord | None:
+def _alert_from_hash(raw: Mapping[Any, Any]) -> AlertRecord | None:
     return AlertRecord.model_validate(_decode_hash(raw)) if raw else None
 
 
-def _alerts_of(client: Any, tx_ids: list[bytes], prefix: str) -> list[AlertRecord]:
+def _alerts_of(client: Any, tx_ids: list[Any], prefix: str) -> list[AlertRecord]:
     """The alerts of these tx ids in order, skipping any whose hash has expired."""
     if not tx_ids:
         return []
@@ -257,8 +262,8 @@ def _alerts_of(client: Any, tx_ids: list[bytes], prefix: str) -> list[AlertRecor
 _FEATURE_HASH_META = ("tx_id", "event_time_ms", "terminal_id", "amount", "late")
 
 
-def _features_from_hash(raw: Mapping[bytes, bytes]) -> dict[str, Any]:
-    fields = {key.decode(): value.decode() for key, value in raw.items()}
+def _features_from_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    fields = {_text(key): _text(value) for key, value in raw.items()}
     return {
         "tx_id": int(fields.get("tx_id", 0)),
         "event_time_ms": int(fields.get("event_time_ms", 0)),

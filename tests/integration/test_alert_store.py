@@ -182,3 +182,15 @@ def test_writes_need_a_positive_retention(client: Any, prefix: str) -> None:
         write_alerts(client, [make_alert()], prefix, 0)
     with pytest.raises(ValueError, match="retention"):
         write_scores(client, [make_score()], prefix, 0)
+
+
+def test_reads_work_with_a_decoding_client(stack: StackInfo, client: Any, prefix: str) -> None:
+    """A client made with decode_responses=True (str replies) reads the same records."""
+    write_alerts(client, [make_alert(1), make_alert(2)], prefix, RETENTION_S)
+    write_scores(client, [make_score(2)], prefix, RETENTION_S)
+    text_client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    try:
+        assert card_summary(text_client, CARD_A, prefix) == card_summary(client, CARD_A, prefix)
+        assert recent_alerts(text_client, prefix) == [make_alert(2), make_alert(1)]
+    finally:
+        text_client.close()
