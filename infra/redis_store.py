@@ -3,6 +3,11 @@
 Every key starts with a prefix chosen by the job (empty for the live pipeline), so isolated runs such as
 A/B replays never touch the live keys. Writes are idempotent: writing the same micro-batch again (a
 re-run after a crash) leaves the same values, and an older record never overwrites a newer one.
+
+Keys: a card's latest features (written by the feature job), its latest score and its alerts, each alert
+by tx id, and the recent alerts of all cards (the live page). An alert is written by one Lua script that
+touches its hash, its card's set and the recent set together; on a Redis Cluster those keys would need a
+common hash tag.
 """
 
 from __future__ import annotations
