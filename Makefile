@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services
+	@bash infra/ensure-chromium.sh
 	$(BIN)/pytest
 
 unit: $(STAMP)

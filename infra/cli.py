@@ -19,6 +19,8 @@ from infra.embedded import EmbeddedStack, StackError, StackInfo
 from infra.settings import Settings, UnknownSettingError, load_settings
 from ingest.cli import ingest_command, simulate_command
 from ingest.files import InputFileError
+from scoring.cli import app as alerts_app
+from scoring.cli import card_command, serve_command
 
 app = typer.Typer(
     name="fraud",
@@ -29,6 +31,7 @@ app = typer.Typer(
 topics_app = typer.Typer(help="Create, count and reset the project's Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(features_app, name="features")
+app.add_typer(alerts_app, name="alerts")
 
 #: Errors a user can act on: shown as one line, no traceback.
 USER_ERRORS = (StackError, NotConfiguredError, InputFileError, UnknownSettingError)
@@ -118,6 +121,8 @@ def topics_reset(
 app.command("simulate")(simulate_command)
 app.command("ingest")(ingest_command)
 app.command("demo")(demo_command)
+app.command("card")(card_command)
+app.command("serve")(serve_command)
 
 
 def _create_topics(settings: Settings) -> list[str]:

@@ -238,15 +238,30 @@ def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
     return {topic: sum(1 for _ in read_topic(clients, topic)) for topic in topics}
 
 
-def read_topic(clients: Clients, topic: str, idle_timeout_s: float = 10.0) -> Iterator[Message]:
+def offsets_for_time(consumer: Consumer, topic: str, partitions: list[int], time_ms: int) -> dict[int, int]:
+    """Per partition, the offset of the first record with a Kafka timestamp at or after ``time_ms``.
+
+    A partition without such a record maps to -1 (the end, ``OFFSET_END``).
+    """
+    found = consumer.offsets_for_times([TopicPartition(topic, p, time_ms) for p in partitions], timeout=10)
+    return {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in found}
+
+
+def read_topic(
+    clients: Clients, topic: str, idle_timeout_s: float = 10.0, start_ms: int | None = None
+) -> Iterator[Message]:
     """Every record of ``topic`` present now (read_committed), in offset order within each partition.
 
+    With ``start_ms``, each partition starts at its first record with a Kafka timestamp at or after it.
     Stops at the end offsets measured at the start (or the end of a partition, if that comes first);
     fails if neither a record nor the end arrives for ``idle_timeout_s``.
     """
     consumer = clients.consumer(overrides={"enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
         bounds = offset_bounds(consumer, topic)
+        if start_ms is not None:
+            starts = offsets_for_time(consumer, topic, sorted(bounds), start_ms)
+            bounds = {p: (end if starts[p] < 0 else starts[p], end) for p, (_, end) in bounds.items()}
         pending = {p: end for p, (first, end) in bounds.items() if end > first}
         consumer.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
         idle_since = time.monotonic()

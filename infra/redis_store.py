@@ -3,12 +3,22 @@
 Every key starts with a prefix chosen by the job (empty for the live pipeline), so isolated runs such as
 A/B replays never touch the live keys. Writes are idempotent: writing the same micro-batch again (a
 re-run after a crash) leaves the same values, and an older record never overwrites a newer one.
+
+Keys: a card's latest features (written by the feature job), its latest score and its alerts, each alert
+by tx id, and the recent alerts of all cards (the live page). An alert is written by one Lua script that
+touches its hash, its card's set and the recent set together; on a Redis Cluster those keys would need a
+common hash tag.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from scoring.records import AlertRecord, ScoreRecord
 
 #: Sets a hash to the given fields unless it holds a newer record: ARGV = event_time_ms, tx_id, ttl_s,
 #: field, value, field, value, ...; records are ordered by (event_time_ms, tx_id).
@@ -48,3 +58,226 @@ def set_latest(client: Any, records: Iterable[tuple[str, int, int, Mapping[str, 
     if count:
         return sum(int(result) for result in pipe.execute())
     return 0
+
+
+# --- Scores and alerts -------------------------------------------------------------------------------
+#
+# Retention: hashes (an alert, a card's latest score) expire ``retention_s`` after they were last written
+# (wall-clock EXPIRE, as Redis offers). Sorted sets are trimmed by EVENT time: members older than
+# ``retention_s`` before the newest member are removed on every write, so a replay of old data keeps a
+# window of its own event time instead of vanishing at once; the sets also expire ``retention_s`` after
+# their last write. A sorted-set member whose alert hash has already expired is skipped on read.
+
+#: Size bound of the recent-alerts set behind the live page: only the newest (by event time) are kept.
+RECENT_ALERTS_MAX = 1_000
+
+#: Fields of an alert hash stored as JSON text; the others are plain Redis strings.
+_JSON_FIELDS = ("features", "top_features")
+#: Integer fields of the alert and score hashes (Redis returns text).
+_INT_FIELDS = ("schema_version", "tx_id", "event_time_ms", "scored_at_ms", "model_version")
+
+#: Writes one alert. KEYS = alert hash, card's alert set, recent-alert set; ARGV = tx_id, event_time_ms,
+#: retention_ms, ttl_s, recent_max, field, value, ... Returns 1 if the alert hash did not exist before.
+_WRITE_ALERT = """
+local new = redis.call('EXISTS', KEYS[1]) == 0 and 1 or 0
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+for i = 2, 3 do
+  redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
+  local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')[2]
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. (tonumber(newest) - tonumber(ARGV[3])))
+  redis.call('EXPIRE', KEYS[i], ARGV[4])
+end
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
+return new
+"""
+
+
+def alert_key(tx_id: int, prefix: str = "") -> str:
+    """Hash with the fields of one alert."""
+    return f"{prefix}alert:{tx_id}"
+
+
+def card_alerts_key(card_id: str, prefix: str = "") -> str:
+    """Sorted set of a card's alerts: member tx_id, score event_time_ms."""
+    return f"{prefix}card:{card_id}:alerts"
+
+
+def card_score_key(card_id: str, prefix: str = "") -> str:
+    """Hash with the latest score of a card (newest by (event_time_ms, tx_id))."""
+    return f"{prefix}card:{card_id}:score"
+
+
+def recent_alerts_key(prefix: str = "") -> str:
+    """Sorted set of the newest alerts of all cards (tx_id by event_time_ms), bounded in size."""
+    return f"{prefix}alerts:recent"
+
+
+def write_alerts(
+    client: Any,
+    alerts: Iterable[AlertRecord],
+    prefix: str,
+    retention_s: int,
+    recent_max: int = RECENT_ALERTS_MAX,
+) -> int:
+    """Store alerts: their hashes, each card's alert set and the recent-alert set, in one pipeline.
+
+    Idempotent: writing the same alerts again leaves the same state (an alert is keyed by its tx_id).
+    Returns the number of alerts that were not stored before.
+    """
+    if retention_s <= 0:
+        raise ValueError("retention_s must be positive")
+    script = client.register_script(_WRITE_ALERT)
+    pipe = client.pipeline(transaction=False)
+    count = 0
+    for alert in alerts:
+        keys = [
+            alert_key(alert.tx_id, prefix),
+            card_alerts_key(alert.card_id, prefix),
+            recent_alerts_key(prefix),
+        ]
+        args: list[object] = [alert.tx_id, alert.event_time_ms, retention_s * 1000, retention_s, recent_max]
+        for name, value in _to_hash(alert).items():
+            args += [name, value]
+        script(keys=keys, args=args, client=pipe)
+        count += 1
+    return sum(int(result) for result in pipe.execute()) if count else 0
+
+
+def write_scores(client: Any, scores: Iterable[ScoreRecord], prefix: str, retention_s: int) -> int:
+    """Keep each card's latest score: an older score (by (event_time_ms, tx_id)) never overwrites a newer.
+
+    Idempotent and pipelined; only the newest score per card in the batch is sent. Returns the number of
+    cards whose latest score changed.
+    """
+    if retention_s <= 0:
+        raise ValueError("retention_s must be positive")
+    latest: dict[str, ScoreRecord] = {}
+    for score in scores:
+        known = latest.get(score.card_id)
+        if known is None or (score.event_time_ms, score.tx_id) > (known.event_time_ms, known.tx_id):
+            latest[score.card_id] = score
+    return set_latest(
+        client,
+        ((card_score_key(card, prefix), s.event_time_ms, s.tx_id, _to_hash(s)) for card, s in latest.items()),
+        retention_s,
+    )
+
+
+def get_alert(client: Any, tx_id: int, prefix: str = "") -> AlertRecord | None:
+    """The stored alert of a transaction, or None (no alert, or expired)."""
+    return _alert_from_hash(client.hgetall(alert_key(tx_id, prefix)))
+
+
+def card_alerts(client: Any, card_id: str, prefix: str = "", limit: int = 100) -> list[AlertRecord]:
+    """A card's stored alerts, newest (by event time) first."""
+    tx_ids = client.zrevrange(card_alerts_key(card_id, prefix), 0, limit - 1)
+    return _alerts_of(client, tx_ids, prefix)
+
+
+def recent_alerts(
+    client: Any, prefix: str = "", limit: int = 50, after_ms: int | None = None
+) -> list[AlertRecord]:
+    """The newest alerts of all cards, newest (by event time) first; only later than ``after_ms`` if given."""
+    low = "-inf" if after_ms is None else f"({after_ms}"
+    tx_ids = client.zrevrangebyscore(recent_alerts_key(prefix), "+inf", low, start=0, num=limit)
+    return _alerts_of(client, tx_ids, prefix)
+
+
+def card_known(client: Any, card_id: str, prefix: str = "") -> bool:
+    """Whether anything (features, a score or alerts) is stored for the card."""
+    keys = (
+        card_features_key(card_id, prefix),
+        card_score_key(card_id, prefix),
+        card_alerts_key(card_id, prefix),
+    )
+    return int(client.exists(*keys)) > 0
+
+
+def card_summary(client: Any, card_id: str, prefix: str = "", limit: int = 20) -> dict[str, Any]:
+    """What is known about a card: latest features, latest score and newest alerts.
+
+    Returns ``{"card_id", "features", "score", "alerts"}``: ``features`` is None or ``{"tx_id",
+    "event_time_ms", "terminal_id", "amount", "late", "values": {feature: value}}`` (from the feature
+    job's ``card_features_key``), ``score`` a :class:`ScoreRecord` or None, ``alerts`` newest first.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(card_features_key(card_id, prefix))
+    pipe.hgetall(card_score_key(card_id, prefix))
+    raw_features, raw_score = pipe.execute()
+    score = None
+    if raw_score:
+        score = ScoreRecord.model_validate({**_decode_hash(raw_score), "card_id": card_id})
+    return {
+        "card_id": card_id,
+        "features": _features_from_hash(raw_features) if raw_features else None,
+        "score": score,
+        "alerts": card_alerts(client, card_id, prefix, limit),
+    }
+
+
+def _to_hash(record: BaseModel) -> dict[str, str | int | float]:
+    """Redis hash fields of a score or alert: scalars as text, lists and dicts as JSON, bools as 0/1."""
+    fields: dict[str, str | int | float] = {}
+    for name, value in record.model_dump(
+        exclude={"card_id"} if isinstance(record, ScoreRecord) else None
+    ).items():
+        if name in _JSON_FIELDS:
+            fields[name] = orjson.dumps(value).decode()
+        elif isinstance(value, bool):
+            fields[name] = int(value)
+        else:
+            fields[name] = value
+    return fields
+
+
+def _text(value: bytes | str) -> str:
+    """Redis replies are bytes, or str from a client made with ``decode_responses=True``."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decode_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    decoded: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _text(key)
+        if name in _JSON_FIELDS:
+            decoded[name] = orjson.loads(value)
+        elif name in _INT_FIELDS:
+            decoded[name] = int(value)
+        else:
+            decoded[name] = _text(value)
+    return decoded
+
+
+def _alert_from_hash(raw: Mapping[Any, Any]) -> AlertRecord | None:
+    return AlertRecord.model_validate(_decode_hash(raw)) if raw else None
+
+
+def _alerts_of(client: Any, tx_ids: list[Any], prefix: str) -> list[AlertRecord]:
+    """The alerts of these tx ids in order, skipping any whose hash has expired."""
+    if not tx_ids:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for tx_id in tx_ids:
+        pipe.hgetall(alert_key(int(tx_id), prefix))
+    return [alert for alert in map(_alert_from_hash, pipe.execute()) if alert is not None]
+
+
+#: Fields of the feature job's ``card:{card_id}:features`` hash that describe the transaction, not a feature.
+_FEATURE_HASH_META = ("tx_id", "event_time_ms", "terminal_id", "amount", "late")
+
+
+def _features_from_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    fields = {_text(key): _text(value) for key, value in raw.items()}
+    return {
+        "tx_id": int(fields.get("tx_id", 0)),
+        "event_time_ms": int(fields.get("event_time_ms", 0)),
+        "terminal_id": fields.get("terminal_id", ""),
+        "amount": float(fields["amount"]) if fields.get("amount") else None,
+        "late": fields.get("late") == "1",
+        "values": {
+            name: float(value) if value != "" else None
+            for name, value in sorted(fields.items())
+            if name not in _FEATURE_HASH_META
+        },
+    }

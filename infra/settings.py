@@ -76,6 +76,16 @@ class Settings(BaseSettings):
         description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",
     )
 
+    # Alerts: the Redis lookup store and its API.
+    alert_retention_s: int = Field(
+        30 * 86_400,
+        ge=60,
+        description="Retention of alerts and latest scores in Redis: hashes expire this long after their last "
+        "write; alert sets keep this span of event time before their newest alert.",
+    )
+    api_host: str = Field("127.0.0.1", description="Address `fraud serve` listens on.")
+    api_port: int = Field(8000, ge=1, le=65_535, description="Port `fraud serve` listens on.")
+
 
 class UnknownSettingError(ValueError):
     """A ``FRAUD_*`` environment variable names no setting (most likely a typo)."""

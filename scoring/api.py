@@ -1,0 +1,136 @@
+"""The alert lookup API and the live page (``fraud serve``), read-only over the Redis store.
+
+JSON endpoints serve the lookups of ``infra.redis_store`` (OpenAPI spec at ``/openapi.json``, docs at
+``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up.
+The API only reads Redis, so it sees what the scoring job has written: idempotent upserts keyed by tx id,
+so a re-run of a micro-batch never shows an alert twice.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Path, Query
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field
+
+from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
+from infra.settings import Settings
+from ingest.schemas import CARD_TOKEN_PATTERN
+from scoring.records import AlertRecord, ScoreRecord
+
+TxIdParam = Annotated[int, Path(ge=0, lt=2**63, description="Transaction id (non-negative int64).")]
+CardIdParam = Annotated[str, Path(pattern=CARD_TOKEN_PATTERN, description="Card token (32 hex digits).")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many alerts, newest first.")]
+
+
+class CardFeatures(BaseModel):
+    """The card's latest feature values, as the feature job stored them."""
+
+    tx_id: int
+    event_time_ms: int
+    terminal_id: str
+    amount: float | None
+    late: bool
+    values: dict[str, float | None]
+
+
+class CardSummary(BaseModel):
+    """What is known about a card: latest features, latest score, newest alerts."""
+
+    card_id: str
+    features: CardFeatures | None = Field(description="Latest features (null if none are stored).")
+    score: ScoreRecord | None = Field(description="Latest score (null if none is stored).")
+    alerts: list[AlertRecord] = Field(description="Newest alerts first.")
+
+
+class Health(BaseModel):
+    status: str
+    redis: bool
+
+
+def _redis_client(source: Any) -> Any:
+    if isinstance(source, Settings):
+        from infra.clients import Clients
+
+        return Clients.from_settings(source).redis()
+    return source
+
+
+def create_app(settings_or_redis_client: Settings | Any, prefix: str = "") -> FastAPI:
+    """The API and page over the Redis store reached by the settings (or this redis-py client).
+
+    ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix).
+    """
+    redis = _redis_client(settings_or_redis_client)
+    app = FastAPI(
+        title="kappa-fraud alerts",
+        description="Alerts, scores and latest features of cards, from the Redis lookup store.",
+        version="1",
+    )
+    page = resources.files("scoring").joinpath("static/index.html").read_text()
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def index() -> str:
+        return page
+
+    @app.get("/healthz", response_model=Health, tags=["meta"])
+    def healthz() -> Health:
+        """Liveness and Redis reachability (503 when Redis does not answer)."""
+        try:
+            redis.ping()
+        except Exception as exc:  # any connection error means unhealthy
+            raise HTTPException(503, f"redis unreachable: {exc}") from exc
+        return Health(status="ok", redis=True)
+
+    @app.get("/alerts/recent", response_model=list[AlertRecord], tags=["alerts"])
+    def alerts_recent(
+        limit: Limit = 50,
+        after_ms: Annotated[
+            int | None, Query(ge=0, description="Only alerts with a later event time (UTC ms).")
+        ] = None,
+    ) -> list[AlertRecord]:
+        """The newest alerts of all cards, newest (by event time) first."""
+        return recent_alerts(redis, prefix, limit, after_ms)
+
+    @app.get(
+        "/alerts/{tx_id}",
+        response_model=AlertRecord,
+        tags=["alerts"],
+        responses={404: {"description": "No alert for this transaction"}},
+    )
+    def alert(tx_id: TxIdParam) -> AlertRecord:
+        """The alert of one transaction."""
+        found = get_alert(redis, tx_id, prefix)
+        if found is None:
+            raise HTTPException(404, f"no alert for transaction {tx_id}")
+        return found
+
+    @app.get(
+        "/cards/{card_id}",
+        response_model=CardSummary,
+        tags=["cards"],
+        responses={404: {"description": "Nothing stored for this card"}},
+    )
+    def card(card_id: CardIdParam, limit: Limit = 20) -> CardSummary:
+        """A card's latest features, latest score and newest alerts."""
+        summary = card_summary(redis, card_id, prefix, limit)
+        if summary["features"] is None and summary["score"] is None and not summary["alerts"]:
+            raise HTTPException(404, f"nothing stored for card {card_id}")
+        return CardSummary.model_validate(summary)
+
+    @app.get(
+        "/cards/{card_id}/alerts",
+        response_model=list[AlertRecord],
+        tags=["cards"],
+        responses={404: {"description": "Nothing stored for this card"}},
+    )
+    def alerts_of_card(card_id: CardIdParam, limit: Limit = 100) -> list[AlertRecord]:
+        """A card's alerts, newest first (an empty list for a known card without alerts)."""
+        found = card_alerts(redis, card_id, prefix, limit)
+        if not found and not card_known(redis, card_id, prefix):
+            raise HTTPException(404, f"nothing stored for card {card_id}")
+        return found
+
+    return app

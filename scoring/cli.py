@@ -1,0 +1,261 @@
+"""Alert consumers on the command line: ``fraud alerts tail|get``, ``fraud card`` and ``fraud serve``.
+
+``alerts tail`` reads the alerts topic as a read_committed consumer with ``assign()`` and offsets it
+manages (no consumer group: joining one takes ~25 s on the embedded broker); the lookups read Redis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from pydantic import ValidationError
+from rich.table import Table
+
+from infra.clients import Clients, offsets_for_time, partitions_of, read_topic
+from infra.console import console, err_console, settings_of
+from infra.redis_store import card_known, card_summary, get_alert
+from ingest.schemas import CARD_TOKEN_PATTERN
+from scoring.records import AlertRecord
+
+app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+PrefixOption = Annotated[
+    str, typer.Option(help="Redis key prefix (empty for the live pipeline; an isolated run's own prefix).")
+]
+
+
+def parse_time(text: str, now: datetime | None = None) -> int:
+    """UTC milliseconds of an ISO time (UTC when it has no zone) or of a time relative to now (``-1h``).
+
+    Relative units: s, m, h, d, w.
+    """
+    now = now or datetime.now(UTC)
+    match = _RELATIVE.match(text.strip())
+    if match:
+        moment = now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    else:
+        try:
+            moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text!r} is neither an ISO time (2018-04-01T12:00) nor relative (-30s, -15m, -1h, -2d, -1w)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _format_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[Message]:
+    """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever."""
+    consumer = clients.consumer(overrides={"fetch.wait.max.ms": 100})
+    try:
+        partitions = partitions_of(consumer, topic)
+        if from_ms is None:
+            starts = dict.fromkeys(partitions, OFFSET_BEGINNING)
+        else:
+            starts = offsets_for_time(consumer, topic, partitions, from_ms)
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
+        while True:
+            for message in consumer.consume(1_000, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    continue
+                yield message
+    finally:
+        consumer.close()
+
+
+def _at_or_after(message: Message, from_ms: int | None) -> bool:
+    """Whether the record's Kafka timestamp is at or after ``from_ms``.
+
+    Seeking with offsets_for_times is exact on Apache Kafka, but the embedded broker (Tansu) answers with
+    an earlier offset (the partition's start), so records before ``from_ms`` are also skipped here.
+    """
+    return from_ms is None or message.timestamp()[1] >= from_ms
+
+
+def _parse_alert(message: Message) -> AlertRecord | None:
+    try:
+        return AlertRecord.model_validate_json(message.value() or b"")
+    except ValidationError as exc:
+        err_console.print(
+            f"[yellow]skipped a malformed alert at {message.topic()}/{message.partition()}@{message.offset()}: "
+            f"{exc.errors()[0]['msg']}[/yellow]"
+        )
+        return None
+
+
+def _alert_line(alert: AlertRecord) -> str:
+    return (
+        f"{_format_ms(alert.event_time_ms)}  tx {alert.tx_id}  card {alert.card_id}  "
+        f"terminal {alert.terminal_id}  amount {alert.amount:,.2f}  "
+        f"score {alert.score:.3f} >= {alert.threshold:.3f}  {alert.model_name} v{alert.model_version}"
+        + (f"  [{', '.join(alert.top_features)}]" if alert.top_features else "")
+    )
+
+
+def _alerts_table(alerts: list[AlertRecord], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name, justify in [
+        ("event time (UTC)", "left"),
+        ("tx", "right"),
+        ("card", "left"),
+        ("terminal", "left"),
+        ("amount", "right"),
+        ("score", "right"),
+        ("model", "left"),
+        ("top features", "left"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for a in alerts:
+        table.add_row(
+            _format_ms(a.event_time_ms),
+            str(a.tx_id),
+            a.card_id,
+            a.terminal_id,
+            f"{a.amount:,.2f}",
+            f"{a.score:.3f}",
+            f"{a.model_name} v{a.model_version}",
+            ", ".join(a.top_features),
+        )
+    return table
+
+
+@app.command("tail")
+def tail_command(
+    ctx: typer.Context,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep waiting for new alerts (Ctrl-C stops).")
+    ] = False,
+    from_time: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Start at the first alert whose Kafka timestamp is at or after this time: ISO (UTC if no zone) "
+            "or relative to now (-30m, -1h, -2d). Default: the beginning of the topic.",
+        ),
+    ] = None,
+) -> None:
+    """Print the alerts of the alerts topic (read_committed); without --follow, stop at its end."""
+    settings = settings_of(ctx)
+    clients = Clients.from_settings(settings)
+    topic = settings.topics.alerts
+    from_ms = parse_time(from_time) if from_time else None
+    if follow:
+        try:
+            for message in follow_topic(clients, topic, from_ms):
+                alert = _parse_alert(message) if _at_or_after(message, from_ms) else None
+                if alert is not None:
+                    console.print(_alert_line(alert), highlight=False, soft_wrap=True)
+        except KeyboardInterrupt:
+            return
+        return
+    alerts = [
+        alert
+        for message in read_topic(clients, topic, start_ms=from_ms)
+        if _at_or_after(message, from_ms) and (alert := _parse_alert(message)) is not None
+    ]
+    alerts.sort(key=lambda a: (a.event_time_ms, a.tx_id))
+    console.print(_alerts_table(alerts, f"Alerts on {topic}: {len(alerts):,}"))
+
+
+@app.command("get")
+def get_command(
+    ctx: typer.Context,
+    tx_id: Annotated[int, typer.Argument(min=0, help="Transaction id.")],
+    prefix: PrefixOption = "",
+) -> None:
+    """Show the alert of one transaction from Redis (exit 1 if there is none)."""
+    redis = Clients.from_settings(settings_of(ctx)).redis()
+    alert = get_alert(redis, tx_id, prefix)
+    if alert is None:
+        err_console.print(f"No alert stored for transaction {tx_id}.")
+        raise typer.Exit(1)
+    table = Table(title=f"Alert for transaction {tx_id}", title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    for name, value in alert.model_dump(exclude={"features", "top_features"}).items():
+        shown = _format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
+        table.add_row(name, shown)
+    table.add_row("top_features", ", ".join(alert.top_features) or "-")
+    console.print(table)
+    console.print(_values_table("Features", alert.features))
+
+
+def _values_table(title: str, values: dict[str, float | None]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("feature")
+    table.add_column("value", justify="right")
+    for name, value in values.items():
+        table.add_row(name, "-" if value is None else f"{value:,.4f}")
+    return table
+
+
+def card_command(
+    ctx: typer.Context,
+    card_id: Annotated[str, typer.Argument(help="Card token (32 hex digits).")],
+    prefix: PrefixOption = "",
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many alerts, newest first.")] = 20,
+) -> None:
+    """Show a card's latest features, latest score and alerts from Redis (exit 1 if nothing is stored)."""
+    if not re.match(CARD_TOKEN_PATTERN, card_id):
+        raise typer.BadParameter("a card token is 32 lower-case hex digits", param_hint="CARD_ID")
+    redis = Clients.from_settings(settings_of(ctx)).redis()
+    if not card_known(redis, card_id, prefix):
+        err_console.print(f"Nothing stored for card {card_id}.")
+        raise typer.Exit(1)
+    summary = card_summary(redis, card_id, prefix, limit)
+    console.print(f"[bold]Card {card_id}[/bold]")
+    features = summary["features"]
+    if features is None:
+        console.print("No features stored.")
+    else:
+        title = (
+            f"Latest features: tx {features['tx_id']} at {_format_ms(features['event_time_ms'])} UTC, "
+            f"terminal {features['terminal_id']}, amount {features['amount']}"
+        )
+        console.print(_values_table(title, features["values"]))
+    score = summary["score"]
+    if score is None:
+        console.print("No score stored.")
+    else:
+        console.print(
+            f"Latest score: {score.score:.3f} (threshold {score.threshold:.3f}, {score.model_name} "
+            f"v{score.model_version}) for tx {score.tx_id} at {_format_ms(score.event_time_ms)} UTC"
+            + ("  [bold red]ALERT[/bold red]" if score.alert else "")
+        )
+    console.print(_alerts_table(summary["alerts"], f"Alerts: {len(summary['alerts'])} shown"))
+
+
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None, typer.Option(help="Listen address (default: FRAUD_API_HOST, 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: FRAUD_API_PORT, 8000).")] = None,
+    prefix: PrefixOption = "",
+) -> None:
+    """Serve the alert lookup API (OpenAPI at /docs) and the live alerts page at / (Ctrl-C stops)."""
+    import uvicorn
+
+    from scoring.api import create_app
+
+    settings = settings_of(ctx)
+    app_ = create_app(Clients.from_settings(settings).redis(), prefix)
+    host, port = host or settings.api_host, port or settings.api_port
+    console.print(f"Live alerts page: http://{host}:{port}/   API docs: http://{host}:{port}/docs")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")

@@ -1,0 +1,65 @@
+"""Score and alert records on the wire, defined once.
+
+The scoring job writes one :class:`ScoreRecord` per transaction to the scores topic and an
+:class:`AlertRecord` for every transaction scored at or above the model's threshold to the alerts topic.
+Both are JSON (``model_dump_json``), keyed by ``card_id``, with an explicit ``schema_version``; event and
+scoring times are UTC milliseconds. Consumers parse them with ``model_validate_json``. The same alert
+fields are stored in Redis (``infra.redis_store``) for lookups.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ingest.schemas import SCHEMA_VERSION, CardToken, EventTimeMs, FiniteFloat, TerminalId, TxId
+
+ModelVersion = Annotated[int, Field(ge=1, description="Registered model version (MLflow counts from 1).")]
+
+
+class _Scored(BaseModel):
+    """Fields every score and alert carries: the transaction, the score and the model that gave it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tx_id: TxId
+    card_id: CardToken
+    terminal_id: TerminalId
+    amount: float
+    event_time_ms: EventTimeMs = Field(description="The transaction's event time, UTC milliseconds.")
+    scored_at_ms: int = Field(ge=0, description="When the scoring job scored it, UTC milliseconds.")
+    score: FiniteFloat = Field(description="The model's fraud score (probability of fraud).")
+    threshold: FiniteFloat = Field(description="The model's alert threshold: score >= threshold alerts.")
+    model_name: str = Field(min_length=1, description="Registered MLflow model name.")
+    model_version: ModelVersion
+
+
+class ScoreRecord(_Scored):
+    """One scored transaction, as written to the scores topic (keyed by ``card_id``)."""
+
+    alert: bool = Field(description="Whether the score reached the threshold (an alert was raised).")
+
+    def to_alert(self, features: dict[str, float | None], top_features: list[str]) -> AlertRecord:
+        """The alert for this score, with the feature values and the features that drove the score."""
+        fields = self.model_dump(exclude={"alert"})
+        return AlertRecord(**fields, features=features, top_features=top_features)
+
+
+class AlertRecord(_Scored):
+    """A transaction scored at or above the threshold, as written to the alerts topic and to Redis."""
+
+    features: dict[str, float | None] = Field(
+        description="The feature values the model scored (null where a feature had no value)."
+    )
+    top_features: list[str] = Field(
+        default_factory=list, description="Names of the features that drove the score, strongest first."
+    )
+
+    @field_validator("features")
+    @classmethod
+    def _no_nan(cls, value: dict[str, float | None]) -> dict[str, float | None]:
+        """NaN and infinities become null, as JSON has no NaN: the record survives a round trip unchanged."""
+        return {k: None if v is None or not math.isfinite(v) else v for k, v in value.items()}

@@ -1,0 +1,196 @@
+"""Alerts and scores in a real Valkey server: idempotent writes, set-if-newer scores, retention, reads."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from infra.embedded import StackInfo
+from infra.redis_store import (
+    alert_key,
+    card_alerts,
+    card_alerts_key,
+    card_features_key,
+    card_known,
+    card_score_key,
+    card_summary,
+    get_alert,
+    recent_alerts,
+    recent_alerts_key,
+    set_latest,
+    write_alerts,
+    write_scores,
+)
+from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+
+DAY_S = 86_400
+RETENTION_S = 7 * DAY_S
+
+
+@pytest.fixture
+def client(stack: StackInfo) -> Iterator[Any]:
+    client = redis.Redis.from_url(stack.redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}:"
+
+
+def dump(client: Any, prefix: str) -> dict[str, Any]:
+    """Every key under ``prefix`` with its content (TTLs aside)."""
+    state: dict[str, Any] = {}
+    for key in sorted(client.scan_iter(match=f"{prefix}*", count=1000)):
+        kind = client.type(key)
+        state[key.decode()] = (
+            client.hgetall(key) if kind == b"hash" else client.zrange(key, 0, -1, withscores=True)
+        )
+    return state
+
+
+def test_alerts_are_written_once_and_read_back_in_event_time_order(client: Any, prefix: str) -> None:
+    alerts = [make_alert(3), make_alert(1), make_alert(2, card_id=CARD_B), make_alert(4, card_id=CARD_B)]
+    assert write_alerts(client, alerts, prefix, RETENTION_S) == 4
+    state = dump(client, prefix)
+    assert set(state) == {
+        *(alert_key(a.tx_id, prefix) for a in alerts),
+        card_alerts_key(CARD_A, prefix),
+        card_alerts_key(CARD_B, prefix),
+        recent_alerts_key(prefix),
+    }
+
+    # The same batch again (a re-run after a crash), and a part of it: nothing changes.
+    assert write_alerts(client, alerts, prefix, RETENTION_S) == 0
+    assert write_alerts(client, alerts[1:3], prefix, RETENTION_S) == 0
+    assert dump(client, prefix) == state
+
+    assert get_alert(client, 2, prefix) == alerts[2]
+    assert get_alert(client, 99, prefix) is None
+    assert [a.tx_id for a in card_alerts(client, CARD_A, prefix, limit=10)] == [3, 1]
+    assert [a.tx_id for a in card_alerts(client, CARD_B, prefix, limit=1)] == [4]
+    assert [a.tx_id for a in recent_alerts(client, prefix, limit=10)] == [4, 3, 2, 1]
+    assert [a.tx_id for a in recent_alerts(client, prefix, limit=2)] == [4, 3]
+    after = alerts[2].event_time_ms  # tx 2: only later event times
+    assert [a.tx_id for a in recent_alerts(client, prefix, limit=10, after_ms=after)] == [4, 3]
+    assert recent_alerts(client, prefix, limit=10, after_ms=alerts[3].event_time_ms) == []
+    assert write_alerts(client, [], prefix, RETENTION_S) == 0
+
+
+def test_retention_expires_hashes_and_trims_sets_by_event_time(client: Any, prefix: str) -> None:
+    """Alerts 10 and 6 days before the newest: with a 7-day retention the older leaves the sets."""
+    newest = make_alert(1, event_time_ms=T0_MS + 30 * DAY_S * 1000)
+    old = make_alert(2, event_time_ms=newest.event_time_ms - 10 * DAY_S * 1000)
+    recent = make_alert(3, event_time_ms=newest.event_time_ms - 6 * DAY_S * 1000)
+    write_alerts(client, [newest], prefix, RETENTION_S)
+    write_alerts(client, [old, recent], prefix, RETENTION_S)
+
+    assert [a.tx_id for a in card_alerts(client, CARD_A, prefix)] == [1, 3]
+    assert [a.tx_id for a in recent_alerts(client, prefix)] == [1, 3]
+    for key in (alert_key(1, prefix), card_alerts_key(CARD_A, prefix), recent_alerts_key(prefix)):
+        assert RETENTION_S - 5 <= client.ttl(key) <= RETENTION_S
+    # The trimmed alert's own hash lives until it expires.
+    assert get_alert(client, 2, prefix) == old
+
+    # An alert hash that expired before its set member is skipped on read.
+    client.delete(alert_key(3, prefix))
+    assert [a.tx_id for a in card_alerts(client, CARD_A, prefix)] == [1]
+    assert [a.tx_id for a in recent_alerts(client, prefix)] == [1]
+
+
+def test_recent_alerts_keep_only_the_newest(client: Any, prefix: str) -> None:
+    write_alerts(client, [make_alert(i) for i in range(1, 6)], prefix, RETENTION_S, recent_max=3)
+    write_alerts(client, [make_alert(0)], prefix, RETENTION_S, recent_max=3)  # older than all kept
+    assert client.zcard(recent_alerts_key(prefix)) == 3
+    assert [a.tx_id for a in recent_alerts(client, prefix)] == [5, 4, 3]
+    assert len(card_alerts(client, CARD_A, prefix)) == 6  # per-card sets are bounded by retention only
+
+
+def test_latest_score_is_set_if_newer_and_idempotent(client: Any, prefix: str) -> None:
+    first, second = make_score(10), make_score(11, score=0.2, alert=False)
+    same_ms = make_score(12, event_time_ms=second.event_time_ms, score=0.3, alert=False)
+    other_card = make_score(5, card_id=CARD_B)
+
+    assert write_scores(client, [second, first, other_card], prefix, RETENTION_S) == 2
+    state = dump(client, prefix)
+    # The same batch again: the same records are rewritten with the same values.
+    assert write_scores(client, [second, first, other_card], prefix, RETENTION_S) == 2
+    assert dump(client, prefix) == state
+    assert write_scores(client, [first], prefix, RETENTION_S) == 0  # older: ignored
+    assert dump(client, prefix) == state
+    assert card_summary(client, CARD_A, prefix)["score"] == second
+
+    # Same event time: the higher tx id is the newer.
+    assert write_scores(client, [same_ms], prefix, RETENTION_S) == 1
+    assert card_summary(client, CARD_A, prefix)["score"] == same_ms
+    assert card_summary(client, CARD_B, prefix)["score"] == other_card
+    assert RETENTION_S - 5 <= client.ttl(card_score_key(CARD_A, prefix)) <= RETENTION_S
+
+
+def test_card_summary_combines_features_score_and_alerts(client: Any, prefix: str) -> None:
+    unknown = "f" * 32
+    assert not card_known(client, unknown, prefix)
+    assert card_summary(client, unknown, prefix) == {
+        "card_id": unknown,
+        "features": None,
+        "score": None,
+        "alerts": [],
+    }
+    # What the feature job writes (features/job.py): transaction fields, `late`, feature values.
+    set_latest(
+        client,
+        [
+            (
+                card_features_key(CARD_A, prefix),
+                T0_MS + 2000,
+                2,
+                {
+                    "terminal_id": "3156",
+                    "amount": 250.5,
+                    "late": 0,
+                    "card_nb_tx_1d": 3.0,
+                    "terminal_risk_7d": None,
+                },
+            )
+        ],
+        RETENTION_S,
+    )
+    assert card_known(client, CARD_A, prefix)
+    write_scores(client, [make_score(2)], prefix, RETENTION_S)
+    write_alerts(client, [make_alert(1), make_alert(2)], prefix, RETENTION_S)
+
+    summary = card_summary(client, CARD_A, prefix, limit=1)
+    assert summary["features"] == {
+        "tx_id": 2,
+        "event_time_ms": T0_MS + 2000,
+        "terminal_id": "3156",
+        "amount": 250.5,
+        "late": False,
+        "values": {"card_nb_tx_1d": 3.0, "terminal_risk_7d": None},
+    }
+    assert summary["score"] == make_score(2)
+    assert summary["alerts"] == [make_alert(2)]
+
+
+def test_writes_need_a_positive_retention(client: Any, prefix: str) -> None:
+    with pytest.raises(ValueError, match="retention"):
+        write_alerts(client, [make_alert()], prefix, 0)
+    with pytest.raises(ValueError, match="retention"):
+        write_scores(client, [make_score()], prefix, 0)
+
+
+def test_reads_work_with_a_decoding_client(stack: StackInfo, client: Any, prefix: str) -> None:
+    """A client made with decode_responses=True (str replies) reads the same records."""
+    write_alerts(client, [make_alert(1), make_alert(2)], prefix, RETENTION_S)
+    write_scores(client, [make_score(2)], prefix, RETENTION_S)
+    text_client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    try:
+        assert card_summary(text_client, CARD_A, prefix) == card_summary(client, CARD_A, prefix)
+        assert recent_alerts(text_client, prefix) == [make_alert(2), make_alert(1)]
+    finally:
+        text_client.close()

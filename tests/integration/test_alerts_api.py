@@ -1,0 +1,145 @@
+"""The alert lookup API against a real Valkey server: every endpoint, unknown ids (404), malformed ids (422)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from infra.embedded import StackInfo
+from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
+from scoring.api import create_app
+from scoring.records import AlertRecord
+from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+
+RETENTION_S = 7 * 86_400
+UNKNOWN_CARD = "e" * 32
+
+
+@pytest.fixture
+def store(stack: StackInfo) -> Iterator[tuple[Any, str]]:
+    client = redis.Redis.from_url(stack.redis_url)
+    prefix = f"test-{uuid.uuid4().hex[:10]}:"
+    write_alerts(client, [make_alert(1), make_alert(2), make_alert(3, card_id=CARD_B)], prefix, RETENTION_S)
+    write_scores(client, [make_score(2), make_score(3, card_id=CARD_B)], prefix, RETENTION_S)
+    set_latest(
+        client,
+        [
+            (
+                card_features_key(CARD_A, prefix),
+                T0_MS + 2000,
+                2,
+                {"terminal_id": "3156", "amount": 250.5, "late": 0, "card_nb_tx_1d": 2.0},
+            )
+        ],
+        RETENTION_S,
+    )
+    yield client, prefix
+    client.close()
+
+
+@pytest.fixture
+def api(store: tuple[Any, str]) -> TestClient:
+    client, prefix = store
+    return TestClient(create_app(client, prefix))
+
+
+def test_healthz(api: TestClient) -> None:
+    assert api.get("/healthz").json() == {"status": "ok", "redis": True}
+
+
+def test_healthz_reports_an_unreachable_redis() -> None:
+    from infra.embedded import free_port
+
+    dead = redis.Redis(
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+    response = TestClient(create_app(dead)).get("/healthz")
+    assert response.status_code == 503
+
+
+def test_recent_alerts_newest_first_with_limit_and_after(api: TestClient) -> None:
+    body = api.get("/alerts/recent").json()
+    assert [a["tx_id"] for a in body] == [3, 2, 1]
+    assert [AlertRecord.model_validate(a) for a in body][1] == make_alert(2)
+    assert [a["tx_id"] for a in api.get("/alerts/recent", params={"limit": 1}).json()] == [3]
+    after = make_alert(1).event_time_ms
+    assert [a["tx_id"] for a in api.get("/alerts/recent", params={"after_ms": after}).json()] == [3, 2]
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 5000}, {"limit": "x"}, {"after_ms": -1}])
+def test_recent_alerts_rejects_bad_parameters(api: TestClient, params: dict[str, object]) -> None:
+    assert api.get("/alerts/recent", params=params).status_code == 422
+
+
+def test_alert_by_tx_id(api: TestClient) -> None:
+    response = api.get("/alerts/2")
+    assert response.status_code == 200
+    assert AlertRecord.model_validate(response.json()) == make_alert(2)
+    assert api.get("/alerts/999").status_code == 404
+
+
+@pytest.mark.parametrize("tx_id", ["abc", "-1", "1.5", str(2**63)])
+def test_alert_rejects_malformed_tx_ids(api: TestClient, tx_id: str) -> None:
+    assert api.get(f"/alerts/{tx_id}").status_code == 422
+
+
+def test_card_summary(api: TestClient) -> None:
+    body = api.get(f"/cards/{CARD_A}").json()
+    assert body["card_id"] == CARD_A
+    assert body["features"]["values"] == {"card_nb_tx_1d": 2.0}
+    assert body["features"]["tx_id"] == 2
+    assert body["score"]["tx_id"] == 2 and body["score"]["alert"] is True
+    assert [a["tx_id"] for a in body["alerts"]] == [2, 1]
+    # A card with a score and alerts but no features.
+    assert api.get(f"/cards/{CARD_B}").json()["features"] is None
+    assert api.get(f"/cards/{UNKNOWN_CARD}").status_code == 404
+
+
+def test_card_alerts(api: TestClient) -> None:
+    assert [a["tx_id"] for a in api.get(f"/cards/{CARD_A}/alerts").json()] == [2, 1]
+    assert [a["tx_id"] for a in api.get(f"/cards/{CARD_A}/alerts", params={"limit": 1}).json()] == [2]
+    assert api.get(f"/cards/{UNKNOWN_CARD}/alerts").status_code == 404
+
+
+def test_known_card_without_alerts_has_an_empty_list(store: tuple[Any, str], api: TestClient) -> None:
+    client, prefix = store
+    quiet = "c" * 32
+    write_scores(client, [make_score(50, card_id=quiet, score=0.1, alert=False)], prefix, RETENTION_S)
+    assert api.get(f"/cards/{quiet}/alerts").json() == []
+    assert api.get(f"/cards/{quiet}").json()["score"]["alert"] is False
+
+
+@pytest.mark.parametrize("card_id", ["abc", "A" * 32, "g" * 32, "a" * 33, "4111111111111111"])
+def test_cards_reject_malformed_ids(api: TestClient, card_id: str) -> None:
+    assert api.get(f"/cards/{card_id}").status_code == 422
+    assert api.get(f"/cards/{card_id}/alerts").status_code == 422
+
+
+def test_openapi_spec_describes_every_endpoint_with_response_models(api: TestClient) -> None:
+    spec = api.get("/openapi.json").json()
+    paths = spec["paths"]
+    assert set(paths) == {
+        "/healthz",
+        "/alerts/recent",
+        "/alerts/{tx_id}",
+        "/cards/{card_id}",
+        "/cards/{card_id}/alerts",
+    }
+    for path in paths.values():
+        ok = path["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert "$ref" in ok or "items" in ok
+    assert {"AlertRecord", "ScoreRecord", "CardSummary"} <= set(spec["components"]["schemas"])
+
+
+def test_page_is_served(api: TestClient) -> None:
+    response = api.get("/")
+    assert response.status_code == 200
+    assert "text/html" in response.headers["content-type"]
+    assert "/alerts/recent" in response.text and 'id="card-form"' in response.text

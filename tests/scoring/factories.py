@@ -1,0 +1,37 @@
+"""Score and alert records for tests: valid by default, any field overridable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scoring.records import AlertRecord, ScoreRecord
+
+#: 2018-04-01 00:00 UTC, the simulator's first day.
+T0_MS = 1_522_540_800_000
+CARD_A = "a" * 32
+CARD_B = "0123456789abcdef" * 2
+
+
+def make_score(tx_id: int = 1, **updates: Any) -> ScoreRecord:
+    fields: dict[str, Any] = {
+        "tx_id": tx_id,
+        "card_id": CARD_A,
+        "terminal_id": "3156",
+        "amount": 250.5,
+        "event_time_ms": T0_MS + tx_id * 1000,
+        "scored_at_ms": T0_MS + tx_id * 1000 + 40,
+        "score": 0.91,
+        "threshold": 0.5,
+        "model_name": "fraud-detector",
+        "model_version": 3,
+        "alert": True,
+    }
+    return ScoreRecord(**{**fields, **updates})
+
+
+def make_alert(tx_id: int = 1, **updates: Any) -> AlertRecord:
+    features = updates.pop(
+        "features", {"card_nb_tx_1d": 3.0, "card_amount_ratio_30d": 4.2, "terminal_risk_7d": None}
+    )
+    top = updates.pop("top_features", ["card_amount_ratio_30d", "card_nb_tx_1d"])
+    return make_score(tx_id, **updates).to_alert(features, top)

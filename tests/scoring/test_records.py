@@ -1,0 +1,72 @@
+"""Score and alert records: the wire format the scoring job writes and every consumer reads."""
+
+import json
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from ingest.schemas import SCHEMA_VERSION
+from scoring.records import AlertRecord, ScoreRecord
+from tests.scoring.factories import CARD_A, make_alert, make_score
+
+
+def test_score_record_round_trips_through_json() -> None:
+    score = make_score(7)
+    wire = score.model_dump_json()
+    assert json.loads(wire)["schema_version"] == SCHEMA_VERSION == 1
+    assert ScoreRecord.model_validate_json(wire) == score
+
+
+def test_alert_record_round_trips_with_features_and_top_features() -> None:
+    alert = make_alert(8)
+    parsed = AlertRecord.model_validate_json(alert.model_dump_json())
+    assert parsed == alert
+    assert parsed.features["terminal_risk_7d"] is None
+    assert parsed.top_features == ["card_amount_ratio_30d", "card_nb_tx_1d"]
+
+
+def test_alert_from_score_carries_every_score_field() -> None:
+    score = make_score(9)
+    alert = score.to_alert({"f": 1.0}, ["f"])
+    assert alert.model_dump(exclude={"features", "top_features"}) == score.model_dump(exclude={"alert"})
+
+
+def test_non_finite_feature_values_become_null() -> None:
+    alert = make_alert(features={"a": math.nan, "b": math.inf, "c": 1.5})
+    assert alert.features == {"a": None, "b": None, "c": 1.5}
+    assert AlertRecord.model_validate_json(alert.model_dump_json()) == alert
+
+
+def test_records_are_frozen() -> None:
+    with pytest.raises(ValidationError):
+        make_alert().score = 0.1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tx_id", -1),
+        ("card_id", "4111111111111111"),  # a card number, not a token
+        ("card_id", CARD_A.upper()),
+        ("terminal_id", ""),
+        ("event_time_ms", 1),
+        ("score", math.nan),
+        ("model_version", 0),
+        ("model_name", ""),
+        ("schema_version", 2),
+    ],
+)
+def test_invalid_fields_are_rejected(field: str, value: object) -> None:
+    with pytest.raises(ValidationError):
+        make_score(**{field: value})
+
+
+def test_unknown_fields_are_rejected() -> None:
+    wire = json.loads(make_alert().model_dump_json())
+    wire["surprise"] = 1
+    with pytest.raises(ValidationError):
+        AlertRecord.model_validate(wire)
+    del wire["surprise"], wire["features"]
+    with pytest.raises(ValidationError, match="features"):
+        AlertRecord.model_validate(wire)
