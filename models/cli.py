@@ -236,7 +236,7 @@ def run_training(
 
 
 def _clean(value: float) -> float | None:
-    return None if math.isnan(value) else round(value, 6)
+    return None if math.isnan(value) else value
 
 
 def metrics_document(result: TrainingResult, logged: LoggedRun) -> dict[str, object]:
@@ -270,18 +270,26 @@ def metrics_table(result: TrainingResult) -> Table:
     """One row per fold and the mean (± std) over folds."""
     key = card_precision_key(result.latest.card_precision.k)
     columns = ("roc_auc", "average_precision", key, "alert_precision", "alert_recall", "alerts_per_day")
+    headers = (
+        "AUC",
+        "AP",
+        f"CP@{result.latest.card_precision.k}",
+        "alert prec",
+        "alert recall",
+        "alerts/day",
+    )
     table = Table(title=f"{result.spec.kind}, {len(result.feature_columns)} features", title_justify="left")
-    table.add_column("fold")
-    table.add_column("train rows / frauds", justify="right")
-    table.add_column("test rows / frauds", justify="right")
-    for name in columns:
-        table.add_column(name.replace("_", " "), justify="right")
+    table.add_column("test from")
+    table.add_column("train rows/frauds", justify="right")
+    table.add_column("test rows/frauds", justify="right")
+    for header in headers:
+        table.add_column(header, justify="right")
     for fold in result.folds:
         c = fold.counts
         table.add_row(
-            fold.plan.describe(),
-            f"{c['train_rows']:,} / {c['train_frauds']:,}",
-            f"{c['test_rows']:,} / {c['test_frauds']:,}",
+            str(fold.plan.test_start),
+            f"{c['train_rows']:,}/{c['train_frauds']:,}",
+            f"{c['test_rows']:,}/{c['test_frauds']:,}",
             *(_fmt(fold.metrics[name], 1 if name == "alerts_per_day" else 3) for name in columns),
         )
     if len(result.folds) > 1:
@@ -297,6 +305,8 @@ def metrics_table(result: TrainingResult) -> Table:
 
 def print_result(result: TrainingResult, logged: LoggedRun, tracking_uri: str) -> None:
     console.print(metrics_table(result))
+    for fold in result.folds:
+        console.print(f"  {fold.plan.describe()}")
     console.print(
         f"Alert threshold {result.threshold:.4f} (chosen on the training period for the alert budget). "
         f"MLflow run {logged.run_id} in {tracking_uri}."
@@ -317,17 +327,9 @@ def list_command(ctx: typer.Context) -> None:
         console.print(f"No version of {MODEL_NAME} is registered in {tracking_uri}.")
         return
     table = Table(title=f"{MODEL_NAME} in {tracking_uri}", title_justify="left")
-    for name in (
-        "version",
-        "aliases",
-        "model",
-        "created (UTC)",
-        "roc auc",
-        "avg precision",
-        "card prec@100",
-        "threshold",
-    ):
-        table.add_column(name, justify="left" if name in ("aliases", "model", "created (UTC)") else "right")
+    for name in ("version", "aliases", "model", "created (UTC)", "AUC", "AP", "CP@100", "threshold"):
+        left = name in ("aliases", "model", "created (UTC)")
+        table.add_column(name, justify="left" if left else "right", no_wrap=name != "created (UTC)")
     for info in versions:
         m = info.metrics
         created = dt.datetime.fromtimestamp(info.created_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
