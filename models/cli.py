@@ -68,16 +68,62 @@ def tracking_target(settings: Settings) -> tuple[str, str | None]:
     )
 
 
-def _plans(last_ms: int, start: str | None, train: int, delay: int, test: int, folds: int) -> list[SplitPlan]:
-    if start is None:
-        latest = latest_plan(last_ms, train, delay, test)
-    else:
-        try:
-            first = SplitPlan(dt.date.fromisoformat(start), train, delay, test)
-        except ValueError as exc:
-            raise typer.BadParameter(f"--train-start {start!r}: {exc}") from exc
-        latest = first.shifted((folds - 1) * test)
-    return fold_plans(latest, folds)
+@dataclass(frozen=True)
+class Periods:
+    """The split options: a first training day (None: the latest the data allows) and period lengths."""
+
+    train_start: str | None = None
+    train_days: int = 7
+    delay_days: int = 7
+    test_days: int = 7
+    folds: int = 1
+
+    def plans(self, last_ms: int) -> list[SplitPlan]:
+        """One plan per fold, oldest first, for data whose last event time is ``last_ms``."""
+        if self.train_start is None:
+            latest = latest_plan(last_ms, self.train_days, self.delay_days, self.test_days)
+        else:
+            try:
+                first = SplitPlan(
+                    dt.date.fromisoformat(self.train_start), self.train_days, self.delay_days, self.test_days
+                )
+            except ValueError as exc:
+                raise typer.BadParameter(f"--train-start {self.train_start!r}: {exc}") from exc
+            latest = first.shifted((self.folds - 1) * self.test_days)
+        return fold_plans(latest, self.folds)
+
+
+def file_training_set(
+    settings: Settings, path: Path, mapping: str, params: FeatureParams, periods: Periods
+) -> tuple[Dataset, list[SplitPlan]]:
+    """The dataset of a labelled file, for the rows the plans need."""
+    with console.status(f"Reading {path}..."):
+        table = read_table(path, parse_mapping(mapping))
+        plans = periods.plans(int(event_times_ms(table).max()))
+    with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
+        dataset = file_dataset(
+            table,
+            f"file:{path}",
+            params,
+            round(settings.label_delay_days * DAY_MS),
+            settings.max_event_bytes,
+            plans[0].train_start_ms,
+            plans[-1].test_end_ms,
+        )
+    return dataset, plans
+
+
+def topics_training_set(
+    settings: Settings, params: FeatureParams, periods: Periods
+) -> tuple[Dataset, list[SplitPlan]]:
+    """The dataset of a replay of the transactions and labels topics (with progress), for the plans."""
+    from models.replay import replay_dataset, replay_topics
+
+    events = replay_topics(Clients.from_settings(settings), settings.topics, settings.max_event_bytes)
+    plans = periods.plans(events.last_ms)
+    with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
+        dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
+    return dataset, plans
 
 
 def train_command(
@@ -159,28 +205,11 @@ def train_command(
     tracking_uri, artifacts = tracking_target(settings)
     spec = ModelSpec(model, max_depth, n_estimators, class_weight, seed)  # type: ignore[arg-type]
     params = feature_params(feature_delay_days)
-    plan_args = (train_start, train_days, delay_days, test_days, folds)
+    periods = Periods(train_start, train_days, delay_days, test_days, folds)
     if input_file is not None:
-        with console.status(f"Reading {input_file}..."):
-            table = read_table(input_file, parse_mapping(mapping))
-            plans = _plans(int(event_times_ms(table).max()), *plan_args)
-        with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
-            dataset = file_dataset(
-                table,
-                f"file:{input_file}",
-                params,
-                round(settings.label_delay_days * DAY_MS),
-                settings.max_event_bytes,
-                plans[0].train_start_ms,
-                plans[-1].test_end_ms,
-            )
+        dataset, plans = file_training_set(settings, input_file, mapping, params, periods)
     else:
-        from models.replay import replay_dataset, replay_topics
-
-        events = replay_topics(Clients.from_settings(settings), settings.topics, settings.max_event_bytes)
-        plans = _plans(events.last_ms, *plan_args)
-        with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
-            dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
+        dataset, plans = topics_training_set(settings, params, periods)
     options = TrainOptions(spec, features, params, plans, alerts_per_day)  # type: ignore[arg-type]
     result, logged = run_training(dataset, options, tracking_uri, artifacts, register)
     print_result(result, logged, tracking_uri)
