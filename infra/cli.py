@@ -19,6 +19,10 @@ from infra.embedded import EmbeddedStack, StackError, StackInfo
 from infra.settings import Settings, UnknownSettingError, load_settings
 from ingest.cli import ingest_command, simulate_command
 from ingest.files import InputFileError
+from models.cli import app as models_app
+from models.cli import train_command
+from models.dataset import DatasetError
+from models.registry import ModelNotFoundError
 from scoring.cli import app as alerts_app
 from scoring.cli import card_command, serve_command
 
@@ -32,9 +36,17 @@ topics_app = typer.Typer(help="Create, count and reset the project's Kafka topic
 app.add_typer(topics_app, name="topics")
 app.add_typer(features_app, name="features")
 app.add_typer(alerts_app, name="alerts")
+app.add_typer(models_app, name="models")
 
 #: Errors a user can act on: shown as one line, no traceback.
-USER_ERRORS = (StackError, NotConfiguredError, InputFileError, UnknownSettingError)
+USER_ERRORS = (
+    StackError,
+    NotConfiguredError,
+    InputFileError,
+    UnknownSettingError,
+    DatasetError,
+    ModelNotFoundError,
+)
 
 
 @app.callback()
@@ -123,6 +135,7 @@ app.command("ingest")(ingest_command)
 app.command("demo")(demo_command)
 app.command("card")(card_command)
 app.command("serve")(serve_command)
+app.command("train")(train_command)
 
 
 def _create_topics(settings: Settings) -> list[str]:

@@ -2,8 +2,10 @@
 
 Today's pipeline: simulate transactions, ingest them and their delayed labels into Kafka, ingest a file of
 deliberately broken events to show the dead-letter topic, run the streaming feature job over everything
-(features to Kafka, latest features per card to Redis), then print topic counts, the dead-letter summary
-and one card's features from Redis. The embedded stack is started for the run and stopped after it; with
+(features to Kafka, latest features per card to Redis), train the first model by replaying the
+transactions and labels topics (honest split, metrics, registered in MLflow: the first version of an empty
+registry becomes the champion), then print topic counts, the dead-letter summary and one card's features
+from Redis. The embedded stack is started for the run and stopped after it; with
 a stack already running (or your own services), the demo uses fresh ``demo-…`` topics of its own.
 """
 
@@ -99,14 +101,39 @@ def demo_command(
         checkpoint = settings.home / "checkpoints" / f"demo-{uuid.uuid4().hex[:6]}"
         run_feature_job(settings, settings.topics, checkpoint.resolve(), FeatureParams(), once=True)
 
+        console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
+        train_demo_model(settings)
+
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
         console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
         show_card(clients, frame, settings)
         console.print(
             f"Labels become known {label_delay_ms(settings, None) / 86_400_000:g} days after their transaction. "
-            "Next: `fraud status`, `fraud features run`, `fraud ingest FILE`, `fraud simulate --help`."
+            "Next: `fraud status`, `fraud models list`, `fraud train --help`, `fraud features run`, "
+            "`fraud ingest FILE`."
         )
+
+
+def train_demo_model(settings: Settings) -> None:
+    """Gradient boosting on every feature, trained on the latest week the replayed topics allow."""
+    from models.cli import (
+        Periods,
+        TrainOptions,
+        print_result,
+        run_training,
+        topics_training_set,
+        tracking_target,
+    )
+    from models.metrics import DEFAULT_ALERTS_PER_DAY
+    from models.pipelines import ModelSpec
+
+    params = FeatureParams()
+    tracking_uri, artifacts = tracking_target(settings)
+    dataset, plans = topics_training_set(settings, params, Periods())
+    options = TrainOptions(ModelSpec("hist_gradient_boosting"), "all", params, plans, DEFAULT_ALERTS_PER_DAY)
+    result, logged = run_training(dataset, options, tracking_uri, artifacts, register=True)
+    print_result(result, logged, tracking_uri)
 
 
 def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings) -> None:

@@ -1,0 +1,98 @@
+"""The model families and the feature sets they can use, each a scikit-learn pipeline.
+
+Every pipeline starts with a ``StandardScaler`` fitted on the training rows only (it matters for logistic
+regression; trees are indifferent to it, and one shape for all keeps the saved models alike), then the
+classifier with a fixed seed.
+
+Class imbalance (under 1 % of transactions are frauds) is handled with class weights: ``balanced``
+(the default) weighs each class by the inverse of its frequency in the training rows, through the
+classifier's own ``class_weight``; ``none`` trains on the raw frequencies, as the handbook does. The
+alert threshold is chosen separately, on the training period's scores (``models.metrics``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
+
+from features.definitions import HANDBOOK_FEATURES, FeatureParams
+from ingest.schemas import TxColumns
+
+if TYPE_CHECKING:
+    from sklearn.pipeline import Pipeline
+
+ModelKind = Literal["logistic_regression", "decision_tree", "random_forest", "hist_gradient_boosting"]
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+FeatureSet = Literal["handbook", "all"]
+FEATURE_SETS: tuple[str, ...] = get_args(FeatureSet)
+ClassWeight = Literal["balanced", "none"]
+CLASS_WEIGHTS: tuple[str, ...] = get_args(ClassWeight)
+
+
+def feature_set(name: FeatureSet, params: FeatureParams) -> tuple[str, ...]:
+    """Model inputs: the handbook's 15 features, or the amount and every feature the feature job computes."""
+    if name == "handbook":
+        return HANDBOOK_FEATURES
+    return (TxColumns.AMOUNT, *params.feature_columns)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which classifier and its few hyper-parameters."""
+
+    kind: ModelKind = "random_forest"
+    max_depth: int | None = None
+    n_estimators: int = 100
+    class_weight: ClassWeight = "balanced"
+    seed: int = 0
+    n_jobs: int = 2
+
+    def params(self) -> dict[str, str | int | None]:
+        """The spec as MLflow run parameters."""
+        return {
+            "model": self.kind,
+            "max_depth": self.max_depth,
+            "n_estimators": self.n_estimators
+            if self.kind in ("random_forest", "hist_gradient_boosting")
+            else None,
+            "class_weight": self.class_weight,
+            "seed": self.seed,
+        }
+
+
+def build_pipeline(spec: ModelSpec) -> Pipeline:
+    """An unfitted pipeline: scaling, then the classifier of ``spec``."""
+    from sklearn.base import ClassifierMixin
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.tree import DecisionTreeClassifier
+
+    weight = "balanced" if spec.class_weight == "balanced" else None
+    classifier: ClassifierMixin
+    if spec.kind == "logistic_regression":
+        classifier = LogisticRegression(class_weight=weight, max_iter=1000, random_state=spec.seed)
+    elif spec.kind == "decision_tree":
+        classifier = DecisionTreeClassifier(
+            max_depth=spec.max_depth, class_weight=weight, random_state=spec.seed
+        )
+    elif spec.kind == "random_forest":
+        classifier = RandomForestClassifier(
+            n_estimators=spec.n_estimators,
+            max_depth=spec.max_depth,
+            class_weight=weight,
+            random_state=spec.seed,
+            n_jobs=spec.n_jobs,
+        )
+    elif spec.kind == "hist_gradient_boosting":
+        classifier = HistGradientBoostingClassifier(
+            max_iter=spec.n_estimators,
+            max_depth=spec.max_depth,
+            class_weight=weight,
+            early_stopping=False,
+            random_state=spec.seed,
+        )
+    else:
+        raise ValueError(f"unknown model {spec.kind!r}; choose one of {', '.join(MODEL_KINDS)}")
+    return Pipeline([("scale", StandardScaler()), ("classify", classifier)])

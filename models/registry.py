@@ -1,0 +1,262 @@
+"""The model registry: register, list, promote, and the loading contract of the scoring stage.
+
+Every model version of ``fraud-detector`` carries, as version tags, the alert threshold chosen on its
+training period and the exact feature columns it expects (in order), so loading needs nothing but the
+registry. Nothing here touches MLflow's global state: each call takes the tracking URI (which is also
+the registry URI) and builds its own ``MlflowClient``.
+
+Loading is safe by construction: models are saved with skops, and only the types of this project's
+pipelines (``TRUSTED_TYPES``, a list kept in this code, not read from the model) may be loaded; a model
+holding anything else is refused. Models are only loaded by registered name and alias or version.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
+
+#: The registered model the training registers and the scoring stage loads.
+MODEL_NAME = "fraud-detector"
+#: Aliases a version can hold: the scoring stage serves the champion; a challenger is compared with it.
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+ALIASES = (CHAMPION, CHALLENGER)
+#: Version tags that make a version self-describing.
+THRESHOLD_TAG = "fraud.threshold"
+FEATURE_COLUMNS_TAG = "fraud.feature_columns"
+#: Where in its run the model is logged.
+MODEL_ARTIFACT_PATH = "model"
+#: Types beyond skops' defaults that the project's pipelines hold (checked on every load).
+TRUSTED_TYPES = (
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+)
+
+
+class ModelNotFoundError(LookupError):
+    """The registered model, alias or version does not exist."""
+
+
+class MissingFeaturesError(ValueError):
+    """A frame to score lacks columns the model needs."""
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(f"the frame lacks feature column(s) the model needs: {', '.join(missing)}")
+        self.missing = missing
+
+
+class UntrustedModelError(RuntimeError):
+    """A model artifact holds types this project does not load."""
+
+
+def registry_client(tracking_uri: str) -> MlflowClient:
+    """A client for the tracking server and registry at ``tracking_uri`` (no global MLflow state)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A registered model version, ready to score feature rows."""
+
+    name: str
+    version: int
+    threshold: float
+    feature_columns: tuple[str, ...]
+    model: Any
+
+    def score(self, frame: pd.DataFrame) -> np.ndarray:
+        """Fraud probability of each row (float64), from the model's feature columns of ``frame``.
+
+        Raises:
+            MissingFeaturesError: naming the feature columns ``frame`` lacks.
+        """
+        missing = [name for name in self.feature_columns if name not in frame.columns]
+        if missing:
+            raise MissingFeaturesError(missing)
+        probabilities = self.model.predict_proba(frame[list(self.feature_columns)])
+        return np.asarray(probabilities[:, 1], dtype=np.float64)
+
+
+def _not_found(what: str, exc: Exception | None = None) -> ModelNotFoundError:
+    detail = f" ({getattr(exc, 'message', exc)})" if exc is not None else ""
+    return ModelNotFoundError(
+        f"{what} not found in the MLflow registry{detail}; train one with `fraud train` and see "
+        "`fraud models list`"
+    )
+
+
+def _version(client: MlflowClient, alias: str | None, version: int | None) -> ModelVersion:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if version is not None:
+            return client.get_model_version(MODEL_NAME, str(version))
+        if alias is None:
+            raise ValueError("give an alias or a version")
+        return client.get_model_version_by_alias(MODEL_NAME, alias)
+    except MlflowException as exc:
+        what = f"version {version}" if version is not None else f"alias {alias!r}"
+        raise _not_found(f"model {MODEL_NAME!r} {what}", exc) from exc
+
+
+def resolve_version(tracking_uri: str, alias: str = CHAMPION) -> int:
+    """The version ``alias`` points to now: one registry call, cheap enough to poll for hot swaps."""
+    return int(_version(registry_client(tracking_uri), alias, None).version)
+
+
+def load_model(tracking_uri: str, alias: str | None = CHAMPION, version: int | None = None) -> LoadedModel:
+    """Load a registered version by ``version`` (when given) or by ``alias``.
+
+    Raises:
+        ModelNotFoundError: the model, alias or version does not exist.
+        UntrustedModelError: the artifact holds types outside ``TRUSTED_TYPES``.
+    """
+    client = registry_client(tracking_uri)
+    found = _version(client, alias, version)
+    tags = found.tags or {}
+    if THRESHOLD_TAG not in tags or FEATURE_COLUMNS_TAG not in tags:
+        raise ModelNotFoundError(
+            f"version {found.version} of {MODEL_NAME!r} has no {THRESHOLD_TAG}/{FEATURE_COLUMNS_TAG} tags: "
+            "it was not registered by `fraud train`"
+        )
+    import mlflow.artifacts
+
+    with tempfile.TemporaryDirectory(prefix="fraud-model-") as tmp:
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=client.get_model_version_download_uri(MODEL_NAME, found.version),
+            dst_path=tmp,
+            tracking_uri=tracking_uri,
+            registry_uri=tracking_uri,
+        )
+        model = _load_skops(Path(local))
+    return LoadedModel(
+        name=MODEL_NAME,
+        version=int(found.version),
+        threshold=float(tags[THRESHOLD_TAG]),
+        feature_columns=tuple(json.loads(tags[FEATURE_COLUMNS_TAG])),
+        model=model,
+    )
+
+
+def _load_skops(model_dir: Path) -> Any:
+    import skops.io
+    from mlflow.models import Model
+
+    flavor = Model.load(model_dir / "MLmodel").flavors.get("sklearn", {})
+    if flavor.get("serialization_format") != "skops":
+        raise UntrustedModelError(f"{model_dir} is not a skops-serialised scikit-learn model")
+    path = model_dir / flavor["pickled_model"]
+    untrusted = set(skops.io.get_untrusted_types(file=path))
+    if not untrusted <= set(TRUSTED_TYPES):
+        raise UntrustedModelError(f"the model holds untrusted types: {', '.join(sorted(untrusted))}")
+    return skops.io.load(path, trusted=sorted(untrusted))
+
+
+# --- Registering, listing and promoting ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One registered version with its aliases and the metrics of the run that made it."""
+
+    version: int
+    aliases: tuple[str, ...]
+    run_id: str
+    created_ms: int
+    tags: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def register_version(
+    tracking_uri: str,
+    run_id: str,
+    source: str,
+    threshold: float,
+    feature_columns: tuple[str, ...],
+    tags: Mapping[str, str],
+) -> tuple[int, tuple[str, ...]]:
+    """Register the model logged at ``source`` by ``run_id`` as a new version.
+
+    The threshold and feature columns become version tags. When no version holds the champion alias yet
+    (the first model of an empty registry, in particular), the new version becomes the champion.
+
+    Returns:
+        The new version and the aliases it got.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = registry_client(tracking_uri)
+    try:
+        client.get_registered_model(MODEL_NAME)
+    except MlflowException:
+        client.create_registered_model(
+            MODEL_NAME, description="Card-fraud scoring model: fraud probability per transaction."
+        )
+    version_tags = {
+        **tags,
+        THRESHOLD_TAG: repr(float(threshold)),
+        FEATURE_COLUMNS_TAG: json.dumps(list(feature_columns)),
+    }
+    created = client.create_model_version(MODEL_NAME, source=source, run_id=run_id, tags=version_tags)
+    version = int(created.version)
+    if CHAMPION not in client.get_registered_model(MODEL_NAME).aliases:
+        client.set_registered_model_alias(MODEL_NAME, CHAMPION, str(version))
+        return version, (CHAMPION,)
+    return version, ()
+
+
+def promote(tracking_uri: str, version: int, alias: str) -> int | None:
+    """Point ``alias`` at ``version``; returns the version it pointed to before (None if unset)."""
+    from mlflow.exceptions import MlflowException
+
+    if alias not in ALIASES:
+        raise ValueError(f"alias must be one of {', '.join(ALIASES)}")
+    client = registry_client(tracking_uri)
+    _version(client, None, version)  # fails clearly when the version does not exist
+    try:
+        previous: int | None = int(client.get_model_version_by_alias(MODEL_NAME, alias).version)
+    except MlflowException:
+        previous = None
+    client.set_registered_model_alias(MODEL_NAME, alias, str(version))
+    return previous
+
+
+def list_versions(tracking_uri: str) -> list[VersionInfo]:
+    """Every version of ``fraud-detector``, newest first, with its aliases and run metrics."""
+    from mlflow.exceptions import MlflowException
+
+    client = registry_client(tracking_uri)
+    try:
+        aliases = client.get_registered_model(MODEL_NAME).aliases
+    except MlflowException:
+        return []
+    by_version: dict[int, list[str]] = {}
+    for alias, version in aliases.items():
+        by_version.setdefault(int(version), []).append(alias)
+    infos = []
+    for found in client.search_model_versions(f"name = '{MODEL_NAME}'"):
+        metrics = client.get_run(found.run_id).data.metrics if found.run_id else {}
+        infos.append(
+            VersionInfo(
+                version=int(found.version),
+                aliases=tuple(sorted(by_version.get(int(found.version), []))),
+                run_id=found.run_id or "",
+                created_ms=int(found.creation_timestamp or 0),
+                tags=dict(found.tags or {}),
+                metrics=dict(metrics),
+            )
+        )
+    return sorted(infos, key=lambda info: info.version, reverse=True)

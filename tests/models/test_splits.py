@@ -1,0 +1,111 @@
+"""The split protocol leaks nothing and removes the cards an investigator already knows about."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from features.definitions import DAY_MS, DEFAULT_PARAMS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
+from ingest.schemas import TxColumns
+from models.dataset import Dataset, DatasetError, build_dataset
+from models.splits import TARGET, TEST_DAY, SplitPlan, fold_plans, latest_plan, split
+
+C = TxColumns
+PLAN = SplitPlan(dt.date(2018, 4, 20), train_days=7, delay_days=7, test_days=7)
+
+
+def _transactions(dataset: Dataset) -> pd.DataFrame:
+    return dataset.rows[[C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS]]
+
+
+def _with_labels(dataset: Dataset, labels: pd.DataFrame) -> Dataset:
+    """The same transactions with other labels, features recomputed through the batch path."""
+    return build_dataset(_transactions(dataset), labels, DEFAULT_PARAMS, "test")
+
+
+def test_no_label_unknown_at_the_test_start_reaches_training(small_dataset: Dataset) -> None:
+    """Labels known at or after the first test day's start (late confirmations of training frauds, and
+    fraud labels on genuine training transactions) must change neither training features nor targets."""
+    labels = small_dataset.labels
+    train_tx = small_dataset.rows[
+        (small_dataset.rows[EVENT_TIME_MS] >= PLAN.train_start_ms)
+        & (small_dataset.rows[EVENT_TIME_MS] < PLAN.train_end_ms)
+    ]
+    # Half of the training period's frauds are confirmed late: only after the test period starts.
+    train_frauds = labels[labels[C.TX_ID].isin(train_tx[C.TX_ID])]
+    late = train_frauds[C.TX_ID].iloc[::2]
+    delayed = labels.copy()
+    delayed.loc[delayed[C.TX_ID].isin(late), KNOWN_AT_MS] = PLAN.test_start_ms + 3 * DAY_MS
+    # And some genuine training transactions are (wrongly) flagged as frauds, from the test start on.
+    genuine = train_tx[~train_tx[C.TX_ID].isin(labels[C.TX_ID])].head(50)
+    bogus = pd.DataFrame(
+        {
+            C.TX_ID: genuine[C.TX_ID],
+            C.TERMINAL_ID: genuine[C.TERMINAL_ID],
+            TX_TIME_MS: genuine[EVENT_TIME_MS],
+            KNOWN_AT_MS: PLAN.test_start_ms,
+            C.IS_FRAUD: True,
+            C.CARD_ID: genuine[C.CARD_ID],
+        }
+    )
+    future = pd.concat([delayed, bogus], ignore_index=True)
+    known_then = future[future[KNOWN_AT_MS] < PLAN.test_start_ms]
+
+    with_future = split(_with_labels(small_dataset, future), PLAN).train
+    without_future = split(_with_labels(small_dataset, known_then), PLAN).train
+    pd.testing.assert_frame_equal(with_future, without_future)
+    # The late-confirmed frauds are genuine for training, the bogus flags too.
+    targets = with_future.set_index(C.TX_ID)[TARGET]
+    assert (targets.loc[late] == 0).all()
+    assert (targets.loc[genuine[C.TX_ID]] == 0).all()
+    assert targets.sum() == len(train_frauds) - len(late)
+
+
+def test_training_period_and_targets(small_dataset: Dataset) -> None:
+    train = split(small_dataset, PLAN).train
+    times = train[EVENT_TIME_MS]
+    assert times.min() >= PLAN.train_start_ms
+    assert times.max() < PLAN.train_end_ms
+    assert train[C.TX_ID].is_unique
+    assert set(train[TARGET].unique()) <= {0, 1}
+    # With labels known one delay after each fraud, every training fraud is known by the test start.
+    expected = small_dataset.labels[C.TX_ID].isin(train[C.TX_ID]).sum()
+    assert train[TARGET].sum() == expected > 0
+
+
+def test_each_test_day_drops_the_cards_with_a_fraud_known_before_it(small_dataset: Dataset) -> None:
+    """The handbook's rule: on test day i, cards with a fraud on days [train start, train end + i)."""
+    result = split(small_dataset, PLAN)
+    rows, labels = small_dataset.rows, small_dataset.labels
+    assert sorted(result.test[TEST_DAY].unique()) == list(range(PLAN.test_days))
+    total_dropped = 0
+    for day in range(PLAN.test_days):
+        start = PLAN.test_start_ms + day * DAY_MS
+        known_cards = set(
+            labels.loc[
+                (labels[TX_TIME_MS] >= PLAN.train_start_ms)
+                & (labels[TX_TIME_MS] < PLAN.train_end_ms + day * DAY_MS),
+                C.CARD_ID,
+            ]
+        )
+        kept = result.test[result.test[TEST_DAY] == day]
+        all_of_day = rows[(rows[EVENT_TIME_MS] >= start) & (rows[EVENT_TIME_MS] < start + DAY_MS)]
+        assert not set(kept[C.CARD_ID]) & known_cards
+        assert len(kept) == (~all_of_day[C.CARD_ID].isin(known_cards)).sum()
+        total_dropped += len(all_of_day) - len(kept)
+    assert result.removed_test_rows == total_dropped > 0
+    # Test targets are the eventual truth: every label, known whenever.
+    assert result.test[TARGET].sum() == labels[C.TX_ID].isin(result.test[C.TX_ID]).sum()
+
+
+def test_folds_and_latest_plan(small_dataset: Dataset) -> None:
+    latest = latest_plan(small_dataset.last_ms, 7, 7, 7)
+    assert latest.test_start + dt.timedelta(days=6) == dt.date(2018, 5, 15)  # the 45th day
+    plans = fold_plans(latest, 3)
+    assert [p.train_start for p in plans] == [latest.train_start - dt.timedelta(days=d) for d in (14, 7, 0)]
+    with pytest.raises(DatasetError):
+        split(small_dataset, latest.shifted(1))  # test period past the data
+    assert np.all(np.diff([p.test_start_ms for p in plans]) == 7 * DAY_MS)
