@@ -10,7 +10,7 @@ import typer
 from features.batch import file_features
 from features.definitions import DAY_MS, FeatureParams
 from infra.console import console, settings_of
-from infra.progress import QueryReport, watch_query
+from infra.progress import QueryReport, run_streaming_job
 from infra.settings import Settings, Topics
 from ingest.files import parse_mapping
 
@@ -111,7 +111,6 @@ def run_feature_job(
     """Start the feature job, show its progress until it stops, and print a summary."""
     from features.job import FeatureJobConfig, start_feature_job
     from infra.clients import Clients, ensure_topics
-    from infra.spark import spark_session
 
     clients = Clients.from_settings(settings)
     ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
@@ -124,18 +123,12 @@ def run_feature_job(
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
     )
-    with console.status("Starting Spark..."):
-        spark = spark_session(settings, app_name="fraud-features")
-    query = start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
-    console.print(
-        f"Feature job running (checkpoint {config.checkpoint}); {'until done' if once else 'Ctrl-C stops it'}."
+    return run_streaming_job(
+        settings,
+        "fraud-features",
+        lambda spark: (
+            start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
+            f"Feature job running (checkpoint {config.checkpoint})",
+        ),
+        once,
     )
-    try:
-        report = watch_query(query)
-    finally:
-        spark.stop()  # also stops the Python workers and their Kafka consumers
-    console.print(
-        f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
-        f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
-    )
-    return report

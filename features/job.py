@@ -60,6 +60,7 @@ from features.stream import (
 )
 from infra.redis_store import card_features_key, set_latest
 from infra.settings import Topics
+from infra.spark import start_stream
 from infra.spark_sink import HEADERS_TYPE, OPTION_AFTER_COMMIT, checkpoint_sink_id, sink_options
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource, Split
@@ -328,9 +329,4 @@ def start_feature_job(
         .option("checkpointLocation", str(config.checkpoint / "query"))
         .queryName(f"features-{config.topics.features}")
     )
-    trigger = (
-        writer.trigger(availableNow=True)
-        if once
-        else writer.trigger(processingTime=f"{trigger_interval_s} seconds")
-    )
-    return trigger.start()
+    return start_stream(writer, once, trigger_interval_s)

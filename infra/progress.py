@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from infra.console import console
+from infra.settings import Settings
 
 
 @dataclass
@@ -68,3 +71,28 @@ def _report_batch(report: QueryReport, progress: dict[str, Any]) -> None:
     if records:
         rate = f" ({records / duration_s:,.0f}/s)" if duration_s else ""
         console.print(f"  batch {progress['batchId']}: {records:,} records in {duration_s:,.1f} s{rate}")
+
+
+def run_streaming_job(
+    settings: Settings,
+    app_name: str,
+    start: Callable[[SparkSession], tuple[StreamingQuery, str]],
+    once: bool,
+) -> QueryReport:
+    """Start Spark and a query (``start`` returns it and a line saying what runs), show its progress until
+    it stops, stop Spark, and print a summary."""
+    from infra.spark import spark_session
+
+    with console.status("Starting Spark..."):
+        spark = spark_session(settings, app_name=app_name)
+    try:
+        query, what = start(spark)
+        console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
+        report = watch_query(query)
+    finally:
+        spark.stop()  # also stops the Python workers and their Kafka consumers
+    console.print(
+        f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
+        f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
+    )
+    return report

@@ -10,6 +10,7 @@ import os
 import sys
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from infra.settings import Settings
 
@@ -39,3 +40,13 @@ def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partition
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def start_stream(writer: DataStreamWriter, once: bool, trigger_interval_s: float) -> StreamingQuery:
+    """Start a query: ``once`` processes everything available then stops, else a micro-batch every interval."""
+    trigger = (
+        writer.trigger(availableNow=True)
+        if once
+        else writer.trigger(processingTime=f"{trigger_interval_s} seconds")
+    )
+    return trigger.start()

@@ -55,7 +55,8 @@ Delivery guarantee:
   ``offsets.retention.minutes`` (7 days by default). A query stopped in the crash window for longer
   than that rewrites its last micro-batch on restart.
 * A batch write (``frame.write``) puts each task's rows in one transaction: a failed task attempt leaves
-  nothing for ``read_committed`` consumers, but running the job again writes the rows again.
+  nothing for ``read_committed`` consumers, but running the job again writes the rows again; unless it
+  names its micro-batch (option ``batch.id``, in ``foreachBatch``): then it is exactly-once as above.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ OPTION_KAFKA_CONFIG = "kafka.config"
 OPTION_SINK_ID = "sink.id"
 OPTION_TOPIC = "topic"
 OPTION_MARKER_TOPIC = "marker.topic"
+#: Batch writes only (``foreachBatch``): the micro-batch id, which makes a batch write exactly-once like a
+#: streaming one (commit markers per task), so a re-run of that micro-batch writes nothing twice.
+OPTION_BATCH_ID = "batch.id"
 #: ``module:function`` called as ``function(batches, options)`` with a streaming task's record batches once
 #: they are in Kafka (committed now, or found committed by an earlier attempt): for idempotent side stores.
 OPTION_AFTER_COMMIT = "after.commit"
@@ -159,6 +163,7 @@ class SinkOptions:
     topic: str | None
     marker_topic: str
     after_commit: str | None = None
+    batch_id: int | None = None
     #: All options as given (the ``after.commit`` hook reads its own from them).
     raw: Mapping[str, str] | None = field(default=None, compare=False)
 
@@ -200,12 +205,16 @@ class SinkOptions:
                 f"set option {OPTION_MARKER_TOPIC!r} or {OPTION_TOPIC!r}: partition {MARKER_PARTITION} of that "
                 "existing topic carries the sink's commit markers"
             )
+        batch_id = lowered.get(OPTION_BATCH_ID)
+        if batch_id is not None and not batch_id.isdigit():
+            raise SinkConfigError(f"option {OPTION_BATCH_ID!r} must be a micro-batch id (an integer >= 0)")
         return cls(
             kafka_config=kafka_config,
             sink_id=sink_id,
             topic=topic,
             marker_topic=marker_topic,
             after_commit=lowered.get(OPTION_AFTER_COMMIT) or None,
+            batch_id=None if batch_id is None else int(batch_id),
             raw=lowered,
         )
 
@@ -687,10 +696,17 @@ class FraudKafkaStreamWriter(_ArrowKafkaWriter, DataSourceStreamArrowWriter):
 
 
 class FraudKafkaBatchWriter(_ArrowKafkaWriter, DataSourceArrowWriter):
-    """Batch writer: each task's rows in one transaction (no markers: a job re-run writes again)."""
+    """Batch writer: each task's rows in one transaction.
+
+    With option ``batch.id`` (a ``foreachBatch`` micro-batch), exactly the streaming writer's protocol:
+    commit markers per task, a re-run of the micro-batch skips what is written. Without it, no markers:
+    running the job again writes again.
+    """
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
         partition_id, _ = _task_context()
+        if self.options.batch_id is not None:
+            return self.write_partition(iterator, self.options.batch_id, partition_id)
         first = _peek(iterator)
         if first is None:
             return self._message(None, partition_id, 0, "empty")

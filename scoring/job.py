@@ -1,0 +1,423 @@
+"""The streaming scoring job: features topic -> the champion model -> scores and alerts (Kafka) + Redis.
+
+Each micro-batch of feature records is scored, vectorised, by one registered model version
+(``mapInArrow``; each Python worker loads a version once and keeps it). Every transaction gets a score
+record on the scores topic; those at or above the model's threshold also become alerts on the alerts
+topic, both keyed by card and stamped with the transaction's event time. Records that are not feature
+records go to the dead-letter topic with the reason.
+
+Model updates without a restart: the driver re-reads the alias (``champion`` by default) every
+``model_check_interval_s``. A new version is loaded once in the driver first; if that fails, the old
+version keeps serving and the error is logged. The switch happens between micro-batches, and every
+record names the version that scored it.
+
+Delivery guarantee: exactly-once for read_committed consumers of the scores, alerts and dead-letter
+topics. Each micro-batch is written with the sink's commit markers under its batch id (``foreachBatch``
+plus ``batch.id``), and the model version used for each micro-batch is recorded in the checkpoint before
+its rows are written, so a micro-batch re-run after a crash is scored by the same version and writes
+nothing twice. Redis (``alert:{tx_id}``, ``card:{card}:alerts``, ``card:{card}:score``) is written after
+each committed Kafka transaction, idempotently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from infra.redis_store import write_alerts, write_scores
+from infra.settings import Topics
+from infra.spark import start_stream
+from infra.spark_sink import (
+    OPTION_AFTER_COMMIT,
+    OPTION_BATCH_ID,
+    SINK_NAME,
+    checkpoint_sink_id,
+    sink_options,
+)
+from infra.spark_sink import register as register_sink
+from infra.spark_source import KafkaDataSource
+from ingest.deadletter import to_record
+from ingest.schemas import DeadLetter, FeatureRecord, Reason, TxColumns
+from ingest.validation import parse_event
+from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
+from scoring.records import AlertRecord, ScoreRecord
+
+C = TxColumns
+_log = logging.getLogger(__name__)
+
+#: Rows the scorer hands to the sink.
+SINK_SCHEMA = (
+    "topic string, key binary, value binary, timestamp_ms bigint, "
+    "headers array<struct<key: string, value: binary>>"
+)
+#: How many features an alert names as having driven its score.
+TOP_FEATURES = 3
+
+
+@dataclass(frozen=True)
+class ScoringJobConfig:
+    """What one run of the scoring job reads, uses and writes (all from parameters, never globals)."""
+
+    kafka_config: dict[str, Any]
+    topics: Topics
+    checkpoint: Path
+    redis_url: str
+    tracking_uri: str
+    max_event_bytes: int
+    alias: str = CHAMPION
+    redis_prefix: str = ""
+    retention_s: int = 30 * 86_400
+    max_records_per_trigger: int | None = None
+    model_check_interval_s: float = 30.0
+
+
+# --- The model of each micro-batch (driver) ------------------------------------------------------------
+
+
+class ModelChooser:
+    """Which model version scores each micro-batch.
+
+    The alias is re-read at most every ``interval_s``; a version that fails to load keeps the current one
+    serving. The choice for each batch id is recorded in ``path`` before the batch is written, so a re-run
+    of a batch (after a crash) uses the version it used the first time.
+    """
+
+    #: Batch ids remembered: a re-run is always the last batch or so.
+    KEPT = 100
+
+    def __init__(self, tracking_uri: str, alias: str, interval_s: float, path: Path) -> None:
+        self.tracking_uri = tracking_uri
+        self.alias = alias
+        self.interval_s = interval_s
+        self.path = path
+        self.chosen: dict[int, int] = (
+            {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+        )
+        self.current: LoadedModel | None = None
+        self.checked_at = -float("inf")
+
+    def version_for(self, batch_id: int) -> int:
+        """The version that scores ``batch_id`` (recorded before it is returned)."""
+        if batch_id in self.chosen:
+            return self.chosen[batch_id]
+        if self.current is None or time.monotonic() - self.checked_at >= self.interval_s:
+            self.refresh()
+        if self.current is None:  # pragma: no cover - refresh raises instead
+            raise ModelNotFoundError(f"no model for alias {self.alias!r}")
+        self.chosen[batch_id] = self.current.version
+        for old in sorted(self.chosen)[: -self.KEPT]:
+            del self.chosen[old]
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.chosen))
+        os.replace(temporary, self.path)
+        return self.current.version
+
+    def refresh(self) -> None:
+        """Re-read the alias; switch to its version if that version loads.
+
+        Raises:
+            ModelNotFoundError: there is no model to serve at all (nothing loaded yet).
+        """
+        self.checked_at = time.monotonic()
+        try:
+            version = resolve_version(self.tracking_uri, self.alias)
+            if self.current is not None and version == self.current.version:
+                return
+            loaded = load_model(self.tracking_uri, version=version)
+        except Exception as exc:
+            if self.current is None:
+                raise
+            _log.error(
+                "model alias %r: cannot switch (%s); version %d keeps serving",
+                self.alias,
+                exc,
+                self.current.version,
+            )
+            return
+        if self.current is not None:
+            _log.warning(
+                "model alias %r moved: version %d -> %d from the next micro-batch",
+                self.alias,
+                self.current.version,
+                loaded.version,
+            )
+        self.current = loaded
+
+
+# --- Scoring (Python workers) ---------------------------------------------------------------------------
+
+#: Models loaded in this worker process, by (tracking URI, version).
+_MODELS: dict[tuple[str, int], LoadedModel] = {}
+
+
+def worker_model(tracking_uri: str, version: int) -> LoadedModel:
+    """The model version, loaded once per worker process."""
+    key = (tracking_uri, version)
+    if key not in _MODELS:
+        _MODELS.clear()  # one version at a time: an old one is never needed again
+        _MODELS[key] = load_model(tracking_uri, version=version)
+    return _MODELS[key]
+
+
+def top_features(model: LoadedModel, frame: pd.DataFrame, k: int = TOP_FEATURES) -> list[list[str]]:
+    """For each row, the ``k`` features that drove its score most, strongest first.
+
+    A cheap, model-agnostic attribution: how far each (scaled) feature value is from the training mean,
+    weighted by the model's global importance of that feature (tree importances, or the absolute
+    coefficients of a linear model; equal weights when the model has neither).
+    """
+    values = frame[list(model.feature_columns)].to_numpy(dtype=np.float64)
+    steps = getattr(model.model, "named_steps", {})
+    scaler = next((s for s in steps.values() if hasattr(s, "scale_") and hasattr(s, "mean_")), None)
+    scaled = (values - scaler.mean_) / scaler.scale_ if scaler is not None else values
+    estimator = steps[list(steps)[-1]] if steps else model.model
+    weights = getattr(estimator, "feature_importances_", None)
+    if weights is None and hasattr(estimator, "coef_"):
+        weights = np.abs(np.ravel(estimator.coef_))
+    if weights is None or len(weights) != values.shape[1]:
+        weights = np.ones(values.shape[1])
+    drive = np.abs(np.nan_to_num(scaled)) * weights
+    order = np.argsort(-drive, axis=1, kind="stable")[:, :k]
+    names = np.asarray(model.feature_columns, dtype=object)
+    return [list(names[row]) for row in order]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """``mapInArrow`` function: raw feature records -> score, alert and dead-letter rows for the sink."""
+
+    tracking_uri: str
+    version: int
+    topics: Topics
+    max_event_bytes: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        model = worker_model(self.tracking_uri, self.version)
+        for records in batches:
+            if records.num_rows:
+                yield self.score(model, records)
+
+    def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.RecordBatch:
+        source = f"kafka:{self.topics.features}"
+        parsed = [
+            parse_event(FeatureRecord, raw or b"", source, self.max_event_bytes, partition, offset)
+            for raw, partition, offset in zip(
+                records.column("value").to_pylist(),
+                records.column("partition").to_pylist(),
+                records.column("offset").to_pylist(),
+                strict=True,
+            )
+        ]
+        good = [event for event in parsed if isinstance(event, FeatureRecord)]
+        dead = [event for event in parsed if isinstance(event, DeadLetter)]
+        rows = SinkRows()
+        if good:
+            self._score_records(model, good, rows)
+        for letter in dead:
+            value, headers = to_record(letter)
+            rows.add(self.topics.dead_letter, None, value, None, headers)
+        return rows.batch()
+
+    def _score_records(self, model: LoadedModel, good: list[FeatureRecord], rows: SinkRows) -> None:
+        frame = pd.DataFrame.from_records([{**r.features, C.AMOUNT: r.amount} for r in good])
+        try:
+            scores = model.score(frame)
+        except ValueError as exc:  # missing features: every record becomes a dead letter
+            for record in good:
+                letter = DeadLetter(
+                    raw=record.model_dump_json().encode(),
+                    source=f"kafka:{self.topics.features}",
+                    reason=Reason.INVALID_VALUE,
+                    detail=str(exc),
+                )
+                value, headers = to_record(letter)
+                rows.add(self.topics.dead_letter, None, value, None, headers)
+            return
+        alerting = scores >= model.threshold
+        drivers = iter(top_features(model, frame[alerting])) if alerting.any() else iter([])
+        scored_at = int(time.time() * 1000)
+        for record, score, alert in zip(good, scores.tolist(), alerting.tolist(), strict=True):
+            scored = ScoreRecord.model_construct(
+                tx_id=record.tx_id,
+                card_id=record.card_id,
+                terminal_id=record.terminal_id,
+                amount=record.amount,
+                event_time_ms=record.event_time_ms,
+                scored_at_ms=scored_at,
+                score=score,
+                threshold=model.threshold,
+                model_name=model.name,
+                model_version=model.version,
+                alert=alert,
+            )
+            key = record.card_id.encode()
+            rows.add(self.topics.scores, key, scored.model_dump_json().encode(), record.event_time_ms, None)
+            if alert:
+                features = {name: record.features.get(name) for name in model.feature_columns}
+                features[C.AMOUNT] = record.amount
+                alert_record = scored.to_alert(features, next(drivers))
+                rows.add(
+                    self.topics.alerts,
+                    key,
+                    alert_record.model_dump_json().encode(),
+                    record.event_time_ms,
+                    None,
+                )
+
+
+class SinkRows:
+    """Columns of the rows handed to the Kafka sink, built row by row."""
+
+    def __init__(self) -> None:
+        self.topic: list[str] = []
+        self.key: list[bytes | None] = []
+        self.value: list[bytes] = []
+        self.timestamp_ms: list[int | None] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def add(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        timestamp_ms: int | None,
+        headers: list[tuple[str, str | bytes | None]] | None,
+    ) -> None:
+        self.topic.append(topic)
+        self.key.append(key)
+        self.value.append(value)
+        self.timestamp_ms.append(timestamp_ms)
+        self.headers.append(None if headers is None else [{"key": k, "value": v} for k, v in headers])
+
+    def batch(self) -> pa.RecordBatch:
+        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.topic, pa.string()),
+                pa.array(self.key, pa.binary()),
+                pa.array(self.value, pa.binary()),
+                pa.array(self.timestamp_ms, pa.int64()),
+                pa.array(self.headers, pa.list_(header)),
+            ],
+            names=["topic", "key", "value", "timestamp_ms", "headers"],
+        )
+
+
+# --- Redis, after each committed Kafka transaction ------------------------------------------------------
+
+_REDIS_CLIENTS: dict[str, Any] = {}
+
+
+def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
+    """``after.commit`` hook of the sink: alerts, and the newest score of each card, into Redis."""
+    import redis
+
+    alerts_topic, scores_topic = options["redis.alerts"], options["redis.scores"]
+    alerts: list[AlertRecord] = []
+    newest: dict[bytes, tuple[int, list[bytes]]] = {}
+    for batch in batches:
+        topics = batch.column("topic").to_pylist()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        times = batch.column("timestamp_ms").to_pylist()
+        for topic, key, value, at in zip(topics, keys, values, times, strict=True):
+            if topic == alerts_topic:
+                alerts.append(AlertRecord.model_validate_json(value))
+            elif topic == scores_topic:
+                # Only the newest score per card is stored: parse just the candidates (ties by tx id later).
+                known = newest.get(key)
+                if known is None or at > known[0]:
+                    newest[key] = (at, [value])
+                elif at == known[0]:
+                    known[1].append(value)
+    url = options["redis.url"]
+    client = _REDIS_CLIENTS.get(url)
+    if client is None:
+        client = _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    prefix, retention_s = options.get("redis.prefix", ""), int(options["redis.retention"])
+    scores = (ScoreRecord.model_validate_json(value) for _, values in newest.values() for value in values)
+    write_scores(client, scores, prefix, retention_s)
+    if alerts:
+        write_alerts(client, alerts, prefix, retention_s)
+
+
+# --- The query -------------------------------------------------------------------------------------------
+
+
+def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
+    """The raw records of the features topic, as a stream."""
+    spark.dataSource.register(KafkaDataSource)
+    reader = (
+        spark.readStream.format("fraud-kafka")
+        .option("kafka.config", json.dumps(config.kafka_config))
+        .option("topics", config.topics.features)
+        .option("startingOffsets", "earliest")
+    )
+    if config.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
+    return reader.load()
+
+
+def start_scoring_job(
+    spark: SparkSession, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
+) -> StreamingQuery:
+    """Start the streaming scoring job: ``once`` scores everything available, then stops.
+
+    Raises:
+        ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
+    """
+    register_sink(spark)
+    config.checkpoint.mkdir(parents=True, exist_ok=True)
+    chooser = ModelChooser(
+        config.tracking_uri,
+        config.alias,
+        config.model_check_interval_s,
+        config.checkpoint / "model-versions.json",
+    )
+    chooser.refresh()  # fail now, not in the first micro-batch, when there is no model
+    options = {
+        **sink_options(
+            config.kafka_config,
+            checkpoint_sink_id(config.checkpoint, "scores"),
+            marker_topic=config.topics.scores,
+        ),
+        OPTION_AFTER_COMMIT: "scoring.job:write_to_redis",
+        "redis.url": config.redis_url,
+        "redis.prefix": config.redis_prefix,
+        "redis.retention": str(config.retention_s),
+        "redis.alerts": config.topics.alerts,
+        "redis.scores": config.topics.scores,
+    }
+
+    def score_batch(records: DataFrame, batch_id: int) -> None:
+        scorer = Scorer(
+            config.tracking_uri, chooser.version_for(batch_id), config.topics, config.max_event_bytes
+        )
+        (
+            records.mapInArrow(scorer, SINK_SCHEMA)
+            .write.format(SINK_NAME)
+            .options(**options)
+            .option(OPTION_BATCH_ID, str(batch_id))
+            .mode("append")
+            .save()
+        )
+
+    writer = (
+        feature_records(spark, config)
+        .writeStream.foreachBatch(score_batch)
+        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .queryName(f"scoring-{config.topics.scores}")
+    )
+    return start_stream(writer, once, trigger_interval_s)

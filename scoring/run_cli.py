@@ -1,0 +1,86 @@
+"""``fraud score``: the streaming scoring job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from infra.console import settings_of
+from infra.progress import QueryReport, run_streaming_job
+from infra.settings import Settings, Topics
+from models.registry import ALIASES, CHAMPION
+
+app = typer.Typer(
+    help="Score every transaction with the MLflow model; alerts to Kafka and Redis.", no_args_is_help=True
+)
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="Score everything available now, then stop.")] = False,
+    alias: Annotated[str, typer.Option(help=f"Model alias to serve: {', '.join(ALIASES)}.")] = CHAMPION,
+    model_check_interval_s: Annotated[
+        float, typer.Option(min=1.0, help="Seconds between checks of where the alias points.")
+    ] = 30.0,
+    max_records: Annotated[
+        int | None, typer.Option(min=1, help="Admission control: at most this many records per micro-batch.")
+    ] = 100_000,
+    trigger_interval_s: Annotated[float, typer.Option(min=0.0, help="Seconds between micro-batches.")] = 1.0,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/scoring).")
+    ] = None,
+) -> None:
+    """Run the streaming scoring job: feature records in; scores, alerts and Redis lookups out."""
+    settings = settings_of(ctx)
+    run_scoring_job(
+        settings,
+        settings.topics,
+        (checkpoint or settings.home / "checkpoints" / "scoring").resolve(),
+        once=once,
+        alias=alias,
+        model_check_interval_s=model_check_interval_s,
+        max_records=max_records,
+        trigger_interval_s=trigger_interval_s,
+    )
+
+
+def run_scoring_job(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    once: bool,
+    alias: str = CHAMPION,
+    model_check_interval_s: float = 30.0,
+    max_records: int | None = 100_000,
+    trigger_interval_s: float = 1.0,
+) -> QueryReport:
+    """Start the scoring job, show its progress until it stops, and print a summary."""
+    from infra.clients import Clients, ensure_topics
+    from scoring.job import ScoringJobConfig, start_scoring_job
+
+    clients = Clients.from_settings(settings)
+    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
+    config = ScoringJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis_url=clients.endpoints.redis_url,
+        tracking_uri=clients.endpoints.mlflow_tracking_uri,
+        max_event_bytes=settings.max_event_bytes,
+        alias=alias,
+        retention_s=settings.alert_retention_s,
+        max_records_per_trigger=max_records,
+        model_check_interval_s=model_check_interval_s,
+    )
+    return run_streaming_job(
+        settings,
+        "fraud-scoring",
+        lambda spark: (
+            start_scoring_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
+            f"Scoring job running (model alias {alias!r}, checkpoint {config.checkpoint})",
+        ),
+        once,
+    )

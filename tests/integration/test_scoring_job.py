@@ -1,0 +1,188 @@
+"""The pipeline end to end on the embedded stack: transactions -> feature job -> scoring job -> alerts.
+
+Real broker, Redis, Spark and MLflow store. Two models are registered; the champion alias moves from the
+first to the second while the scoring job runs: every transaction gets exactly one score record, the
+scores name the version that made them (the first, then the second, never back), the obvious frauds
+(amounts above 220) raise alerts, Redis holds the same alerts, and bad feature records are dead-lettered.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+
+import orjson
+import pytest
+from confluent_kafka import Message
+from pyspark.sql import SparkSession
+
+from features.definitions import FeatureParams
+from infra.clients import Clients, read_topic
+from infra.embedded import StackInfo
+from infra.redis_store import card_score_key, get_alert
+from ingest.deadletter import from_message
+from ingest.pipeline import produce_events
+from ingest.schemas import Reason
+from ingest.simulator import SimulatorConfig, simulate
+from models.cli import Periods, TrainOptions, run_training
+from models.dataset import file_dataset
+from models.metrics import DEFAULT_ALERTS_PER_DAY
+from models.pipelines import ModelSpec
+from models.registry import CHAMPION, promote
+from models.tracking import default_artifact_location
+from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.records import AlertRecord, ScoreRecord
+from tests.integration.test_feature_job import (
+    LABEL_DELAY_MS,
+    MAX_EVENT_BYTES,
+    isolated_clients,
+    job_config,
+    prefix_of,
+    run_once,
+    simulated,
+)
+
+SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
+MAX_RECORDS = 2_500
+#: Records that are not feature records, produced to the features topic with the real ones.
+BAD_RECORDS = [b"{not json", b'{"schema_version": 99}', b"[1, 2]"]
+TIMEOUT_S = 300
+
+
+@dataclass
+class Scored:
+    clients: Clients
+    prefix: str
+    transactions: dict[int, float]  # tx_id -> amount
+    scores: list[Message]
+    alerts: list[Message]
+    dead: list[Message]
+    versions_by_batch: dict[int, int]
+
+
+def wait_for(condition: collections.abc.Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Scored:
+    home = tmp_path_factory.mktemp("scoring")
+    clients = isolated_clients(stack, home)
+    topics = clients.settings.topics
+    params = FeatureParams()
+
+    # Two registered models in a registry of this test's own: v1 (the champion) and v2.
+    tracking_uri = f"sqlite:///{home / 'mlflow.db'}"
+    artifacts = default_artifact_location(tracking_uri, str(home / "artifacts"))
+    frame = simulate(SIMULATION)
+    dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    plans = Periods().plans(dataset.last_ms)
+    for spec in (ModelSpec("decision_tree", max_depth=2), ModelSpec("random_forest", n_estimators=30)):
+        options = TrainOptions(spec, "handbook", params, plans, DEFAULT_ALERTS_PER_DAY)
+        run_training(dataset, options, tracking_uri, artifacts, register=True)
+
+    # Transactions and labels -> the feature job -> the features topic (plus a few bad records).
+    sim = simulated(SIMULATION, clients.settings, params)
+    produce_events(clients.producer(), topics, sim.events)
+    run_once(spark, job_config(clients, topics, home / "features-checkpoint", 20_000, params))
+    producer = clients.producer()
+    for value in BAD_RECORDS:
+        producer.produce(topics.features, value)
+    producer.flush()
+
+    # The scoring job, running; the champion alias moves to v2 after a few micro-batches.
+    checkpoint = home / "scoring-checkpoint"
+    config = ScoringJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis_url=clients.endpoints.redis_url,
+        tracking_uri=tracking_uri,
+        max_event_bytes=MAX_EVENT_BYTES,
+        redis_prefix=prefix_of(topics),
+        max_records_per_trigger=MAX_RECORDS,
+        model_check_interval_s=1.0,
+    )
+    query = start_scoring_job(spark, config, once=False, trigger_interval_s=0.5)
+    try:
+        wait_for(lambda: len(query.recentProgress) >= 3 or query.exception() is not None, "3 micro-batches")
+        promote(tracking_uri, 2, CHAMPION)
+        expected = len(sim.transactions) + len(BAD_RECORDS)
+
+        def all_scored() -> bool:
+            assert query.exception() is None, f"the scoring job failed: {query.exception()}"
+            written = sum(1 for _ in read_topic(clients, topics.scores, idle_timeout_s=2))
+            dead = sum(1 for _ in read_topic(clients, topics.dead_letter, idle_timeout_s=2))
+            return written + dead >= expected
+
+        wait_for(all_scored, "every record scored")
+    finally:
+        query.stop()
+    versions = {int(k): v for k, v in orjson.loads((checkpoint / "model-versions.json").read_bytes()).items()}
+    return Scored(
+        clients,
+        prefix_of(topics),
+        {tx: event.amount for tx, event in sim.transactions.items()},
+        list(read_topic(clients, topics.scores)),
+        list(read_topic(clients, topics.alerts)),
+        list(read_topic(clients, topics.dead_letter)),
+        versions,
+    )
+
+
+def test_every_transaction_has_exactly_one_score(scored: Scored) -> None:
+    counts = collections.Counter(
+        ScoreRecord.model_validate_json(m.value() or b"").tx_id for m in scored.scores
+    )
+    assert set(counts) == set(scored.transactions)
+    assert max(counts.values()) == 1
+
+
+def test_moving_the_alias_switches_the_version_without_a_restart(scored: Scored) -> None:
+    by_partition: dict[int, list[int]] = collections.defaultdict(list)
+    for message in scored.scores:
+        record = ScoreRecord.model_validate_json(message.value() or b"")
+        assert record.model_name == "fraud-detector"
+        by_partition[message.partition()].append(record.model_version)
+    assert {v for versions in by_partition.values() for v in versions} == {1, 2}
+    for versions in by_partition.values():
+        assert versions == sorted(versions), "a partition went back to the old version"
+    chosen = [scored.versions_by_batch[batch] for batch in sorted(scored.versions_by_batch)]
+    assert chosen == sorted(chosen) and chosen[0] == 1 and chosen[-1] == 2
+
+
+def test_obvious_frauds_raise_alerts_that_match_redis(scored: Scored) -> None:
+    alerts = [AlertRecord.model_validate_json(m.value() or b"") for m in scored.alerts]
+    alerted = {alert.tx_id for alert in alerts}
+    obvious = {tx for tx, amount in scored.transactions.items() if amount > 220}
+    assert obvious, "the simulation has no amount above 220"
+    scores = [ScoreRecord.model_validate_json(m.value() or b"") for m in scored.scores]
+    missed = [
+        (s.tx_id, s.amount, s.model_version, s.score, s.threshold)
+        for s in scores
+        if s.tx_id in obvious - alerted
+    ]
+    assert not missed, f"{len(missed)} of {len(obvious)} obvious frauds raised no alert: {missed[:20]}"
+    assert len(alerted) == len(alerts), "an alert was written twice"
+    redis = scored.clients.redis()
+    for alert in alerts:
+        assert alert.score >= alert.threshold
+        assert alert.top_features and set(alert.top_features) <= set(alert.features)
+        assert get_alert(redis, alert.tx_id, scored.prefix) == alert
+    latest = {}
+    for score in sorted(scores, key=lambda s: (s.event_time_ms, s.tx_id)):
+        latest[score.card_id] = score
+    for card, score in latest.items():
+        stored = redis.hgetall(card_score_key(card, scored.prefix))
+        assert int(stored[b"tx_id"]) == score.tx_id
+
+
+def test_bad_feature_records_are_dead_lettered(scored: Scored) -> None:
+    letters = [from_message(m) for m in scored.dead]
+    assert sorted(letter.raw for letter in letters) == sorted(BAD_RECORDS)
+    assert {letter.reason for letter in letters} <= set(Reason)
+    assert {letter.reason for letter in letters} >= {Reason.MALFORMED_JSON, Reason.NOT_AN_OBJECT}
