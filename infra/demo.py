@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,12 +129,14 @@ def train_demo_model(settings: Settings) -> None:
     from models.metrics import DEFAULT_ALERTS_PER_DAY
     from models.pipelines import ModelSpec
 
+    started = time.monotonic()
     params = FeatureParams()
     tracking_uri, artifacts = tracking_target(settings)
     dataset, plans = topics_training_set(settings, params, Periods())
     options = TrainOptions(ModelSpec("hist_gradient_boosting"), "all", params, plans, DEFAULT_ALERTS_PER_DAY)
     result, logged = run_training(dataset, options, tracking_uri, artifacts, register=True)
     print_result(result, logged, tracking_uri)
+    console.print(f"Replay, features, training and logging took {time.monotonic() - started:,.0f} s.")
 
 
 def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings) -> None:

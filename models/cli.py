@@ -308,11 +308,11 @@ def metrics_table(result: TrainingResult) -> Table:
         "alerts/day",
     )
     table = Table(title=f"{result.spec.kind}, {len(result.feature_columns)} features", title_justify="left")
-    table.add_column("test from")
+    table.add_column("test from", no_wrap=True)
     table.add_column("train rows/frauds", justify="right")
     table.add_column("test rows/frauds", justify="right")
     for header in headers:
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for fold in result.folds:
         c = fold.counts
         table.add_row(
@@ -356,16 +356,16 @@ def list_command(ctx: typer.Context) -> None:
         console.print(f"No version of {MODEL_NAME} is registered in {tracking_uri}.")
         return
     table = Table(title=f"{MODEL_NAME} in {tracking_uri}", title_justify="left")
-    for name in ("version", "aliases", "model", "created (UTC)", "AUC", "AP", "CP@100", "threshold"):
-        left = name in ("aliases", "model", "created (UTC)")
-        table.add_column(name, justify="left" if left else "right", no_wrap=name != "created (UTC)")
+    for name in ("version", "aliases", "model", "created", "AUC", "AP", "CP@100", "threshold"):
+        left = name in ("aliases", "model", "created")
+        table.add_column(name, justify="left" if left else "right", no_wrap=name != "model")
     for info in versions:
         m = info.metrics
-        created = dt.datetime.fromtimestamp(info.created_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
+        created = dt.datetime.fromtimestamp(info.created_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
         table.add_row(
             str(info.version),
             ", ".join(info.aliases),
-            info.tags.get("fraud.model", ""),
+            info.tags.get("fraud.model", "").replace("_", " "),
             created,
             _fmt(m.get("roc_auc")),
             _fmt(m.get("average_precision")),

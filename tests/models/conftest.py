@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -33,3 +34,21 @@ def small_file(small_frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def small_dataset(small_frame: pd.DataFrame) -> Dataset:
     return file_dataset(small_frame, "simulator", DEFAULT_PARAMS, LABEL_DELAY_MS, 16_384)
+
+
+@pytest.fixture(scope="session")
+def blank_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store, created (schema migrations and all) once per session."""
+    from models.registry import registry_client
+
+    path = tmp_path_factory.mktemp("mlflow") / "blank.db"
+    registry_client(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture
+def store_uri(blank_store: Path, tmp_path: Path) -> str:
+    """A fresh, empty MLflow store of this test: a copy of the blank one (artifacts next to it)."""
+    path = tmp_path / "mlflow.db"
+    shutil.copyfile(blank_store, path)
+    return f"sqlite:///{path}"

@@ -16,10 +16,10 @@ SPLIT = ["--train-start", "2018-04-20", "--train-days", "7", "--delay-days", "7"
 
 
 @pytest.fixture
-def tracking_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def tracking_uri(store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     for name in [n for n in os.environ if n.upper().startswith("FRAUD_")]:
         monkeypatch.delenv(name)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri
     monkeypatch.setenv("FRAUD_MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("FRAUD_HOME", str(tmp_path / "home"))
     return uri

@@ -42,8 +42,8 @@ def _log(uri: str, result: TrainingResult, register: bool = True) -> tuple[str, 
     return logged.run_id, logged.version, logged.aliases
 
 
-def test_register_alias_load_promote_resolve(tmp_path: Path, trained: TrainingResult) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_register_alias_load_promote_resolve(store_uri: str, trained: TrainingResult) -> None:
+    uri = store_uri
     with pytest.raises(ModelNotFoundError, match="fraud train"):
         load_model(uri)  # empty registry
 
@@ -76,8 +76,8 @@ def test_register_alias_load_promote_resolve(tmp_path: Path, trained: TrainingRe
     assert versions[2].metrics["roc_auc"] == pytest.approx(trained.metrics["roc_auc"])
 
 
-def test_clear_errors(tmp_path: Path, trained: TrainingResult) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_clear_errors(store_uri: str, trained: TrainingResult) -> None:
+    uri = store_uri
     _log(uri, trained)
     with pytest.raises(ModelNotFoundError, match="challenger"):
         load_model(uri, alias=CHALLENGER)
@@ -96,8 +96,8 @@ def test_clear_errors(tmp_path: Path, trained: TrainingResult) -> None:
     assert sorted(info.value.missing) == ["amount", "terminal_risk_7d"]
 
 
-def test_no_register_logs_the_run_only(tmp_path: Path, trained: TrainingResult) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_no_register_logs_the_run_only(store_uri: str, tmp_path: Path, trained: TrainingResult) -> None:
+    uri = store_uri
     run_id, version, _ = _log(uri, trained, register=False)
     assert version is None
     assert list_versions(uri) == []
