@@ -31,10 +31,11 @@ test: lint  ## lint, types, and every test tier (unit, integration, chaos) again
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration and not chaos"
 
-bench: $(STAMP)  ## simulator, ingest and feature-job throughput on the embedded stack
+bench: $(STAMP)  ## simulator, ingest, feature-job and scoring throughput, alert latency, on the embedded stack
 	$(BIN)/python bench/bench_simulator.py
 	$(BIN)/python bench/bench_ingest.py
 	$(BIN)/python bench/bench_features.py
+	$(BIN)/python bench/bench_scoring.py
 
 compose-check: $(STAMP)  ## validate docker-compose.yml without a Docker engine
 	$(BIN)/docker-compose -f docker-compose.yml config -q

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,9 @@ from infra.console import console, settings_of
 from infra.progress import QueryReport, run_streaming_job
 from infra.settings import Settings, Topics
 from ingest.files import parse_mapping
+
+if TYPE_CHECKING:
+    from features.job import FeatureJobConfig
 
 app = typer.Typer(
     help="Per-card and per-terminal features: streaming job and batch reference path.", no_args_is_help=True
@@ -99,6 +102,26 @@ def run_command(
     )
 
 
+def feature_job_config(
+    settings: Settings, topics: Topics, checkpoint: Path, params: FeatureParams, max_records: int | None
+) -> FeatureJobConfig:
+    """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
+    from features.job import FeatureJobConfig
+    from infra.clients import Clients, ensure_topics
+
+    clients = Clients.from_settings(settings)
+    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
+    return FeatureJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis_url=clients.endpoints.redis_url,
+        params=params,
+        max_event_bytes=settings.max_event_bytes,
+        max_records_per_trigger=max_records,
+    )
+
+
 def run_feature_job(
     settings: Settings,
     topics: Topics,
@@ -109,20 +132,9 @@ def run_feature_job(
     trigger_interval_s: float = 1.0,
 ) -> QueryReport:
     """Start the feature job, show its progress until it stops, and print a summary."""
-    from features.job import FeatureJobConfig, start_feature_job
-    from infra.clients import Clients, ensure_topics
+    from features.job import start_feature_job
 
-    clients = Clients.from_settings(settings)
-    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
-    config = FeatureJobConfig(
-        kafka_config=clients.kafka_config(),
-        topics=topics,
-        checkpoint=checkpoint,
-        redis_url=clients.endpoints.redis_url,
-        params=params,
-        max_event_bytes=settings.max_event_bytes,
-        max_records_per_trigger=max_records,
-    )
+    config = feature_job_config(settings, topics, checkpoint, params, max_records)
     return run_streaming_job(
         settings,
         "fraud-features",

@@ -58,10 +58,16 @@ from features.stream import (
     to_blob,
     unpack,
 )
-from infra.redis_store import card_features_key, set_latest
+from infra.redis_store import card_features_key, client_for, set_latest
 from infra.settings import Topics
 from infra.spark import start_stream
-from infra.spark_sink import HEADERS_TYPE, OPTION_AFTER_COMMIT, checkpoint_sink_id, sink_options
+from infra.spark_sink import (
+    HEADERS_TYPE,
+    OPTION_AFTER_COMMIT,
+    checkpoint_sink_id,
+    newest_per_key,
+    sink_options,
+)
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource, Split
 from ingest.schemas import (
@@ -260,30 +266,17 @@ def sink_rows(features: DataFrame, topics: Topics, params: FeatureParams) -> Dat
 
 # --- Redis: the latest features of each card, written after each committed Kafka transaction ----------
 
-_REDIS_CLIENTS: dict[str, Any] = {}
-
 
 def write_latest_features(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
     """``after.commit`` hook of the sink: ``card:{card_id}:features`` gets each card's newest record."""
-    import redis
-
-    features_topic = options["redis.topic"]
     latest: dict[str, dict[str, Any]] = {}
-    for batch in batches:
-        topics = batch.column("topic").to_pylist()
-        values = batch.column("value").to_pylist()
-        for topic, value in zip(topics, values, strict=True):
-            if topic != features_topic or value is None:
-                continue
-            record = orjson.loads(value)
-            order = (record[EVENT_TIME_MS], record[C.TX_ID])
-            known = latest.get(record[C.CARD_ID])
-            if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
-                latest[record[C.CARD_ID]] = record
-    url = options["redis.url"]
-    client = _REDIS_CLIENTS.get(url)
-    if client is None:
-        client = _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    for value in newest_per_key(batches, options["redis.topic"]):
+        record = orjson.loads(value)
+        order = (record[EVENT_TIME_MS], record[C.TX_ID])
+        known = latest.get(record[C.CARD_ID])
+        if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
+            latest[record[C.CARD_ID]] = record
+    client = client_for(options["redis.url"])
     prefix = options.get("redis.prefix", "")
     set_latest(
         client,

@@ -1,18 +1,23 @@
 """``fraud demo``: the main job end to end on the embedded stack (or your own services, if configured).
 
-Today's pipeline: simulate transactions, ingest them and their delayed labels into Kafka, ingest a file of
+The pipeline: simulate transactions, ingest them and their delayed labels into Kafka, ingest a file of
 deliberately broken events to show the dead-letter topic, run the streaming feature job over everything
 (features to Kafka, latest features per card to Redis), train the first model by replaying the
 transactions and labels topics (honest split, metrics, registered in MLflow: the first version of an empty
-registry becomes the champion), then print topic counts, the dead-letter summary and one card's features
-from Redis. The embedded stack is started for the run and stopped after it; with
+registry becomes the champion), score every transaction with the champion (scores and alerts to Kafka,
+alerts to Redis), then print topic counts, the dead-letter summary, the alerts and their precision against
+the labels, and one card from Redis. The embedded stack is started for the run and stopped after it; with
 a stack already running (or your own services), the demo uses fresh ``demo-…`` topics of its own.
+
+``--follow`` then keeps the pipeline live until Ctrl-C: both jobs run continuously, a week more of
+simulated transactions streams in at a steady rate, and the live alerts page is served.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,18 +30,20 @@ from rich.table import Table
 
 from features.cli import run_feature_job
 from features.definitions import FeatureParams
-from infra.clients import Clients, ensure_topics, topic_counts
+from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.console import console, counts_table, dead_letter_table, settings_of
 from infra.embedded import EmbeddedStack
 from infra.redis_store import card_features_key
 from infra.settings import Settings
-from ingest.cli import label_delay_ms, print_simulation, produce_batch, table_batch
+from ingest.cli import print_simulation, produce_batch, table_batch
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.pipeline import events_from_jsonl
 from ingest.schemas import TxColumns
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
+from scoring.records import AlertRecord
+from scoring.run_cli import run_scoring_job
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent.parent / "examples" / "bad_events.jsonl"
@@ -71,15 +78,31 @@ def demo_command(
     terminals: Annotated[int, typer.Option(min=1, help="Simulated terminals.")] = 10000,
     days: Annotated[int, typer.Option(min=1, help="Simulated days from 2018-04-01.")] = 61,
     seed: Annotated[int, typer.Option(min=0, help="Simulator seed.")] = 0,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Then keep the pipeline live: stream a week more of transactions, serve the alerts page; "
+            "Ctrl-C stops everything.",
+        ),
+    ] = False,
+    rate: Annotated[
+        float, typer.Option(min=1.0, help="With --follow: transactions per second streamed in.")
+    ] = 200.0,
 ) -> None:
-    """Run the pipeline end to end on the embedded stack and print what reached each topic."""
+    """Run the pipeline end to end on the embedded stack: simulate, ingest, features, train, score, alerts."""
     settings = settings_of(ctx)
+    extra_days = FOLLOW_DAYS if follow else 0
     config = SimulatorConfig(
-        customers=customers, terminals=terminals, days=days, start=dt.date(2018, 4, 1), seed=seed
+        customers=customers,
+        terminals=terminals,
+        days=days + extra_days,
+        start=dt.date(2018, 4, 1),
+        seed=seed,
     )
     with stack_for_run(settings) as started_here:
+        run = uuid.uuid4().hex[:6]
         if not started_here:
-            run = uuid.uuid4().hex[:6]
             settings = settings.model_copy(update={"topics": settings.topics.with_prefix(f"demo-{run}-")})
         clients = Clients.from_settings(settings)
         ensure_topics(
@@ -88,8 +111,11 @@ def demo_command(
 
         console.rule("1. Simulate")
         with console.status("Simulating..."):
-            frame = simulate(config)
-        print_simulation(frame, config)
+            simulated = simulate(config)
+        cut = pd.Timestamp(config.start, tz="UTC") + pd.Timedelta(days=days)
+        later = simulated[TxColumns.EVENT_TIME] >= cut
+        frame, live = simulated[~later], simulated[later]
+        print_simulation(frame, config.model_copy(update={"days": days}))
 
         console.rule("2. Ingest transactions and delayed labels")
         source = f"simulator:seed={seed}"
@@ -99,21 +125,130 @@ def demo_command(
         produce_batch(settings, events_from_jsonl(BAD_EVENTS_FILE, settings.max_event_bytes), speedup=None)
 
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
-        checkpoint = settings.home / "checkpoints" / f"demo-{uuid.uuid4().hex[:6]}"
-        run_feature_job(settings, settings.topics, checkpoint.resolve(), FeatureParams(), once=True)
+        checkpoints = (settings.home / "checkpoints" / f"demo-{run}").resolve()
+        run_feature_job(settings, settings.topics, checkpoints / "features", FeatureParams(), once=True)
 
         console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
         train_demo_model(settings)
 
+        console.rule(
+            "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
+        )
+        run_scoring_job(settings, settings.topics, checkpoints / "scoring", once=True)
+
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
         console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
+        console.print(alerts_table(clients, settings, frame))
         show_card(clients, frame, settings)
-        console.print(
-            f"Labels become known {label_delay_ms(settings, None) / 86_400_000:g} days after their transaction. "
-            "Next: `fraud status`, `fraud models list`, `fraud train --help`, `fraud features run`, "
-            "`fraud ingest FILE`."
+        if follow:
+            follow_live(settings, live, checkpoints, rate)
+        else:
+            where_to_look(settings, started_here)
+
+
+#: Days of simulated transactions ``--follow`` streams in after the batch part of the demo.
+FOLLOW_DAYS = 7
+
+
+def alerts_table(clients: Clients, settings: Settings, frame: pd.DataFrame) -> Table:
+    """Alerts raised, and how many of them were frauds (the simulation's labels), by model version."""
+    frauds = set(frame.loc[frame[TxColumns.IS_FRAUD] == 1, TxColumns.TX_ID].astype(int))
+    alerted: dict[int, set[int]] = {}
+    for message in read_topic(clients, settings.topics.alerts):
+        alert = AlertRecord.model_validate_json(message.value() or b"")
+        alerted.setdefault(alert.model_version, set()).add(alert.tx_id)
+    table = Table(title="Alerts (precision against the simulation's fraud labels)", title_justify="left")
+    for name in ("model version", "alerts", "frauds among them", "precision", "frauds caught"):
+        table.add_column(name, justify="right")
+    for version, tx_ids in sorted(alerted.items()):
+        hits = len(tx_ids & frauds)
+        table.add_row(
+            str(version),
+            f"{len(tx_ids):,}",
+            f"{hits:,}",
+            f"{hits / len(tx_ids):.1%}",
+            f"{hits:,} of {len(frauds):,} ({hits / len(frauds) if frauds else 0:.1%})",
         )
+    return table
+
+
+def where_to_look(settings: Settings, started_here: bool) -> None:
+    """The commands that show the results (with a running stack) and how to keep one running."""
+    commands = (
+        "`fraud alerts tail`, `fraud alerts get TX_ID`, `fraud card CARD_ID`, `fraud models list`, "
+        f"`fraud serve` (live page at http://{settings.api_host}:{settings.api_port}/)"
+    )
+    if started_here:
+        console.print(
+            "The embedded stack stops now and its data with it. To explore the results, start one first "
+            f"(`fraud up`), run `fraud demo` on it, then use {commands}; or run `fraud demo --follow`."
+        )
+    else:
+        console.print(f"Explore the results: {commands}.")
+
+
+def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate: float) -> None:
+    """Keep both jobs running on new transactions streamed in at ``rate`` per second, serve the page,
+    until Ctrl-C; then stop what was started here."""
+    import uvicorn
+
+    from features.cli import feature_job_config
+    from features.job import start_feature_job
+    from infra.spark import spark_session
+    from ingest.pipeline import produce_events
+    from scoring.api import create_app
+    from scoring.job import start_scoring_job
+    from scoring.run_cli import scoring_job_config
+
+    clients = Clients.from_settings(settings)
+    source = "simulator:live"
+    batch = table_batch(settings, clean_table(live, source), source, None)
+    span_s = max(1.0, (live[TxColumns.EVENT_TIME].max() - live[TxColumns.EVENT_TIME].min()).total_seconds())
+    speedup = rate * span_s / max(1, len(live))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(clients.redis()), host=settings.api_host, port=settings.api_port, log_level="warning"
+        )
+    )
+    threading.Thread(target=server.run, name="alerts-page", daemon=True).start()
+    producer = threading.Thread(
+        target=produce_events,
+        args=(clients.producer(), settings.topics, batch, speedup),
+        name="live-transactions",
+        daemon=True,
+    )
+    with console.status("Starting the live jobs..."):
+        spark = spark_session(settings, app_name="fraud-demo-live")
+        features = feature_job_config(
+            settings, settings.topics, checkpoints / "features", FeatureParams(), max_records=20_000
+        )
+        scoring = scoring_job_config(settings, settings.topics, checkpoints / "scoring", max_records=20_000)
+        queries = [
+            start_feature_job(spark, features, once=False, trigger_interval_s=0.5),
+            start_scoring_job(spark, scoring, once=False, trigger_interval_s=0.5),
+        ]
+    producer.start()
+    console.rule("Live")
+    console.print(
+        f"Streaming {len(live):,} more transactions at ~{rate:,.0f}/s. Live alerts page: "
+        f"http://{settings.api_host}:{settings.api_port}/ (API docs at /docs). Ctrl-C stops everything."
+    )
+    try:
+        while all(query.isActive for query in queries):
+            time.sleep(10)
+            alerts = topic_counts(clients, [settings.topics.alerts])[settings.topics.alerts]
+            console.print(f"  {time.strftime('%H:%M:%S')}  alerts so far: {alerts:,}")
+        failed = [query.exception() for query in queries if query.exception() is not None]
+        if failed:
+            raise RuntimeError(f"a live job failed: {failed[0]}")
+    except KeyboardInterrupt:
+        console.print("Stopping...")
+    finally:
+        for query in queries:
+            query.stop()
+        server.should_exit = True
+        spark.stop()
 
 
 def train_demo_model(settings: Settings) -> None:

@@ -36,6 +36,18 @@ return 1
 """
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
+def client_for(url: str) -> Any:
+    """A redis-py client for ``url``, one per process (Spark workers reuse it across micro-batches)."""
+    import redis
+
+    if url not in _CLIENTS:
+        _CLIENTS[url] = redis.Redis.from_url(url)
+    return _CLIENTS[url]
+
+
 def card_features_key(card_id: str, prefix: str = "") -> str:
     """Hash with the latest features of a card."""
     return f"{prefix}card:{card_id}:features"

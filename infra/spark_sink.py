@@ -253,6 +253,26 @@ class SinkOptions:
         }
 
 
+def newest_per_key(batches: list[pa.RecordBatch], topic: str) -> list[bytes]:
+    """Values of the rows for ``topic`` with the newest ``timestamp_ms`` of their key (all of them on a tie).
+
+    For ``after.commit`` hooks that keep the latest record per key in a side store: only these few rows
+    need parsing (ties are the hook's to break).
+    """
+    newest: dict[bytes, tuple[int, list[bytes]]] = {}
+    for batch in batches:
+        columns = (batch.column(name).to_pylist() for name in ("topic", "key", "value", "timestamp_ms"))
+        for row_topic, key, value, at in zip(*columns, strict=True):
+            if row_topic != topic or value is None:
+                continue
+            known = newest.get(key)
+            if known is None or at > known[0]:
+                newest[key] = (at, [value])
+            elif at == known[0]:
+                known[1].append(value)
+    return [value for _, values in newest.values() for value in values]
+
+
 def sink_options(
     kafka_config: Mapping[str, Any], sink_id: str, topic: str | None = None, marker_topic: str | None = None
 ) -> dict[str, str]:

@@ -36,7 +36,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from infra.redis_store import write_alerts, write_scores
+from infra.redis_store import client_for, write_alerts, write_scores
 from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
@@ -44,6 +44,7 @@ from infra.spark_sink import (
     OPTION_BATCH_ID,
     SINK_NAME,
     checkpoint_sink_id,
+    newest_per_key,
     sink_options,
 )
 from infra.spark_sink import register as register_sink
@@ -317,37 +318,21 @@ class SinkRows:
 
 # --- Redis, after each committed Kafka transaction ------------------------------------------------------
 
-_REDIS_CLIENTS: dict[str, Any] = {}
-
 
 def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
     """``after.commit`` hook of the sink: alerts, and the newest score of each card, into Redis."""
-    import redis
-
-    alerts_topic, scores_topic = options["redis.alerts"], options["redis.scores"]
-    alerts: list[AlertRecord] = []
-    newest: dict[bytes, tuple[int, list[bytes]]] = {}
-    for batch in batches:
-        topics = batch.column("topic").to_pylist()
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        times = batch.column("timestamp_ms").to_pylist()
-        for topic, key, value, at in zip(topics, keys, values, times, strict=True):
-            if topic == alerts_topic:
-                alerts.append(AlertRecord.model_validate_json(value))
-            elif topic == scores_topic:
-                # Only the newest score per card is stored: parse just the candidates (ties by tx id later).
-                known = newest.get(key)
-                if known is None or at > known[0]:
-                    newest[key] = (at, [value])
-                elif at == known[0]:
-                    known[1].append(value)
-    url = options["redis.url"]
-    client = _REDIS_CLIENTS.get(url)
-    if client is None:
-        client = _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    alerts = [
+        AlertRecord.model_validate_json(value)
+        for batch in batches
+        for topic, value in zip(
+            batch.column("topic").to_pylist(), batch.column("value").to_pylist(), strict=True
+        )
+        if topic == options["redis.alerts"]
+    ]
+    # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
+    scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, options["redis.scores"])]
+    client = client_for(options["redis.url"])
     prefix, retention_s = options.get("redis.prefix", ""), int(options["redis.retention"])
-    scores = (ScoreRecord.model_validate_json(value) for _, values in newest.values() for value in values)
     write_scores(client, scores, prefix, retention_s)
     if alerts:
         write_alerts(client, alerts, prefix, retention_s)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,9 @@ from infra.console import settings_of
 from infra.progress import QueryReport, run_streaming_job
 from infra.settings import Settings, Topics
 from models.registry import ALIASES, CHAMPION
+
+if TYPE_CHECKING:
+    from scoring.job import ScoringJobConfig
 
 app = typer.Typer(
     help="Score every transaction with the MLflow model; alerts to Kafka and Redis.", no_args_is_help=True
@@ -47,23 +50,21 @@ def run_command(
     )
 
 
-def run_scoring_job(
+def scoring_job_config(
     settings: Settings,
     topics: Topics,
     checkpoint: Path,
-    once: bool,
     alias: str = CHAMPION,
     model_check_interval_s: float = 30.0,
     max_records: int | None = 100_000,
-    trigger_interval_s: float = 1.0,
-) -> QueryReport:
-    """Start the scoring job, show its progress until it stops, and print a summary."""
+) -> ScoringJobConfig:
+    """The scoring job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
     from infra.clients import Clients, ensure_topics
-    from scoring.job import ScoringJobConfig, start_scoring_job
+    from scoring.job import ScoringJobConfig
 
     clients = Clients.from_settings(settings)
     ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
-    config = ScoringJobConfig(
+    return ScoringJobConfig(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
@@ -75,6 +76,22 @@ def run_scoring_job(
         max_records_per_trigger=max_records,
         model_check_interval_s=model_check_interval_s,
     )
+
+
+def run_scoring_job(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    once: bool,
+    alias: str = CHAMPION,
+    model_check_interval_s: float = 30.0,
+    max_records: int | None = 100_000,
+    trigger_interval_s: float = 1.0,
+) -> QueryReport:
+    """Start the scoring job, show its progress until it stops, and print a summary."""
+    from scoring.job import start_scoring_job
+
+    config = scoring_job_config(settings, topics, checkpoint, alias, model_check_interval_s, max_records)
     return run_streaming_job(
         settings,
         "fraud-scoring",
