@@ -35,11 +35,13 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructField, StructType
 
 from infra.redis_store import client_for, write_alerts, write_scores
 from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
+    COLUMNS,
     OPTION_AFTER_COMMIT,
     OPTION_BATCH_ID,
     SINK_NAME,
@@ -59,9 +61,8 @@ C = TxColumns
 _log = logging.getLogger(__name__)
 
 #: Rows the scorer hands to the sink.
-SINK_SCHEMA = (
-    "topic string, key binary, value binary, timestamp_ms bigint, "
-    "headers array<struct<key: string, value: binary>>"
+SINK_SCHEMA = StructType(
+    [StructField(name, COLUMNS[name][0]) for name in ("topic", "key", "value", "timestamp_ms", "headers")]
 )
 #: How many features an alert names as having driven its score.
 TOP_FEATURES = 3
