@@ -21,8 +21,7 @@ from typing import Any
 import orjson
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -30,17 +29,9 @@ from features.core import CardState, TerminalState
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.stream import (
     CARD_BUCKET,
-    DEAD,
-    DETAIL,
     KEY,
-    KIND,
     LATE,
     PACKED_FIELDS,
-    RAW,
-    REASON,
-    SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
     TERMINAL_BUCKET,
     CardBucket,
     DecodeOptions,
@@ -50,7 +41,7 @@ from features.stream import (
     decode,
     empty_events,
     from_blob,
-    output_fields,
+    kafka_records,
     pack,
     pack_frame,
     terminal_stage,
@@ -62,21 +53,16 @@ from infra.redis_store import card_features_key, client_for, set_latest
 from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
-    HEADERS_TYPE,
     OPTION_AFTER_COMMIT,
+    RECORDS_COLUMN,
     checkpoint_sink_id,
     newest_per_key,
+    pack_records,
     sink_options,
 )
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource, Split
 from ingest.schemas import (
-    DLQ_DETAIL_HEADER,
-    DLQ_OFFSET_HEADER,
-    DLQ_PARTITION_HEADER,
-    DLQ_REASON_HEADER,
-    DLQ_SOURCE_HEADER,
-    SCHEMA_VERSION,
     TxColumns,
 )
 
@@ -146,10 +132,14 @@ class CardStage(StatefulProcessor):
 
 
 class TerminalStage(StatefulProcessor):
-    """``features.stream.terminal_stage`` per terminal bucket; state: terminal transactions and labels."""
+    """``features.stream.terminal_stage`` per terminal bucket; state: terminal transactions and labels.
 
-    def __init__(self, params: FeatureParams) -> None:
+    Emits the sink's Kafka records, packed: one row per call, built here rather than row by row in the JVM.
+    """
+
+    def __init__(self, params: FeatureParams, topics: Topics) -> None:
         self.params = params
+        self.topics = topics
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("terminals", TERMINAL_STATE)
@@ -168,7 +158,8 @@ class TerminalStage(StatefulProcessor):
         tx_frame, label_frame = terminals.to_frames()
         self.state.update((to_blob(tx_frame), to_blob(label_frame)))
         if len(out):
-            yield out
+            records = kafka_records(out, self.topics.features, self.topics.dead_letter, self.params)
+            yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)]})
 
     def close(self) -> None:
         pass
@@ -196,7 +187,7 @@ class FeatureJobConfig:
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
-    """The feature rows (and dead rows) of the streaming job, before any sink."""
+    """The streaming job's output: feature records and dead letters, packed for the Kafka sink."""
     spark.dataSource.register(KafkaDataSource)
     reader = (
         spark.readStream.format("fraud-kafka")
@@ -220,47 +211,10 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         timeMode="None",
     )
     return card.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=TerminalStage(config.params),
-        outputStructType=ddl(output_fields(config.params)),
+        statefulProcessor=TerminalStage(config.params, config.topics),
+        outputStructType=f"{RECORDS_COLUMN} binary",
         outputMode="Append",
         timeMode="None",
-    )
-
-
-def sink_rows(features: DataFrame, topics: Topics, params: FeatureParams) -> DataFrame:
-    """Kafka records of the job's output: feature records keyed by card, dead letters with ``dlq.*`` headers.
-
-    Built with Spark SQL expressions (in the JVM), not Python.
-    """
-    kind = F.col(KIND)
-    record = F.to_json(
-        F.struct(
-            F.lit(SCHEMA_VERSION).alias("schema_version"),
-            *(F.col(name) for name in (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)),
-            F.col(C.TERMINAL_X),
-            F.col(C.TERMINAL_Y),
-            F.col(LATE).alias("late"),
-            F.struct(*(F.col(name) for name in params.feature_columns)).alias("features"),
-        )
-    )
-
-    def header(name: str, value: Column) -> Column:
-        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
-
-    headers = F.array(
-        header(DLQ_REASON_HEADER, F.col(REASON)),
-        header(DLQ_DETAIL_HEADER, F.col(DETAIL)),
-        header(DLQ_SOURCE_HEADER, F.concat(F.lit("kafka:"), F.col(SOURCE_TOPIC))),
-        header(DLQ_PARTITION_HEADER, F.col(SOURCE_PARTITION).cast("string")),
-        header(DLQ_OFFSET_HEADER, F.col(SOURCE_OFFSET).cast("string")),
-    )
-    is_dead = kind == F.lit(DEAD)
-    return features.select(
-        F.when(is_dead, F.lit(topics.dead_letter)).otherwise(F.lit(topics.features)).alias("topic"),
-        F.when(is_dead, F.lit(None).cast("binary")).otherwise(F.col(C.CARD_ID).cast("binary")).alias("key"),
-        F.when(is_dead, F.col(RAW)).otherwise(record.cast("binary")).alias("value"),
-        F.when(is_dead, F.lit(None).cast("long")).otherwise(F.col(EVENT_TIME_MS)).alias("timestamp_ms"),
-        F.when(is_dead, headers).otherwise(F.lit(None).cast(HEADERS_TYPE)).alias("headers"),
     )
 
 
@@ -304,9 +258,9 @@ def start_feature_job(
     """Start the streaming feature job: ``once`` processes everything available, then stops."""
     register_sink(spark)
     config.checkpoint.mkdir(parents=True, exist_ok=True)
-    rows = sink_rows(feature_stream(spark, config), config.topics, config.params)
     writer = (
-        rows.writeStream.format("fraud-kafka-sink")
+        feature_stream(spark, config)
+        .writeStream.format("fraud-kafka-sink")
         .options(
             **sink_options(
                 config.kafka_config,

@@ -35,24 +35,28 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
+from features.definitions import EVENT_TIME_MS
+from infra.arrow_json import Value, json_objects
 from infra.redis_store import client_for, write_alerts, write_scores
 from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
-    COLUMNS,
+    HEADERS_ARROW_TYPE,
     OPTION_AFTER_COMMIT,
     OPTION_BATCH_ID,
+    RECORDS_COLUMN,
     SINK_NAME,
+    SinkRows,
     checkpoint_sink_id,
     newest_per_key,
+    pack_records,
     sink_options,
 )
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource
-from ingest.deadletter import to_record
-from ingest.schemas import DeadLetter, FeatureRecord, Reason, TxColumns
+from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason, TxColumns
 from ingest.validation import parse_event
 from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
 from scoring.records import AlertRecord, ScoreRecord
@@ -60,10 +64,8 @@ from scoring.records import AlertRecord, ScoreRecord
 C = TxColumns
 _log = logging.getLogger(__name__)
 
-#: Rows the scorer hands to the sink.
-SINK_SCHEMA = StructType(
-    [StructField(name, COLUMNS[name][0]) for name in ("topic", "key", "value", "timestamp_ms", "headers")]
-)
+#: Rows the scorer hands to the sink: its records, packed.
+SINK_SCHEMA = StructType([StructField(RECORDS_COLUMN, BinaryType())])
 #: How many features an alert names as having driven its score.
 TOP_FEATURES = 3
 
@@ -198,7 +200,10 @@ def top_features(model: LoadedModel, frame: pd.DataFrame, k: int = TOP_FEATURES)
 
 @dataclass(frozen=True)
 class Scorer:
-    """``mapInArrow`` function: raw feature records -> score, alert and dead-letter rows for the sink."""
+    """``mapInArrow`` function: raw feature records -> score, alert and dead-letter records, packed for the sink.
+
+    Score records are built column by column (``infra.arrow_json``); alerts, a small share, one by one.
+    """
 
     tracking_uri: str
     version: int
@@ -209,9 +214,11 @@ class Scorer:
         model = worker_model(self.tracking_uri, self.version)
         for records in batches:
             if records.num_rows:
-                yield self.score(model, records)
+                packed = pack_records(self.score(model, records))
+                yield pa.RecordBatch.from_arrays([pa.array([packed], pa.binary())], names=[RECORDS_COLUMN])
 
-    def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.RecordBatch:
+    def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.Table:
+        """The sink records (``infra.spark_sink.COLUMNS``) for a batch of raw feature records."""
         source = f"kafka:{self.topics.features}"
         parsed = [
             parse_event(FeatureRecord, raw or b"", source, self.max_event_bytes, partition, offset)
@@ -223,16 +230,16 @@ class Scorer:
             )
         ]
         good = [event for event in parsed if isinstance(event, FeatureRecord)]
-        dead = [event for event in parsed if isinstance(event, DeadLetter)]
-        rows = SinkRows()
-        if good:
-            self._score_records(model, good, rows)
-        for letter in dead:
-            value, headers = to_record(letter)
-            rows.add(self.topics.dead_letter, None, value, None, headers)
-        return rows.batch()
+        others = SinkRows()
+        for letter in (event for event in parsed if isinstance(event, DeadLetter)):
+            others.add_dead_letter(letter, self.topics.dead_letter)
+        scored = self._score_records(model, good, others) if good else None
+        return pa.Table.from_batches([batch for batch in (scored, others.batch()) if batch is not None])
 
-    def _score_records(self, model: LoadedModel, good: list[FeatureRecord], rows: SinkRows) -> None:
+    def _score_records(
+        self, model: LoadedModel, good: list[FeatureRecord], others: SinkRows
+    ) -> pa.RecordBatch | None:
+        """The score records of ``good`` (returned); their alerts and dead letters go to ``others``."""
         frame = pd.DataFrame.from_records([{**r.features, C.AMOUNT: r.amount} for r in good])
         try:
             scores = model.score(frame)
@@ -244,77 +251,58 @@ class Scorer:
                     reason=Reason.INVALID_VALUE,
                     detail=str(exc),
                 )
-                value, headers = to_record(letter)
-                rows.add(self.topics.dead_letter, None, value, None, headers)
-            return
+                others.add_dead_letter(letter, self.topics.dead_letter)
+            return None
         alerting = scores >= model.threshold
-        drivers = iter(top_features(model, frame[alerting])) if alerting.any() else iter([])
-        scored_at = int(time.time() * 1000)
-        for record, score, alert in zip(good, scores.tolist(), alerting.tolist(), strict=True):
-            scored = ScoreRecord.model_construct(
-                tx_id=record.tx_id,
-                card_id=record.card_id,
-                terminal_id=record.terminal_id,
-                amount=record.amount,
-                event_time_ms=record.event_time_ms,
-                scored_at_ms=scored_at,
-                score=score,
-                threshold=model.threshold,
-                model_name=model.name,
-                model_version=model.version,
-                alert=alert,
-            )
-            key = record.card_id.encode()
-            rows.add(self.topics.scores, key, scored.model_dump_json().encode(), record.event_time_ms, None)
-            if alert:
+        event = {
+            name: pa.array([getattr(record, name) for record in good])
+            for name in (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
+        }
+        values = score_values(
+            event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
+        )
+        if alerting.any():
+            drivers = iter(top_features(model, frame[alerting]))
+            for index in np.flatnonzero(alerting):
+                record = good[index]
                 features = {name: record.features.get(name) for name in model.feature_columns}
                 features[C.AMOUNT] = record.amount
-                alert_record = scored.to_alert(features, next(drivers))
-                rows.add(
+                scored = ScoreRecord.model_validate_json(values[index].as_py())
+                others.add(
                     self.topics.alerts,
-                    key,
-                    alert_record.model_dump_json().encode(),
+                    record.card_id.encode(),
+                    scored.to_alert(features, next(drivers)).model_dump_json().encode(),
                     record.event_time_ms,
                     None,
                 )
-
-
-class SinkRows:
-    """Columns of the rows handed to the Kafka sink, built row by row."""
-
-    def __init__(self) -> None:
-        self.topic: list[str] = []
-        self.key: list[bytes | None] = []
-        self.value: list[bytes] = []
-        self.timestamp_ms: list[int | None] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
-
-    def add(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        timestamp_ms: int | None,
-        headers: list[tuple[str, str | bytes | None]] | None,
-    ) -> None:
-        self.topic.append(topic)
-        self.key.append(key)
-        self.value.append(value)
-        self.timestamp_ms.append(timestamp_ms)
-        self.headers.append(None if headers is None else [{"key": k, "value": v} for k, v in headers])
-
-    def batch(self) -> pa.RecordBatch:
-        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        n = len(good)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.topic, pa.string()),
-                pa.array(self.key, pa.binary()),
-                pa.array(self.value, pa.binary()),
-                pa.array(self.timestamp_ms, pa.int64()),
-                pa.array(self.headers, pa.list_(header)),
+                pa.array([self.topics.scores] * n, pa.string()),
+                event[C.CARD_ID].cast(pa.binary()),
+                values,
+                event[EVENT_TIME_MS],
+                pa.nulls(n, HEADERS_ARROW_TYPE),
             ],
-            names=["topic", "key", "value", "timestamp_ms", "headers"],
+            names=list(SinkRows.NAMES),
         )
+
+
+def score_values(
+    event: dict[str, pa.Array], scored_at_ms: int, scores: pa.Array, alerts: pa.Array, model: LoadedModel
+) -> pa.Array:
+    """``ScoreRecord`` JSON of each scored transaction, field for field in the record's own order."""
+    given: dict[str, Value] = {
+        **event,
+        "schema_version": SCHEMA_VERSION,
+        "scored_at_ms": scored_at_ms,
+        "score": scores,
+        "threshold": model.threshold,
+        "model_name": model.name,
+        "model_version": model.version,
+        "alert": alerts,
+    }
+    return json_objects([(name, given[name]) for name in ScoreRecord.model_fields])
 
 
 # --- Redis, after each committed Kafka transaction ------------------------------------------------------

@@ -24,10 +24,12 @@ from features.stream import (
     decode,
     empty_events,
     from_blob,
+    kafka_records,
     terminal_stage,
     ticks,
     to_blob,
 )
+from ingest.schemas import FeatureRecord
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 
@@ -130,6 +132,41 @@ def test_dead_rows_pass_through_both_stages() -> None:
     _, final = terminal_stage(TerminalState.empty(), out, params)
     assert final["kind"].tolist() == [DEAD]
     assert final["reason"].tolist() == ["not_an_object"]
+
+
+def test_kafka_records_are_feature_records_keyed_by_card_and_dead_letters_with_reasons() -> None:
+    params = FeatureParams()
+    raw = [("tx", tx_json(1, T0, amount=12.5)), ("tx", b"[]"), ("tx", tx_json(2, T0 + 5, amount=20.0))]
+    rows = pd.concat([decode(raw_records(raw), OPTIONS).to_pandas(), tick(T0 + 6)], ignore_index=True)
+    _, out = card_stage(CardBucket(CardState.empty(), empty_events(), -(2**62)), rows, params, 2)
+    _, final = terminal_stage(TerminalState.empty(), out, params)
+
+    records = kafka_records(final, "features", "dlq", params).to_pylist()
+
+    by_topic = {topic: [r for r in records if r["topic"] == topic] for topic in ("features", "dlq")}
+    assert len(by_topic["features"]) == 2
+    expected = final[final["kind"] == FEATURES].set_index("tx_id")
+    for record in by_topic["features"]:
+        feature = FeatureRecord.model_validate_json(record["value"])
+        assert record["key"] == TOKEN.encode()
+        assert record["timestamp_ms"] == feature.event_time_ms == expected.loc[feature.tx_id, EVENT_TIME_MS]
+        assert record["headers"] is None
+        assert feature.terminal_x is None
+        assert not feature.late
+        assert feature.features == {
+            name: expected.loc[feature.tx_id, name] for name in params.feature_columns
+        }
+    assert feature.features["card_nb_tx_1d"] == 2
+    assert feature.features["card_avg_amount_1d"] == 16.25
+    (dead,) = by_topic["dlq"]
+    assert (dead["key"], dead["value"], dead["timestamp_ms"]) == (None, b"[]", None)
+    assert {h["key"]: h["value"] for h in dead["headers"]} == {
+        "dlq.reason": b"not_an_object",
+        "dlq.detail": final.loc[final["kind"] == DEAD, "detail"].iloc[0].encode(),
+        "dlq.source": b"kafka:tx",
+        "dlq.partition": b"0",
+        "dlq.offset": b"1",
+    }
 
 
 def test_state_blobs_round_trip() -> None:

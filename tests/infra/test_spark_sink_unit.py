@@ -12,16 +12,19 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, Stri
 
 from infra import spark_sink
 from infra.spark_sink import (
+    HEADERS_ARROW_TYPE,
     OPTION_KAFKA_CONFIG,
     OPTION_MARKER_TOPIC,
     OPTION_SINK_ID,
     OPTION_TOPIC,
+    RECORDS_COLUMN,
     SinkConfigError,
     SinkIdReusedError,
     SinkOptions,
     checkpoint_sink_id,
     kafka_headers,
     marker_decision,
+    pack_records,
     sink_options,
     validate_schema,
 )
@@ -130,6 +133,43 @@ def test_schema_problems_are_listed_together() -> None:
         "column 'topic' is required",
     ):
         assert problem in message
+
+
+def test_packed_input_is_one_binary_records_column() -> None:
+    validate_schema(StructType().add(RECORDS_COLUMN, BinaryType()), default_topic=None)
+    for schema in (
+        StructType().add(RECORDS_COLUMN, BinaryType()).add("key", BinaryType()),
+        StructType().add(RECORDS_COLUMN, StringType()),
+    ):
+        with pytest.raises(SinkConfigError, match="packed input is a single binary column"):
+            validate_schema(schema, default_topic=None)
+
+
+def test_packed_records_unpack_into_their_rows_in_order() -> None:
+    first = pa.record_batch(
+        {
+            "topic": pa.array(["a", "b"], pa.string()),
+            "value": pa.array([b"1", b"2"], pa.binary()),
+            "headers": pa.array([None, [{"key": "h", "value": b"x"}]], HEADERS_ARROW_TYPE),
+        }
+    )
+    second = pa.record_batch({"value": pa.array([b"3"], pa.binary())})
+    plain = pa.record_batch({"value": pa.array([b"4"], pa.binary())})
+    packed = pa.record_batch(
+        {RECORDS_COLUMN: pa.array([pack_records(first), None, pack_records(second)], pa.binary())}
+    )
+
+    rows = [row for batch in spark_sink._unpacked(iter([packed, plain])) for row in batch.to_pylist()]
+
+    assert [row["value"] for row in rows] == [b"1", b"2", b"3", b"4"]
+    assert rows[1]["headers"] == [{"key": "h", "value": b"x"}]
+
+
+def test_a_packed_cell_with_unknown_columns_fails_the_write() -> None:
+    bad = pa.record_batch({"value": pa.array([b"1"]), "colour": pa.array(["red"])})
+    packed = pa.record_batch({RECORDS_COLUMN: pa.array([pack_records(bad)], pa.binary())})
+    with pytest.raises(spark_sink.SinkWriteError, match="colour"):
+        list(spark_sink._unpacked(iter([packed])))
 
 
 def test_marker_decides_write_skip_or_reuse_error() -> None:

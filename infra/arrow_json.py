@@ -1,0 +1,93 @@
+"""JSON objects built column by column in Arrow: one record per row, no Python loop over the rows.
+
+The stream jobs write one JSON record per transaction (feature records, scores). Built row by row with a
+dict per record, that cost ~10 µs each; here every column is formatted once by Arrow (numbers with its
+shortest round-trip conversion, so they parse back to the same value) and the pieces are joined
+element-wise, well under a microsecond per record::
+
+    json_objects([("schema_version", 1), ("tx_id", tx_ids), ("features", [("card_nb_tx_1d", counts)])])
+
+A field is a literal (int, float, bool, str: the same in every record), an Arrow array (int, float,
+bool, string; null and non-finite numbers become ``null``), or a list of fields (a nested object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Value = Union[pa.Array, pa.ChunkedArray, int, float, bool, str, "Fields"]
+Fields = Sequence[tuple[str, Value]]
+
+
+def json_objects(fields: Fields, length: int | None = None) -> pa.Array:
+    """The JSON object of each row as a binary array (``length`` rows: needed when no field is an array)."""
+    parts: list[pa.Array | str] = []
+    _append_object(parts, fields)
+    arrays = [part for part in parts if not isinstance(part, str)]
+    rows = len(arrays[0]) if arrays else length
+    if rows is None:
+        raise ValueError("json_objects needs `length` when no field is an array")
+    if any(len(array) != rows for array in arrays):
+        raise ValueError(f"json_objects: fields have different lengths {sorted({len(a) for a in arrays})}")
+    if not rows:
+        return pa.array([], pa.binary())
+    if not arrays:
+        return pa.array([_joined(parts)] * rows, pa.binary())
+    merged = _merge_literals(parts)
+    return pc.binary_join_element_wise(*merged, "").cast(pa.binary())
+
+
+def _append_object(parts: list[pa.Array | str], fields: Fields) -> None:
+    parts.append("{")
+    for position, (name, value) in enumerate(fields):
+        parts.append(("," if position else "") + orjson.dumps(name).decode() + ":")
+        if isinstance(value, list | tuple):
+            _append_object(parts, value)
+        elif isinstance(value, pa.Array | pa.ChunkedArray):
+            parts.append(_formatted(value))
+        else:
+            parts.append(orjson.dumps(value).decode())
+    parts.append("}")
+
+
+def _formatted(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each value as JSON text (string array)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    kind = values.type
+    if pa.types.is_boolean(kind):
+        text = pc.if_else(values, "true", "false")
+    elif pa.types.is_floating(kind):
+        finite = pc.is_finite(values)
+        if not pc.all(finite).as_py():  # JSON has no NaN or infinity: those become null
+            values = pc.if_else(finite, values, pa.scalar(None, kind))
+        text = pc.cast(values, pa.string())
+    elif pa.types.is_integer(kind):
+        text = pc.cast(values, pa.string())
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        encoded = pc.dictionary_encode(values)
+        escaped = [orjson.dumps(value).decode() for value in encoded.dictionary.to_pylist()]
+        text = pa.array(escaped, pa.string()).take(encoded.indices)
+    else:
+        raise TypeError(f"json_objects cannot format Arrow type {kind}")
+    return pc.fill_null(text, "null") if text.null_count else text
+
+
+def _merge_literals(parts: list[pa.Array | str]) -> list[pa.Array | str]:
+    """Adjacent literal pieces joined into one (fewer arguments for the element-wise join)."""
+    merged: list[pa.Array | str] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return merged
+
+
+def _joined(parts: list[pa.Array | str]) -> bytes:
+    return "".join(part for part in parts if isinstance(part, str)).encode()
