@@ -129,19 +129,20 @@ def _concat(*frames: pd.DataFrame) -> pd.DataFrame:
 
 
 def _frame(fields: list[tuple[str, pa.DataType]], columns: dict[str, object], n: int) -> pd.DataFrame:
-    """A frame with exactly ``fields``: given columns, the rest null."""
+    """A frame with exactly ``fields``: given columns, the rest null (built by NumPy, not from lists)."""
     data = {}
+    missing = np.ones(n, dtype=bool)
     for name, kind in fields:
         if name in columns:
             data[name] = columns[name]
         elif kind in (pa.string(), pa.binary()):
-            data[name] = pd.Series([None] * n, dtype=object)
+            data[name] = np.full(n, None, dtype=object)
         elif kind == pa.bool_():
-            data[name] = pd.Series([None] * n, dtype="boolean")
+            data[name] = pd.arrays.BooleanArray(np.zeros(n, dtype=bool), missing)
         elif kind == pa.float64():
             data[name] = np.full(n, np.nan)
         else:
-            data[name] = pd.Series([None] * n, dtype="Int64")
+            data[name] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), missing)
     return pd.DataFrame(data, index=pd.RangeIndex(n))
 
 
