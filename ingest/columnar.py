@@ -9,24 +9,25 @@ How a batch is judged:
 
 1. Records that are None, empty, larger than ``max_bytes`` or contain a newline go slow, and so do
    those whose first and last non-blank bytes are not ``{`` and ``}``.
-2. ``pyarrow.json`` parses the rest, newline-joined, against a schema derived from the model, with
-   unexpected fields refused. Arrow is what checks the JSON syntax and converts the values, and it is as
-   strict as pydantic's strict mode about token kinds: an int column refuses ``1.0``, ``"1"`` and
-   ``true``, a bool column refuses ``1``, a string column refuses numbers; it refuses repeated keys
-   (pydantic keeps the last one) and unknown keys, also nested and null-valued ones. The row count must
-   equal the record count, so that each line gave exactly one object.
-3. If Arrow refuses the batch, a vectorised byte scan (numpy) finds the records it would refuse (token
-   kinds per field, unknown or repeated keys, shape) and the rest is parsed again; a block Arrow still
-   refuses is halved until the refused records are isolated. The scan only ever sends records slow;
-   correctness does not rest on it.
+2. ``pyarrow.json`` parses the rest, newline-joined, against a schema derived from the model. Arrow is
+   what checks the JSON syntax and converts the values, and it is as strict as pydantic's strict mode
+   about token kinds: an int column refuses ``1.0``, ``"1"`` and ``true``, a bool column refuses ``1``, a
+   string column refuses numbers; it refuses repeated keys (pydantic keeps the last one). The row count
+   must equal the record count, so that each line gave exactly one object. A key the model does not
+   have (also inside a dict field, also with a null value) becomes an extra column; every record that
+   spells that key goes slow, and so does one whose keys, decoded, include it (when it has escapes).
+3. Arrow parses blocks of 8,192 records. When it refuses one, the record its error names (most of its
+   errors name one) goes slow and the records around it are parsed again; if it names the token it
+   could not convert instead, the records holding that token, or any number an int field cannot take,
+   go slow; else the records are split. Retries stop when they do not pay (see ``_parse``): what is
+   still refused then goes slow.
 4. Where Arrow accepts more than pydantic, the value decides: a string column must be valid UTF-8
    (Arrow does not check); a ``-0.0`` float goes slow if the record has an integer token ``-0`` (which
    pydantic reads as 0.0); an infinite float only passes if every ``Inf`` in the record is an
    ``Infinity`` (Arrow also reads ``Inf``); a NaN only if positive (Arrow also reads ``-NaN``); a float of
    2**63 or more goes slow if the record has an integer token of 19 digits or more (pydantic converts
-   an integer beyond int64 to float itself).
-   A null passes only for an optional field whose default is None (else it was absent or null, and
-   they differ).
+   an integer beyond int64 to float itself). A null passes only for an optional field whose default
+   is None (else it was absent or null, and they differ).
 5. The constraints are checked column-wise from the model's own metadata: ``Ge``/``Gt``/``Le``/``Lt``,
    ``allow_inf_nan``, ``Literal`` values; string constraints (``min_length``, ``max_length``,
    ``pattern``) by pydantic itself, on the distinct values of the column, so that the regex engine and
@@ -43,6 +44,8 @@ Delivery guarantee: none of its own; it is a pure function of its input.
 from __future__ import annotations
 
 import functools
+import itertools
+import json
 import re
 import types
 import typing
@@ -53,6 +56,7 @@ from typing import Annotated, Any, Literal, Union
 import annotated_types as at
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -88,9 +92,6 @@ class UnsupportedModelError(TypeError):
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
-# Token kinds of a member's value, as the byte scan classifies them.
-_ABSENT, _NULL, _STR, _BOOL, _INT, _FLOAT, _NONFINITE, _OBJECT, _OTHER = range(-1, 8)
-_N_KINDS = 8
 
 # model_config keys that do not change how JSON input is validated (or that are honoured below).
 _NEUTRAL_CONFIG = frozenset(
@@ -136,17 +137,6 @@ class _Scalar:
 
     def arrow_type(self) -> pa.DataType:
         return {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}[self.kind]
-
-    def allowed_kinds(self) -> Mask:
-        """Which token kinds the field accepts as they are (strict and lax mode agree on these)."""
-        kinds = {"int": [_INT], "float": [_INT, _FLOAT], "str": [_STR], "bool": [_BOOL]}[self.kind]
-        if self.kind == "float" and self.allow_inf_nan and self.choices is None:
-            kinds.append(_NONFINITE)
-        if self.nullable:
-            kinds.append(_NULL)
-        allowed = np.zeros(_N_KINDS, dtype=bool)
-        allowed[kinds] = True
-        return allowed
 
 
 @dataclass(frozen=True)
@@ -289,46 +279,11 @@ def _plan(model: type[BaseModel]) -> _Plan:
     return _Plan(model, tuple(fields))
 
 
-# --- The byte scan ------------------------------------------------------------------------------------
+# --- Records Arrow can take -------------------------------------------------------------------------
 
-# Byte classes the scan looks at (every other byte is 0).
-_QUOTE, _BACKSLASH, _COLON, _COMMA, _OPEN, _CLOSE, _BRACKET, _NEWLINE, _HIGH = range(1, 10)
-_CLASS = np.zeros(256, dtype=np.uint8)
-for _byte, _code in [
-    (b'"', _QUOTE),
-    (b"\\", _BACKSLASH),
-    (b":", _COLON),
-    (b",", _COMMA),
-    (b"{", _OPEN),
-    (b"}", _CLOSE),
-    (b"[", _BRACKET),
-    (b"]", _BRACKET),
-    (b"\n", _NEWLINE),
-]:
-    _CLASS[_byte[0]] = _code
-_CLASS[0x80:] = _HIGH
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\r\n")] = True
-_NUMBER_CHAR = np.zeros(256, dtype=bool)
-_NUMBER_CHAR[list(b"0123456789+-.eE")] = True
-_FIRST_KIND = np.full(256, _OTHER, dtype=np.int8)
-_FIRST_KIND[ord('"')] = _STR
-_FIRST_KIND[ord("t")] = _BOOL
-_FIRST_KIND[ord("f")] = _BOOL
-_FIRST_KIND[ord("n")] = _NULL
-_FIRST_KIND[ord("{")] = _OBJECT
-_FIRST_KIND[list(b"-0123456789")] = _INT  # refined by _number_kinds
-#: The non-finite tokens jiter reads (Arrow also takes -NaN, Inf, -Inf, which pydantic rejects).
-_NONFINITE_TOKENS = (b"NaN", b"Infinity", b"-Infinity")
-_NAME_CHAR = np.zeros(256, dtype=bool)
-_NAME_CHAR[list(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")] = True
-_NUMBER_WINDOW = 33  # a longer number token is left to the slow path
-_MAX_INT_DIGITS = 19  # longer integers cannot be int64
-_MAX_EXPONENT_DIGITS = 3
-#: With at most 32 characters and this exponent a float cannot overflow, which Arrow refuses (pydantic
-#: gives inf); underflow to subnormals or zero is rounded the same by both.
-_MAX_EXPONENT = 275
-_MAX_SKIP = 64  # whitespace runs and backslash runs longer than this go slow
+_MAX_SKIP = 64  # records with a longer run of leading or trailing whitespace go slow
 
 
 def _skip(data: npt.NDArray[np.uint8], at: Index, limit: Index, step: int) -> tuple[Index, Mask]:
@@ -346,229 +301,22 @@ def _skip(data: npt.NDArray[np.uint8], at: Index, limit: Index, step: int) -> tu
     return at, done
 
 
-def _window(data: npt.NDArray[np.uint8], starts: Index, width: int) -> npt.NDArray[np.uint8]:
-    """The ``width`` bytes from each start (zeros past the end of the data)."""
-    padded = np.concatenate([data, np.zeros(width, dtype=np.uint8)])
-    window: npt.NDArray[np.uint8] = np.lib.stride_tricks.sliding_window_view(padded, width)[starts]
-    return window
-
-
-def _lookup(
-    data: npt.NDArray[np.uint8], starts: Index, lengths: Index, names: Sequence[str]
-) -> npt.NDArray[np.int64]:
-    """Index in ``names`` of each raw key ``data[start:start+length]``, -1 when it is none of them."""
-    if not names:
-        return np.full(len(starts), -1, dtype=np.int64)
-    encoded = [n.encode() for n in names]
-    width = max([1, *map(len, encoded)])
-    order = sorted(range(len(names)), key=lambda i: encoded[i])
-    table = np.array([encoded[i] for i in order], dtype=f"S{width}")
-    table_lengths = np.array([len(encoded[i]) for i in order], dtype=np.int64)
-    window = _window(data, starts, width)
-    window[np.arange(width) >= lengths[:, None]] = 0
-    keys = np.ascontiguousarray(window).view(f"S{width}").ravel()
-    found = np.minimum(np.searchsorted(table, keys), len(table) - 1)
-    match = (table[found] == keys) & (table_lengths[found] == lengths)
-    return np.where(match, np.asarray(order, dtype=np.int64)[found], -1)
-
-
-def _number_kinds(data: npt.NDArray[np.uint8], starts: Index) -> npt.NDArray[np.int8]:
-    """_INT, _FLOAT, _NONFINITE or _OTHER for values starting with '-', a digit, 'N' or 'I'."""
-    count = len(starts)
-    window = _window(data, starts, _NUMBER_WINDOW)
-    kinds = np.full(count, _OTHER, dtype=np.int8)
-    numeric = _NUMBER_CHAR[window]
-    length = np.where(numeric.all(axis=1), _NUMBER_WINDOW, numeric.argmin(axis=1))
-    in_token = np.arange(_NUMBER_WINDOW) < length[:, None]
-    dot = ((window == ord(".")) & in_token).any(axis=1)
-    is_e = ((window == ord("e")) | (window == ord("E"))) & in_token
-    has_e = is_e.any(axis=1)
-    # The exponent's value from its (at most three) digits after an optional sign.
-    after_e = np.where(has_e, is_e.argmax(axis=1) + 1, length)
-    sign_byte = window[np.arange(count), np.minimum(after_e, _NUMBER_WINDOW - 1)]
-    signed = (after_e < length) & ((sign_byte == ord("+")) | (sign_byte == ord("-")))
-    negative = signed & (sign_byte == ord("-"))
-    first_digit = after_e + signed
-    exponent_digits = length - first_digit
-    exponent = np.zeros(count, dtype=np.int64)
-    for k in range(_MAX_EXPONENT_DIGITS):
-        column = np.minimum(first_digit + k, _NUMBER_WINDOW - 1)
-        more = k < exponent_digits
-        exponent = np.where(
-            more, exponent * 10 + window[np.arange(count), column].astype(np.int64) - 48, exponent
-        )
-    exponent = np.where(negative, -exponent, exponent)
-    exponent_ok = ~has_e | ((exponent_digits >= 1) & (exponent_digits <= _MAX_EXPONENT_DIGITS))
-    exponent_ok &= exponent <= _MAX_EXPONENT
-    digit = np.isin(window[:, :2], list(b"0123456789"))
-    starts_like_number = ((window[:, 0] == ord("-")) & digit[:, 1]) | digit[:, 0]
-    fits = starts_like_number & (length < _NUMBER_WINDOW)
-    digits = length - (window[:, 0] == ord("-"))
-    kinds[fits & ~dot & ~has_e & (digits <= _MAX_INT_DIGITS)] = _INT
-    kinds[fits & (dot | has_e) & exponent_ok] = _FLOAT
-    for token in _NONFINITE_TOKENS:
-        size = len(token)
-        exact = (window[:, :size] == np.frombuffer(token, dtype=np.uint8)).all(axis=1)
-        kinds[exact & ~_NAME_CHAR[window[:, size]]] = _NONFINITE
-    return kinds
-
-
-def _scan(
-    data: npt.NDArray[np.uint8],
-    offsets: Index,
-    plan: _Plan,
-    dict_keys: Mapping[str, Sequence[str]],
-) -> Mask:
-    """The records Arrow would refuse or pydantic would judge differently, from their bytes alone.
-
-    Per record: one object from the first to the last non-blank byte, balanced quotes and braces, no
-    arrays, each key a field (or an expected key of a dict field), no key twice, every required field
-    there, and each value's token kind one the field takes as it is.
-    """
-    n = len(offsets) - 1
+def _candidates(valid: Mask, data: npt.NDArray[np.uint8], offsets: Index, max_bytes: int) -> Mask:
+    """Records worth giving Arrow: 1 to max_bytes bytes, one line, ``{`` to ``}`` but for blanks."""
     starts, ends = offsets[:-1], offsets[1:]
-    fields = plan.fields
-    n_fields = len(fields)
-    bad = ends <= starts
-    kinds = np.full((n, n_fields), _ABSENT, dtype=np.int8)
-    dict_kinds = {
-        f: np.full((n, len(dict_keys[field.name])), _ABSENT, dtype=np.int8)
-        for f, field in enumerate(fields)
-        if field.is_dict
-    }
-    if not n:
-        return bad
-
-    # Every byte of interest, its class and its row.
-    codes = _CLASS[data]
-    positions = np.flatnonzero(codes)
-    classes = codes[positions]
-    del codes
-    bounds = np.searchsorted(positions, offsets)
-    row = np.repeat(np.arange(n), np.diff(bounds))
-    bad[row[(classes == _NEWLINE)]] = True
-
-    # Quotes escaped by an odd run of backslashes are string content.
-    quote = classes == _QUOTE
-    quote_at = np.flatnonzero(quote)
-    candidate = quote_at[
-        (positions[quote_at] > starts[row[quote_at]]) & (data[positions[quote_at] - 1] == 92)
-    ]
-    escaped = np.zeros(len(candidate), dtype=bool)
-    active = np.arange(len(candidate))
-    for run in range(1, _MAX_SKIP + 2):
-        if not len(active):
-            break
-        before = positions[candidate[active]] - run
-        continues = (before >= starts[row[candidate[active]]]) & (data[np.maximum(before, 0)] == 92)
-        stopped = active[~continues]
-        escaped[stopped] = run % 2 == 0
-        active = active[continues]
-    bad[row[candidate[active]]] = True
-    quote[candidate[escaped]] = False
-
-    # Inside a string: an odd number of (unescaped) quotes before it in its row.
-    quotes_through = np.cumsum(quote, dtype=np.int64)
-    row_base = np.where(bounds[:-1] > 0, quotes_through[np.maximum(bounds[:-1] - 1, 0)], 0)
-    quotes_before = quotes_through - quote - row_base[row]
-    row_quotes = np.where(bounds[1:] > 0, quotes_through[np.maximum(bounds[1:] - 1, 0)], 0) - row_base
-    bad |= (row_quotes % 2).astype(bool)
-    outside = ((quotes_before % 2) == 0) & ~quote
-    bad[row[outside & ((classes == _BACKSLASH) | (classes == _BRACKET))]] = True
-
-    # Structure outside strings: one object from the first to the last non-blank byte, depth <= 2.
-    out = np.flatnonzero(outside & (classes != _NEWLINE) & (classes != _HIGH) & (classes != _BACKSLASH))
-    out_class = classes[out]
-    out_row = row[out]
-    out_bounds = np.searchsorted(out_row, np.arange(n + 1))
-    step = (out_class == _OPEN).astype(np.int64) - (out_class == _CLOSE)
-    depth_through = np.cumsum(step)
-    depth_base = np.where(out_bounds[:-1] > 0, depth_through[np.maximum(out_bounds[:-1] - 1, 0)], 0)
-    depth = depth_through - depth_base[out_row]
-    empty_row = out_bounds[1:] == out_bounds[:-1]
-    bad |= empty_row
-    first = np.minimum(out_bounds[:-1], len(out) - 1)
-    last = np.maximum(out_bounds[1:] - 1, 0)
-    first_byte, first_ok = _skip(data, starts, ends, 1)
-    last_byte, last_ok = _skip(data, ends - 1, starts - 1, -1)
-    bad |= ~first_ok | ~last_ok
-    if len(out):
-        bad |= (out_class[first] != _OPEN) | (positions[out[first]] != first_byte)
-        bad |= (out_class[last] != _CLOSE) | (positions[out[last]] != last_byte) | (depth[last] != 0)
-        brace = (out_class == _OPEN) | (out_class == _CLOSE)
-        bad |= np.bincount(out_row[brace & (depth == 0)], minlength=n) != 1
-        max_depth = 2 if dict_kinds else 1
-        bad[out_row[depth > max_depth]] = True
-        # Commas: one fewer than the members of each non-empty object.
-        opens = out_class == _OPEN
-        empty_object = opens & np.append(out_class[1:] == _CLOSE, False)
-        colons_per_row = np.bincount(out_row[out_class == _COLON], minlength=n)
-        commas_per_row = np.bincount(out_row[out_class == _COMMA], minlength=n)
-        nonempty_objects = np.bincount(out_row[opens & ~empty_object], minlength=n)
-        bad |= commas_per_row != colons_per_row - nonempty_objects
-
-    # Members: each colon outside strings, its key (the string before it) and its value's first byte.
-    colon = out[out_class == _COLON]
-    colon_depth = depth[out_class == _COLON]
-    colon_row = row[colon]
-    last_quote = np.maximum.accumulate(np.where(quote, np.arange(len(positions)), -1))
-    close = last_quote[colon]
-    open_ = last_quote[np.maximum(close - 1, 0)]
-    key_ok = (close - 1 >= bounds[colon_row]) & (open_ >= bounds[colon_row])
-    bad[colon_row[~key_ok]] = True
-    key_start = positions[np.maximum(open_, 0)] + 1
-    key_length = positions[np.maximum(close, 0)] - key_start
-    value_start, value_ok = _skip(data, positions[colon] + 1, ends[colon_row], 1)
-    bad[colon_row[~value_ok]] = True
-    value_kind = _FIRST_KIND[data[np.minimum(value_start, len(data) - 1)]]
-    numeric = (value_kind == _INT) | np.isin(data[np.minimum(value_start, len(data) - 1)], list(b"NI"))
-    value_kind[numeric] = _number_kinds(data, value_start[numeric])
-
-    top = colon_depth == 1
-    field_index = np.full(len(colon), -1, dtype=np.int64)
-    field_index[top] = _lookup(data, key_start[top], key_length[top], [f.name for f in fields])
-    bad[colon_row[top & (field_index < 0)]] = True  # extra="forbid"; "ignore" leaves them to pydantic
-    known = top & (field_index >= 0)
-    counts = np.bincount(colon_row[known] * n_fields + field_index[known], minlength=n * n_fields)
-    counts = counts.reshape(n, n_fields)
-    bad |= (counts > 1).any(axis=1)
-    kinds[colon_row[known], field_index[known]] = value_kind[known]
-    for f, field in enumerate(fields):
-        allowed = np.zeros(_N_KINDS, dtype=bool)
-        if field.is_dict:
-            allowed[_OBJECT] = True
-        else:
-            allowed = field.scalar.allowed_kinds()
-        present = kinds[:, f] != _ABSENT
-        bad |= present & ~allowed[np.maximum(kinds[:, f], 0)]
-        if field.required:
-            bad |= ~present
-
-    # Members of dict fields: exactly the expected keys, once each, with values the value type takes.
-    nested = colon_depth == 2
-    if nested.any():
-        top_colon = np.maximum.accumulate(np.where(top, np.arange(len(colon)), -1))
-        parent_colon = top_colon[nested]
-        parent = np.where(parent_colon >= 0, field_index[np.maximum(parent_colon, 0)], -1)
-        parent_ok = (parent_colon >= 0) & (colon_row[np.maximum(parent_colon, 0)] == colon_row[nested])
-        nested_at = np.flatnonzero(nested)
-        bad[colon_row[nested_at[~parent_ok | ~np.isin(parent, list(dict_kinds))]]] = True
-        for f, table in dict_kinds.items():
-            names = dict_keys[fields[f].name]
-            members = nested_at[parent_ok & (parent == f)]
-            key = _lookup(data, key_start[members], key_length[members], names)
-            member_row = colon_row[members]
-            bad[member_row[key < 0]] = True
-            members, member_row, key = members[key >= 0], member_row[key >= 0], key[key >= 0]
-            key_counts = np.bincount(member_row * len(names) + key, minlength=n * len(names))
-            bad |= (key_counts.reshape(n, len(names)) > 1).any(axis=1)
-            table[member_row, key] = value_kind[members]
-    for f, table in dict_kinds.items():
-        allowed = fields[f].scalar.allowed_kinds()
-        bad |= (kinds[:, f] == _OBJECT) & (
-            (table == _ABSENT).any(axis=1) | ~allowed[np.maximum(table, 0)].all(axis=1)
-        )
-    return bad
+    sizes = ends - starts
+    candidate = valid & (sizes > 0) & (sizes <= max_bytes)
+    if not len(data):
+        return candidate
+    first, first_ok = _skip(data, starts, ends, 1)
+    last, last_ok = _skip(data, ends - 1, starts - 1, -1)
+    candidate &= first_ok & last_ok & (first < ends) & (last >= starts)
+    candidate &= data[np.clip(first, 0, len(data) - 1)] == ord("{")
+    candidate &= data[np.clip(last, 0, len(data) - 1)] == ord("}")
+    # A newline would split the record in two lines (JSON strings cannot hold one; whitespace can).
+    newline = np.flatnonzero(data == ord("\n"))
+    candidate[np.searchsorted(offsets, newline, side="right") - 1] = False
+    return candidate
 
 
 # --- Arrow parsing ------------------------------------------------------------------------------------
@@ -594,44 +342,210 @@ def _nullable(data_type: pa.DataType) -> pa.DataType:
     return data_type
 
 
-def _read(values: pa.Array, rows: Index, schema: pa.Schema) -> pa.Table | None:
-    """``values[rows]`` parsed as newline-delimited JSON, one row each; None if Arrow refuses them."""
-    chosen = values if len(rows) == len(values) else values.take(pa.array(rows))
-    lists = pa.LargeListArray.from_arrays(
-        pa.array([0, len(rows)], pa.int64()), chosen.cast(pa.large_binary())
-    )
-    buffer = pc.binary_join(lists, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
-    # Absent fields come out as nulls; the checks judge them.
-    parse_schema = pa.schema([pa.field(f.name, _nullable(f.type)) for f in schema])
-    try:
-        table = pj.read_json(
-            pa.BufferReader(buffer),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(buffer.size + 1, 1 << 20)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=parse_schema,
-                unexpected_field_behavior="error",
-                newlines_in_values=False,
-            ),
+#: Records per Arrow parse: a record Arrow refuses costs retries of its block only.
+_BLOCK_RECORDS = 8192
+#: Retries of a block may spend this many times its records (and calls) more than they parse.
+_RETRIES = 1.0
+#: A retry that parses records earns this many times them back, so that parsing pays for itself and
+#: what is spent is failed reads and calls: isolating a bad record costs about two calls and a read up to
+#: it, which pays (against parse_event on the whole block) only while bad records are sparse.
+_EARN = 2
+#: What one call of the Arrow reader costs besides its records, in records (about 300 us here, while
+#: parse_event takes 4-9 us a record).
+_CALL_COST = 256
+#: Retries any block may take, however small.
+_MIN_RETRY_CALLS = 16
+#: The row Arrow names when it refuses a record (most syntax and type errors say it; some do not).
+_ROW_OF_ERROR = re.compile(r" in row (\d+)$")
+#: The token Arrow could not convert (an int column given 1.0, 1e2 or an integer beyond int64).
+_TOKEN_OF_ERROR = re.compile(r"couldn't parse:(\S{1,64})$")
+
+
+class _Block:
+    """Records joined into newline-delimited JSON once; any run of them is a zero-copy slice to parse."""
+
+    def __init__(self, values: pa.Array, rows: Index, schema: pa.Schema) -> None:
+        self.rows = rows
+        self.int_fields = [f.name for f in schema if pa.types.is_int64(f.type)]
+        self.values = values if len(rows) == len(values) else values.take(pa.array(rows))
+        self.schema = schema
+        # Absent fields come out as nulls; the checks judge them.
+        self.parse_schema = pa.schema([pa.field(f.name, _nullable(f.type)) for f in schema])
+        lists = pa.LargeListArray.from_arrays(
+            pa.array([0, len(rows)], pa.int64()), self.values.cast(pa.large_binary())
         )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    # Each line must have given exactly one row: then row i is record rows[i].
-    return table if table.num_rows == len(rows) else None
+        self.buffer = pc.binary_join(lists, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
+        sizes = pc.binary_length(self.values).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.line_start = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]]).astype(np.int64)
+        self.line_end = self.line_start + sizes
+
+    def read(self, begin: int, end: int) -> tuple[pa.Table, Mask] | int | Mask | None:
+        """Records ``begin:end`` of the block parsed, one row each.
+
+        Returns the table and the rows that may hold a key the schema does not have. If Arrow refuses
+        the records: the index (from ``begin``) of the one it names; or the rows that hold the token it
+        could not convert; or None when it says neither.
+        """
+        start = int(self.line_start[begin])
+        buffer = self.buffer.slice(start, int(self.line_end[end - 1]) - start)
+        try:
+            table = pj.read_json(
+                pa.BufferReader(buffer),
+                # One block: the rows Arrow counts in its errors are then the lines of this call.
+                read_options=pj.ReadOptions(use_threads=False, block_size=max(buffer.size + 1, 1 << 20)),
+                parse_options=pj.ParseOptions(
+                    explicit_schema=self.parse_schema,
+                    # Unexpected keys become extra columns (refusing them would not say which record).
+                    unexpected_field_behavior="infer",
+                    newlines_in_values=False,
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            message = str(error)
+            named = _ROW_OF_ERROR.search(message)
+            if named and int(named.group(1)) < end - begin:
+                return int(named.group(1))
+            token = _TOKEN_OF_ERROR.search(message)
+            if token:
+                # Every record with that token as a value, or with a number an int column cannot take
+                # after an int field's key (so that the next such record does not fail this read again).
+                patterns = [r":\s*" + re.escape(token.group(1)) + r"\s*[,}]"]
+                if self.int_fields:
+                    keys = "|".join(re.escape(json.dumps(name)) for name in self.int_fields)
+                    patterns.append(rf"(?:{keys})\s*:\s*-?[0-9]+(?:[.eE]|[0-9]{{19}})")
+                holding = _matches(self.values.slice(begin, end - begin), "|".join(patterns), regex=True)
+                return holding if holding.any() else None
+            return None
+        # Each line must have given exactly one row: then row i is record begin + i.
+        if table.num_rows != end - begin:
+            return None
+        try:
+            unexpected = _unexpected(table.schema, self.schema)
+        except UnicodeDecodeError:  # a key that is not UTF-8: the records are refused as a whole
+            return None
+        return table, _mentions(self.values.slice(begin, end - begin), unexpected, self.schema)
 
 
-def _parse(values: pa.Array, rows: Index, schema: pa.Schema) -> list[tuple[Index, pa.Table]]:
-    """Parse ``rows``; halve any block Arrow refuses until the refused records are single (left out)."""
-    parsed: list[tuple[Index, pa.Table]] = []
-    pending = [rows] if len(rows) else []
+def _unexpected(parsed: pa.Schema, schema: pa.Schema) -> list[str]:
+    """Keys Arrow found that the schema does not have, at the top level or inside a struct."""
+    names = [f.name for f in parsed if f.name not in schema.names]
+    for f in schema:
+        if pa.types.is_struct(f.type):
+            expected = {child.name for child in f.type}
+            names += [child.name for child in parsed.field(f.name).type if child.name not in expected]
+    return names
+
+
+def _mentions(values: pa.Array, keys: list[str], schema: pa.Schema) -> Mask:
+    """Records that may hold one of the unexpected ``keys`` (a record can spell a key with escapes)."""
+    mentions = np.zeros(len(values), dtype=bool)
+    if not keys:
+        return mentions
+    for key in keys:
+        mentions |= _matches(values, json.dumps(key, ensure_ascii=False))
+    # A record with an escape: decode its keys (orjson decodes them as Arrow does) and look.
+    escaped = np.flatnonzero(_matches(values, "\\") & ~mentions)
+    for i, raw in zip(escaped.tolist(), values.take(pa.array(escaped)).to_pylist(), strict=True):
+        mentions[i] = _has_unexpected_key(raw, schema)
+    return mentions
+
+
+def _matches(values: pa.Array, pattern: str, regex: bool = False) -> Mask:
+    match = pc.match_substring_regex if regex else pc.match_substring
+    found: Mask = match(values, pattern).fill_null(False).to_numpy(zero_copy_only=False)
+    return found
+
+
+def _has_unexpected_key(raw: bytes, schema: pa.Schema) -> bool:
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return True
+    if not isinstance(record, dict) or not set(record) <= set(schema.names):
+        return True
+    for field in schema:
+        if pa.types.is_struct(field.type) and field.name in record:
+            value = record[field.name]
+            if not isinstance(value, dict) or not set(value) <= {child.name for child in field.type}:
+                return True
+    return False
+
+
+def _parse(values: pa.Array, rows: Index, schema: pa.Schema) -> tuple[Index, pa.Table | None]:
+    """Parse ``rows``: the rows parsed (in order) and their table, without the columns of unexpected keys.
+
+    Records Arrow refuses, or that hold an unexpected key, are left out (they go slow). When Arrow names
+    the record it refuses, that one is left out and the records before and after it are parsed again;
+    when it names the token it could not convert, the records holding it (or any number an int field
+    cannot take) are; otherwise the records are split, in up to eight. Retries spend a budget (the
+    records they read, and ``_CALL_COST`` a call) that the records they parse earn back ``_EARN``
+    times: sparse bad records are isolated, and a block of dense ones stops after about ``_RETRIES``
+    of its records' worth and goes slow, so that bad input costs a bounded amount.
+    """
+    if not len(rows):
+        return rows, None
+    block = _Block(values, rows, schema)
+    parts: list[tuple[int, Index, pa.Table]] = []
+    budget = _RETRIES * len(rows) + _MIN_RETRY_CALLS * _CALL_COST
+    pending = [(0, len(rows))]
+    first = True
     while pending:
-        block = pending.pop()
-        table = _read(values, block, schema)
-        if table is not None:
-            parsed.append((block, table))
-        elif len(block) > 1:
-            middle = len(block) // 2
-            pending += [block[middle:], block[:middle]]
-    return parsed
+        begin, end = pending.pop()
+        if not first:
+            if budget < _CALL_COST:
+                continue  # out of retries: these go slow
+            budget -= _CALL_COST
+        first = False
+        result = block.read(begin, end)
+        if isinstance(result, tuple):
+            table, unexpected = result
+            keep = np.flatnonzero(~unexpected)
+            if len(keep):
+                taken = table.take(pa.array(keep)) if len(keep) < end - begin else table
+                parts.append((begin, begin + keep, taken))
+            budget += (_EARN - 1) * (end - begin)  # the call has been paid for
+        elif isinstance(result, int):
+            budget -= result + 1  # Arrow stopped at the record it names
+            named = begin + result
+            pending += [(a, b) for a, b in ((named + 1, end), (begin, named)) if b > a]
+        else:
+            budget -= end - begin
+            # The records holding the token (if any) go slow; the rest is cut in up to eight pieces (as
+            # many as calls are worth), so that the next refusal without a name costs only its piece.
+            held = set((begin + np.flatnonzero(result)).tolist()) if result is not None else set()
+            pieces = min(8, max(1 if held else 2, (end - begin) // (8 * _CALL_COST)), end - begin)
+            cuts = {*np.linspace(begin, end, pieces + 1).astype(int).tolist(), *held}
+            cuts |= {h + 1 for h in held}
+            runs = [(a, b) for a, b in itertools.pairwise(sorted(cuts)) if b > a and a not in held]
+            if runs != [(begin, end)]:
+                pending += reversed(runs)
+    if not parts:
+        return rows[:0], None
+    parts.sort(key=lambda part: part[0])
+    kept = np.concatenate([positions for _, positions, _ in parts])
+    tables = [_expected_columns(table, schema) for _, _, table in parts]
+    return rows[kept], pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _expected_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table with only the schema's columns, and of a struct column only the expected keys."""
+    columns = []
+    for field in schema:
+        column = table.column(field.name)
+        if pa.types.is_struct(field.type) and column.type.num_fields != field.type.num_fields:
+            column = pa.chunked_array(
+                [
+                    pa.StructArray.from_arrays(
+                        [chunk.field(key.name) for key in field.type],
+                        names=[key.name for key in field.type],
+                        mask=pc.invert(chunk.is_valid()),
+                    )
+                    for chunk in column.chunks
+                ],
+                type=_nullable(field.type),
+            )
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=schema.names)
 
 
 # --- Value checks -------------------------------------------------------------------------------------
@@ -747,17 +661,24 @@ def _check(table: pa.Table, plan: _Plan, raw: _Raw, schema: pa.Schema) -> tuple[
     for f, field in enumerate(plan.fields):
         column = table.column(field.name).combine_chunks()
         if field.is_dict:
-            # Every expected key present and not null (a null child is a missing key or a null value).
-            bad |= ~column.is_valid().to_numpy(zero_copy_only=False)
-            for k in range(column.type.num_fields):
-                _, child_bad = _check_scalar(column.field(k), field.scalar, False, raw)
+            # Every expected key present and not null (a null child is a missing key or a null value);
+            # keys Arrow found besides them were sent slow when it parsed them.
+            valid = column.is_valid()
+            bad |= ~valid.to_numpy(zero_copy_only=False)
+            children = []
+            for key in schema.field(f).type:
+                child, child_bad = _check_scalar(column.field(key.name), field.scalar, False, raw)
+                children.append(child)
                 bad |= child_bad
+            column = pa.StructArray.from_arrays(
+                children, fields=list(schema.field(f).type), mask=pc.invert(valid)
+            )
         else:
             # A null is the answer only if absent and null both give None.
             null_ok = field.scalar.nullable and field.default is None and not field.required
             column, field_bad = _check_scalar(column, field.scalar, null_ok, raw)
             bad |= field_bad
-        columns.append(column.cast(schema.field(f).type) if not field.is_dict else column)
+        columns.append(column)
     return columns, bad
 
 
@@ -826,37 +747,21 @@ def validate_many(
     n = len(array)
     valid = array.is_valid().to_numpy(zero_copy_only=False)
     data, offsets = _buffers(array)
-    starts, ends = offsets[:-1], offsets[1:]
-    sizes = ends - starts
-
-    candidate = valid & (sizes > 0) & (sizes <= max_bytes)
-    if len(data):
-        first, first_ok = _skip(data, starts, ends, 1)
-        last, last_ok = _skip(data, ends - 1, starts - 1, -1)
-        candidate &= first_ok & last_ok & (first < ends) & (last >= starts)
-        candidate &= (data[np.clip(first, 0, len(data) - 1)] == ord("{")) & (
-            data[np.clip(last, 0, len(data) - 1)] == ord("}")
-        )
-        newline = np.flatnonzero(data == ord("\n"))
-        candidate[np.searchsorted(offsets, newline, side="right") - 1] = False
-    rows = np.flatnonzero(candidate)
-    table = _read(array, rows, schema) if len(rows) else None
-    if table is not None:
-        parsed = [(rows, table)]
-    else:
-        # Some record makes Arrow refuse the batch: find them from their bytes, parse the others.
-        rows = rows[~_scan(data, offsets, plan, keys)[rows]]
-        parsed = _parse(array, rows, schema)
-
+    candidate = _candidates(valid, data, offsets, max_bytes)
     accepted: list[Index] = []
     parts: list[list[pa.Array]] = []
-    for block, block_table in sorted(parsed, key=lambda part: int(part[0][0])):
-        columns, bad = _check(block_table, plan, _Raw(data, offsets, block), schema)
+    for begin in range(0, n, _BLOCK_RECORDS):
+        rows, parsed = _parse(
+            array, begin + np.flatnonzero(candidate[begin : begin + _BLOCK_RECORDS]), schema
+        )
+        if parsed is None:
+            continue
+        columns, bad = _check(parsed, plan, _Raw(data, offsets, rows), schema)
         keep = np.flatnonzero(~bad)
         if len(keep):
             index = pa.array(keep)
             parts.append([c.take(index) for c in columns])
-            accepted.append(block[keep])
+            accepted.append(rows[keep])
     positions = np.concatenate(accepted) if accepted else np.empty(0, dtype=np.int64)
     if parts:
         batches = [pa.RecordBatch.from_arrays(part, schema=schema) for part in parts]

@@ -21,6 +21,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from features.definitions import FEATURE_COLUMNS
+from ingest import columnar
 from ingest.columnar import UnsupportedModelError, Validated, validate_many
 from ingest.pipeline import label_for
 from ingest.schemas import (
@@ -487,12 +488,16 @@ def test_none_empty_and_oversized_values_go_slow() -> None:
 
 
 def test_a_block_arrow_refuses_only_sends_its_bad_records_slow() -> None:
-    """Records the scan passes but Arrow refuses (here: a bad escape) are isolated by halving."""
+    """Arrow names the record it refuses (a bad escape, a string for an int), or the token it could not
+    convert (1.0 for an int): those go slow, the records around them are parsed again."""
     values = [tx(tx_id=i) for i in range(64)]
     for i in (5, 6, 40):
         values[i] = replace(values[i], b'"T-9"', b'"T\\x9"')
+    values[20] = tx(tx_id="20")
+    values[30] = tx(event_time_ms=1.5e12)
+    values[50] = tx(merchant=None)
     result = check(TransactionEvent, values)
-    assert result.slow.tolist() == [5, 6, 40]
+    assert result.slow.tolist() == [5, 6, 20, 30, 40, 50]
 
 
 def test_float_values_are_bit_identical_for_random_doubles() -> None:
@@ -557,7 +562,7 @@ def test_dict_keys_must_name_the_dict_fields() -> None:
 
 
 class _Other(BaseModel):
-    """Literal strings, a bound beyond int64, a \\d pattern, defaults, extra="ignore": from its metadata too."""
+    """Literal strings, a bound beyond int64, a \\d pattern, defaults, extra="ignore": from metadata too."""
 
     model_config = ConfigDict(strict=True)
     kind: Literal["a", "b"]
@@ -574,7 +579,8 @@ def test_another_model_is_checked_from_its_own_metadata() -> None:
         b'{"kind": "b", "count": -4, "name": "0", "flag": null, "ratio": 2}',
         b'{"kind": "c", "count": 1, "name": "1", "ratio": 1.5}',
         b'{"kind": "a", "count": -5, "name": "1", "ratio": 1.5}',
-        b'{"kind": "a", "count": 1, "name": "\xd9\xa0", "ratio": 1.5}',  # Arabic-Indic 0: Rust's \d, not RE2's
+        # An Arabic-Indic zero: Rust's \d (pydantic's regex engine) takes it, RE2's would not.
+        b'{"kind": "a", "count": 1, "name": "\xd9\xa0", "ratio": 1.5}',
         b'{"kind": "a", "count": 1, "name": "1x", "ratio": 1.5}',
         b"{" + good + b', "other": 1}',  # extra="ignore": valid, but left to pydantic
         b"{" + good + b', "flag": false}',
@@ -801,31 +807,56 @@ MODELS: dict[str, tuple[type[BaseModel], Mapping[str, Sequence[str]] | None]] = 
 
 
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_property_mutated_records_match_pydantic(kind: str) -> None:
-    """Seeded random events, a third of them mutated, in blocks: fast rows equal pydantic's bit for bit."""
+def test_property_mutated_records_match_pydantic(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeded random events, a third of them mutated, in blocks: fast rows equal pydantic's bit for bit.
+
+    Retries are not limited here, so that every mutated record Arrow can parse is parsed and compared.
+    """
+    monkeypatch.setattr(columnar, "_RETRIES", 1000)
     model, dict_keys = MODELS[kind]
     rng = random.Random(f"columnar-{kind}")
     total_fast = total_accepted = 0
     for _ in range(8):
         records = _records(rng, kind, 500, dirty=0.35)
         result = check(model, records, dict_keys=dict_keys)
-        valid = [not isinstance(parse_event(model, r or b"", "t", MAX_BYTES), DeadLetter) for r in records]
         total_fast += len(result.positions)
-        total_accepted += sum(valid)
+        total_accepted += sum(accepted(model, r or b"") for r in records)
     # Mutated records go slow; most clean ones (two thirds of the input) are fast.
     assert total_fast > 0.75 * total_accepted, (total_fast, total_accepted)
 
 
+def test_bad_input_costs_a_bounded_amount_of_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record bad in a way Arrow refuses without naming it: retries stop at the budget."""
+    cost = []
+    read = columnar._Block.read
+
+    def counting(block: columnar._Block, begin: int, end: int) -> object:
+        cost.append(end - begin + columnar._CALL_COST)
+        return read(block, begin, end)
+
+    monkeypatch.setattr(columnar._Block, "read", counting)
+    # An int column refusing 1.0 names no record; two objects on a line are not refused, but miscounted.
+    records = [tx(tx_id=1.0) if i % 2 else tx() + tx() for i in range(5000)]
+    result = check(TransactionEvent, records)
+    assert result.slow.size == 5000
+    budget = columnar._RETRIES * 5000 + columnar._MIN_RETRY_CALLS * columnar._CALL_COST
+    # The first read, the budget, and one read that may overshoot it.
+    assert sum(cost) <= 2 * (5000 + columnar._CALL_COST) + budget, (sum(cost), len(cost))
+
+
+@pytest.mark.parametrize("dirty", [0.0, 0.001])
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_property_clean_records_are_all_fast(kind: str) -> None:
+def test_property_clean_records_stay_fast(kind: str, dirty: float) -> None:
+    """Clean records, and clean records with about one bad record in 600 (isolated), are fast."""
     model, dict_keys = MODELS[kind]
-    rng = random.Random(f"columnar-clean-{kind}")
-    records = _records(rng, kind, 3000, dirty=0.0)
+    rng = random.Random(f"columnar-{dirty}-{kind}")
+    records = _records(rng, kind, 3000, dirty=dirty)
     result = check(model, records, dict_keys=dict_keys)
-    slow = [records[i] or b"" for i in result.slow]
-    # Clean records leave the fast path only for an integer token -0 (rare in this data).
-    assert all(re.search(rb"-0[,} \t\r]", raw) for raw in slow), slow[:3]
-    assert len(slow) < len(records) * 0.01
+    valid = sum(accepted(model, r or b"") for r in records)
+    assert len(result.positions) > 0.97 * valid, (len(result.positions), valid)
+    if not dirty:
+        # Clean records leave the fast path only for an integer token -0 (rare in this data).
+        assert all(re.search(rb"-0[,} \t\r]", records[i] or b"") for i in result.slow)
 
 
 def test_property_random_strings_in_every_position() -> None:
