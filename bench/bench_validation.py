@@ -104,8 +104,8 @@ def main() -> None:
             "parse_event per record": lambda: _per_record(values),
             "validate_many, list input": lambda: _columnar(values, values),
             "validate_many, BinaryArray": lambda: _columnar(array, values),
-            f"parse_event, {args.dirty:.0%} dirty": lambda: _per_record(dirty),
-            f"validate_many, {args.dirty:.0%} dirty": lambda: _columnar(dirty_array, dirty),
+            f"parse_event, {args.dirty:.2%} dirty": lambda: _per_record(dirty),
+            f"validate_many, {args.dirty:.2%} dirty": lambda: _columnar(dirty_array, dirty),
         },
         args.repeats,
     )
@@ -113,7 +113,7 @@ def main() -> None:
     print(f"{'variant (CPU time, best of the rounds)':40} {'seconds':>8} {'records/s':>12} {'speed-up':>9}")
     baseline = {
         "clean": results["parse_event per record"],
-        "dirty": results[f"parse_event, {args.dirty:.0%} dirty"],
+        "dirty": results[f"parse_event, {args.dirty:.2%} dirty"],
     }
     for name, seconds in results.items():
         base = baseline["dirty" if "dirty" in name else "clean"]
