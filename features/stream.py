@@ -19,17 +19,19 @@ the same result for any chunking of an ordered stream, the streaming result equa
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from features.core import CardState, TerminalState, card_step, terminal_step, time_features
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
 from infra.arrow_json import json_objects
 from infra.spark_sink import HEADERS_ARROW_TYPE, SinkRows, pack_records
+from ingest.columnar import validate_many
 from ingest.schemas import (
     SCHEMA_VERSION,
     DeadLetter,
@@ -172,121 +174,164 @@ class DecodeOptions:
 
 
 def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
-    """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows)."""
-    txs: list[tuple[TransactionEvent, str, int, int]] = []
-    labels: list[tuple[LabelEvent, str, int, int]] = []
-    dead: list[tuple[DeadLetter, str, int, int]] = []
-    positions: tuple[list[int], list[int], list[int]] = ([], [], [])
-    topics = records.column("topic").to_pylist()
-    partitions = records.column("partition").to_pylist()
-    offsets = records.column("offset").to_pylist()
-    values = records.column("value").to_pylist()
-    for position, (topic, partition, offset, raw) in enumerate(
-        zip(topics, partitions, offsets, values, strict=True)
+    """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows).
+
+    Records are validated in bulk (``ingest.columnar.validate_many``); the few it cannot decide go
+    through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
+    records' order.
+    """
+    topics = records.column("topic").to_numpy(zero_copy_only=False)
+    parts: list[tuple[np.ndarray, pa.RecordBatch]] = []
+    for topic, model in ((options.transactions_topic, TransactionEvent), (options.labels_topic, LabelEvent)):
+        rows = np.flatnonzero(topics == topic)
+        if not len(rows):
+            continue
+        found = validate_many(model, records.column("value").take(pa.array(rows)), options.max_event_bytes)
+        if found.table.num_rows:
+            columns = {name: found.table.column(name) for name in found.table.column_names}
+            parts.append(
+                (rows[found.positions], _event_batch(model, columns, records, rows[found.positions], options))
+            )
+        if len(found.slow):
+            parts.append(_decode_one_by_one(records, rows[found.slow], options))
+    others = np.flatnonzero((topics != options.transactions_topic) & (topics != options.labels_topic))
+    if len(others):
+        parts.append(_decode_one_by_one(records, others, options))
+    if not parts:
+        return _batch(0, {})
+    if len(parts) == 1:
+        return parts[0][1]
+    order = np.argsort(np.concatenate([positions for positions, _ in parts]), kind="stable")
+    combined = pa.Table.from_batches([batch for _, batch in parts]).combine_chunks().to_batches()[0]
+    return combined.take(pa.array(order))
+
+
+def _event_batch(
+    model: type[TransactionEvent] | type[LabelEvent],
+    columns: dict[str, pa.Array | pa.ChunkedArray | list[object]],
+    records: pa.RecordBatch,
+    rows: np.ndarray,
+    options: DecodeOptions,
+) -> pa.RecordBatch:
+    """Event rows of valid transactions or labels, given as columns named like the model's fields."""
+    n = len(rows)
+    cards = columns[C.CARD_ID]
+    codes, distinct = pd.factorize(
+        np.asarray(cards if isinstance(cards, list) else cards.to_pylist(), dtype=object)
+    )
+    buckets = np.asarray([card_bucket(card, options.card_buckets) for card in distinct], dtype=np.int32)
+    where = {
+        SOURCE_TOPIC: records.column("topic").take(pa.array(rows)),
+        SOURCE_PARTITION: records.column("partition").take(pa.array(rows)),
+        SOURCE_OFFSET: records.column("offset").take(pa.array(rows)),
+    }
+    common = {
+        CARD_BUCKET: buckets[codes],
+        C.CARD_ID: columns[C.CARD_ID],
+        C.TX_ID: columns[C.TX_ID],
+        C.TERMINAL_ID: columns[C.TERMINAL_ID],
+        **where,
+    }
+    if model is TransactionEvent:
+        return _batch(
+            n,
+            {
+                **common,
+                KIND: [TX] * n,
+                C.AMOUNT: columns[C.AMOUNT],
+                EVENT_TIME_MS: columns[EVENT_TIME_MS],
+                C.TERMINAL_X: columns[C.TERMINAL_X],
+                C.TERMINAL_Y: columns[C.TERMINAL_Y],
+            },
+        )
+    return _batch(
+        n,
+        {
+            **common,
+            KIND: [LABEL] * n,
+            EVENT_TIME_MS: columns[TX_TIME_MS],
+            KNOWN_AT_MS: columns[KNOWN_AT_MS],
+            C.IS_FRAUD: columns[C.IS_FRAUD],
+        },
+    )
+
+
+def _decode_one_by_one(
+    records: pa.RecordBatch, rows: np.ndarray, options: DecodeOptions
+) -> tuple[np.ndarray, pa.RecordBatch]:
+    """``parse_event`` per record: event rows and dead rows of ``rows``, in their order."""
+    kinds: list[list[int]] = [[], [], []]
+    events: tuple[list[TransactionEvent], list[LabelEvent], list[DeadLetter]] = ([], [], [])
+    topics = records.column("topic").take(pa.array(rows)).to_pylist()
+    partitions = records.column("partition").take(pa.array(rows)).to_pylist()
+    offsets = records.column("offset").take(pa.array(rows)).to_pylist()
+    values = records.column("value").take(pa.array(rows)).to_pylist()
+    for row, topic, partition, offset, raw in zip(
+        rows.tolist(), topics, partitions, offsets, values, strict=True
     ):
+        source = f"kafka:{topic}"
         if topic == options.transactions_topic:
             event: TransactionEvent | LabelEvent | DeadLetter = parse_event(
-                TransactionEvent, raw or b"", f"kafka:{topic}", options.max_event_bytes, partition, offset
+                TransactionEvent, raw or b"", source, options.max_event_bytes, partition, offset
             )
         elif topic == options.labels_topic:
-            event = parse_event(
-                LabelEvent, raw or b"", f"kafka:{topic}", options.max_event_bytes, partition, offset
-            )
+            event = parse_event(LabelEvent, raw or b"", source, options.max_event_bytes, partition, offset)
         else:
             event = DeadLetter(
                 raw=raw or b"",
-                source=f"kafka:{topic}",
+                source=source,
                 reason=Reason.INVALID_VALUE,
                 detail=f"record from unexpected topic {topic}",
                 partition=partition,
                 offset=offset,
             )
-        where = (topic, partition, offset)
-        if isinstance(event, TransactionEvent):
-            txs.append((event, *where))
-            positions[0].append(position)
-        elif isinstance(event, LabelEvent):
-            labels.append((event, *where))
-            positions[1].append(position)
-        else:
-            dead.append((event, *where))
-            positions[2].append(position)
-    buckets = options.card_buckets
+        kind = 0 if isinstance(event, TransactionEvent) else 1 if isinstance(event, LabelEvent) else 2
+        kinds[kind].append(row)
+        events[kind].append(event)  # type: ignore[arg-type]
     batches = []
-    if txs:
-        batches.append(
-            _batch(
-                len(txs),
-                {
-                    KIND: [TX] * len(txs),
-                    CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in txs],
-                    C.TX_ID: [e.tx_id for e, *_ in txs],
-                    C.CARD_ID: [e.card_id for e, *_ in txs],
-                    C.TERMINAL_ID: [e.terminal_id for e, *_ in txs],
-                    C.AMOUNT: [e.amount for e, *_ in txs],
-                    EVENT_TIME_MS: [e.event_time_ms for e, *_ in txs],
-                    C.TERMINAL_X: [e.terminal_x for e, *_ in txs],
-                    C.TERMINAL_Y: [e.terminal_y for e, *_ in txs],
-                    **_where(txs),
-                },
-            )
-        )
-    if labels:
-        batches.append(
-            _batch(
-                len(labels),
-                {
-                    KIND: [LABEL] * len(labels),
-                    CARD_BUCKET: [card_bucket(e.card_id, buckets) for e, *_ in labels],
-                    C.TX_ID: [e.tx_id for e, *_ in labels],
-                    C.CARD_ID: [e.card_id for e, *_ in labels],
-                    C.TERMINAL_ID: [e.terminal_id for e, *_ in labels],
-                    EVENT_TIME_MS: [e.tx_time_ms for e, *_ in labels],
-                    KNOWN_AT_MS: [e.known_at_ms for e, *_ in labels],
-                    C.IS_FRAUD: [e.is_fraud for e, *_ in labels],
-                    **_where(labels),
-                },
-            )
-        )
+    for kind, model in ((0, TransactionEvent), (1, LabelEvent)):
+        if events[kind]:
+            fields = model.model_fields
+            columns = {name: [getattr(e, name) for e in events[kind]] for name in fields}
+            batches.append(_event_batch(model, columns, records, np.asarray(kinds[kind]), options))
+    dead = events[2]
     if dead:
         batches.append(
             _batch(
                 len(dead),
                 {
                     KIND: [DEAD] * len(dead),
-                    CARD_BUCKET: [offset % buckets for *_, offset in dead],
-                    RAW: [e.raw for e, *_ in dead],
-                    REASON: [e.reason.value for e, *_ in dead],
-                    DETAIL: [e.detail for e, *_ in dead],
-                    **_where(dead),
+                    CARD_BUCKET: [(e.offset or 0) % options.card_buckets for e in dead],
+                    RAW: [e.raw for e in dead],
+                    REASON: [e.reason.value for e in dead],
+                    DETAIL: [e.detail for e in dead],
+                    SOURCE_TOPIC: [e.source.removeprefix("kafka:") for e in dead],
+                    SOURCE_PARTITION: [e.partition for e in dead],
+                    SOURCE_OFFSET: [e.offset for e in dead],
                 },
             )
         )
-    if not batches:
-        return _batch(0, {})
-    if len(batches) == 1:
-        return batches[0]
-    # Keep the records' order (one topic per range in the job, but callers may mix them).
-    order = np.argsort(np.concatenate([np.asarray(p, dtype=np.int64) for p in positions if p]), kind="stable")
+    positions = np.concatenate([np.asarray(k, dtype=np.int64) for k in kinds if k])
     combined = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    return combined.take(pa.array(order))
+    return positions, combined
 
 
-def _where(rows: Sequence[tuple[object, str, int, int]]) -> dict[str, list[object]]:
-    return {
-        SOURCE_TOPIC: [topic for _, topic, _, _ in rows],
-        SOURCE_PARTITION: [partition for _, _, partition, _ in rows],
-        SOURCE_OFFSET: [offset for *_, offset in rows],
-    }
-
-
-def _batch(n: int, columns: dict[str, list[object]]) -> pa.RecordBatch:
-    """A record batch of the decoded schema: given columns, the rest null."""
+def _batch(n: int, columns: Mapping[str, object]) -> pa.RecordBatch:
+    """A record batch of the decoded schema: given columns (Arrow arrays, NumPy arrays or lists), the rest null."""
     schema = pa.schema(decoded_fields())
-    arrays = [
-        pa.array(columns[field.name], field.type) if field.name in columns else pa.nulls(n, field.type)
-        for field in schema
-    ]
+    arrays = []
+    for field in schema:
+        value = columns.get(field.name)
+        if value is None:
+            arrays.append(pa.nulls(n, field.type))
+        elif isinstance(value, pa.Array | pa.ChunkedArray):
+            arrays.append(
+                pc.cast(value, field.type).combine_chunks()
+                if isinstance(value, pa.ChunkedArray)
+                else pc.cast(value, field.type)
+            )
+        else:
+            arrays.append(pa.array(value, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from features.definitions import EVENT_TIME_MS
+from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
 from infra.redis_store import client_for, write_alerts, write_scores
 from infra.settings import Topics
@@ -56,6 +56,7 @@ from infra.spark_sink import (
 )
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource
+from ingest.columnar import validate_many
 from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason, TxColumns
 from ingest.validation import parse_event
 from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
@@ -66,6 +67,8 @@ _log = logging.getLogger(__name__)
 
 #: Rows the scorer hands to the sink: its records, packed.
 SINK_SCHEMA = StructType([StructField(RECORDS_COLUMN, BinaryType())])
+#: Event fields of a feature record that its score record repeats.
+_EVENT = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
 #: How many features an alert names as having driven its score.
 TOP_FEATURES = 3
 
@@ -218,70 +221,95 @@ class Scorer:
                 yield pa.RecordBatch.from_arrays([pa.array([packed], pa.binary())], names=[RECORDS_COLUMN])
 
     def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.Table:
-        """The sink records (``infra.spark_sink.COLUMNS``) for a batch of raw feature records."""
-        source = f"kafka:{self.topics.features}"
-        parsed = [
-            parse_event(FeatureRecord, raw or b"", source, self.max_event_bytes, partition, offset)
-            for raw, partition, offset in zip(
-                records.column("value").to_pylist(),
-                records.column("partition").to_pylist(),
-                records.column("offset").to_pylist(),
-                strict=True,
-            )
-        ]
-        good = [event for event in parsed if isinstance(event, FeatureRecord)]
+        """The sink records (``infra.spark_sink.COLUMNS``) for a batch of raw feature records.
+
+        Records are validated in bulk (``ingest.columnar``); the few it cannot decide go through
+        ``parse_event`` one by one, which also gives dead letters their reasons.
+        """
+        values = records.column("value")
+        found = validate_many(FeatureRecord, values, self.max_event_bytes, {"features": FEATURE_COLUMNS})
         others = SinkRows()
-        for letter in (event for event in parsed if isinstance(event, DeadLetter)):
-            others.add_dead_letter(letter, self.topics.dead_letter)
-        scored = self._score_records(model, good, others) if good else None
-        return pa.Table.from_batches([batch for batch in (scored, others.batch()) if batch is not None])
+        scored = []
+        if found.table.num_rows:
+            table = found.table
+            features = table.column("features").combine_chunks()
+            frame = pd.DataFrame(
+                {name: features.field(name).to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
+            )
+            event = {name: table.column(name).combine_chunks() for name in _EVENT}
+            scored.append(self._score_records(model, event, frame, values.take(found.positions), others))
+        if len(found.slow):
+            slow = found.slow.tolist()
+            source = f"kafka:{self.topics.features}"
+            good: list[FeatureRecord] = []
+            raws: list[bytes] = []
+            for raw, partition, offset in zip(
+                values.take(slow).to_pylist(),
+                records.column("partition").take(slow).to_pylist(),
+                records.column("offset").take(slow).to_pylist(),
+                strict=True,
+            ):
+                event_or_letter = parse_event(
+                    FeatureRecord, raw or b"", source, self.max_event_bytes, partition, offset
+                )
+                if isinstance(event_or_letter, DeadLetter):
+                    others.add_dead_letter(event_or_letter, self.topics.dead_letter)
+                else:
+                    good.append(event_or_letter)
+                    raws.append(raw)
+            if good:
+                event = {name: pa.array([getattr(record, name) for record in good]) for name in _EVENT}
+                frame = pd.DataFrame.from_records([record.features for record in good])
+                scored.append(self._score_records(model, event, frame, pa.array(raws, pa.binary()), others))
+        batches = [batch for batch in (*scored, others.batch()) if batch is not None]
+        return pa.Table.from_batches(batches)
 
     def _score_records(
-        self, model: LoadedModel, good: list[FeatureRecord], others: SinkRows
+        self,
+        model: LoadedModel,
+        event: dict[str, pa.Array],
+        features: pd.DataFrame,
+        raws: pa.Array,
+        others: SinkRows,
     ) -> pa.RecordBatch | None:
-        """The score records of ``good`` (returned); their alerts and dead letters go to ``others``."""
-        frame = pd.DataFrame.from_records([{**r.features, C.AMOUNT: r.amount} for r in good])
+        """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
+
+        ``event`` holds the records' event fields as columns, ``features`` their feature values.
+        """
+        frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
         try:
             scores = model.score(frame)
         except ValueError as exc:  # missing features: every record becomes a dead letter
-            for record in good:
-                letter = DeadLetter(
-                    raw=record.model_dump_json().encode(),
-                    source=f"kafka:{self.topics.features}",
-                    reason=Reason.INVALID_VALUE,
-                    detail=str(exc),
-                )
+            source = f"kafka:{self.topics.features}"
+            for raw in raws.to_pylist():
+                letter = DeadLetter(raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=str(exc))
                 others.add_dead_letter(letter, self.topics.dead_letter)
             return None
         alerting = scores >= model.threshold
-        event = {
-            name: pa.array([getattr(record, name) for record in good])
-            for name in (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
-        }
         values = score_values(
             event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
         )
         if alerting.any():
-            drivers = iter(top_features(model, frame[alerting]))
-            for index in np.flatnonzero(alerting):
-                record = good[index]
-                features = {name: record.features.get(name) for name in model.feature_columns}
-                features[C.AMOUNT] = record.amount
+            chosen = np.flatnonzero(alerting)
+            drivers = top_features(model, frame.iloc[chosen])
+            named = list(dict.fromkeys([*model.feature_columns, C.AMOUNT]))
+            rows = frame[named].iloc[chosen].to_dict("records")
+            for index, row, driving in zip(chosen.tolist(), rows, drivers, strict=True):
                 scored = ScoreRecord.model_validate_json(values[index].as_py())
                 others.add(
                     self.topics.alerts,
-                    record.card_id.encode(),
-                    scored.to_alert(features, next(drivers)).model_dump_json().encode(),
-                    record.event_time_ms,
+                    scored.card_id.encode(),
+                    scored.to_alert(row, driving).model_dump_json().encode(),
+                    scored.event_time_ms,
                     None,
                 )
-        n = len(good)
+        n = len(frame)
         return pa.RecordBatch.from_arrays(
             [
                 pa.array([self.topics.scores] * n, pa.string()),
                 event[C.CARD_ID].cast(pa.binary()),
                 values,
-                event[EVENT_TIME_MS],
+                event[EVENT_TIME_MS].cast(pa.int64()),
                 pa.nulls(n, HEADERS_ARROW_TYPE),
             ],
             names=list(SinkRows.NAMES),
