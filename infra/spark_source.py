@@ -43,12 +43,15 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from infra.clients import read_to_end
+from infra.spark_sink import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 RAW_SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
 #: A frontier before any event: nothing is complete yet.
 NO_FRONTIER = -(2**62)
 _POLL_S = 0.05
-_READ_TIMEOUT_S = 60.0
+#: How long a read waits for the records it planned. A read_committed reader cannot pass a transaction that
+#: is still open, and the broker aborts a dead writer's transaction only after its timeout: wait longer.
+_READ_TIMEOUT_S = DEFAULT_TRANSACTION_TIMEOUT_MS / 1000 + 60.0
 
 
 @dataclass(frozen=True)
@@ -400,7 +403,10 @@ def _check(deadline: float, pending: set[str]) -> None:
     import time
 
     if pending and time.monotonic() > deadline:
-        raise TimeoutError(f"no answer from Kafka for {sorted(pending)} within {_READ_TIMEOUT_S:.0f} s")
+        raise TimeoutError(
+            f"no answer from Kafka for {sorted(pending)} within {_READ_TIMEOUT_S:.0f} s (longer than a "
+            "writer's transaction may stay open: the planned records are not readable)"
+        )
 
 
 # Executors keep one consumer per topic-partition per Python worker, with the records it fetched past the
