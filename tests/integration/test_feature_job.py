@@ -2,8 +2,8 @@
 
 The reference for every feature is the batch path (``features.batch.transactions_features``) over the
 same simulated table: the streaming job must give the same value for every feature of every transaction
-(within 1e-9), whatever the micro-batch sizes, restarts, bad records or kills, and write each
-transaction's record once. (Bounded disorder is covered without Kafka in tests/features/test_stream.py.)
+(within 1e-9), whatever the micro-batch sizes, disorder within the allowed lateness, restarts, bad records
+or kills, and write each transaction's record once.
 
 Records read back from Kafka are read_committed. The chaos test runs the job in a subprocess
 (``feature_job_runner.py``), SIGKILLs the whole application (driver, JVM, Python workers) and restarts
@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import SparkSession
 
 from features.batch import transactions_features
-from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from infra.clients import Clients, Endpoints, ensure_topics, read_topic
 from infra.embedded import StackInfo
@@ -434,6 +434,80 @@ def test_redis_holds_each_cards_latest_features(parity: Parity) -> None:
 
 
 # --- disorder within the allowed lateness ------------------------------------------------------------
+
+#: Five weeks of ~100 cards, read in three micro-batches: the shuffled-arrival run's input.
+SHUFFLED_SIMULATION = SimulatorConfig(customers=100, terminals=200, days=35, seed=5)
+SHUFFLED_MAX_RECORDS = 2_000
+LATENESS_MS = 6 * HOUR_MS
+
+
+def live_records(sim: Simulated, topics: Topics) -> list[Record]:
+    """The records in time order, ending as a live stream does at its last transaction.
+
+    Labels known later are left out (they change no feature): they would be the newest records, carry the
+    frontier past every transaction, and leave the end of a run untested.
+    """
+    last_tx_ms = max(sim.events.tx_times)
+    return [
+        record
+        for record in records_in_time_order(sim.events, topics)
+        if record[0] == topics.transactions or record[3] <= last_tx_ms
+    ]
+
+
+def shuffled(records: list[Record], lateness_ms: int, seed: int) -> list[Record]:
+    """The records in a random arrival order in which each is less than ``lateness_ms`` older than any
+    record before it: ordered by timestamp plus a random delay below the lateness."""
+    stamps = np.asarray([ts for *_, ts in records], dtype=np.int64)
+    delays = np.random.default_rng(seed).integers(0, lateness_ms, len(records))
+    return [records[i] for i in np.lexsort((np.arange(len(records)), stamps + delays))]
+
+
+def assert_disorder_within(records: list[Record], placed: list[tuple[int, int]], lateness_ms: int) -> None:
+    """In each partition every record is at most ``lateness_ms`` behind the newest one before it, and many
+    are behind one."""
+    newest: dict[tuple[str, int], int] = {}
+    behind = 0
+    for (topic, _, _, ts), (partition, _) in zip(records, placed, strict=True):
+        top = newest.get((topic, partition), ts)
+        assert top - ts <= lateness_ms, f"{topic}/{partition}: a record {top - ts} ms behind"
+        behind += ts < top
+        newest[(topic, partition)] = max(top, ts)
+    assert behind > len(records) // 4, "the input is hardly out of order"
+
+
+def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
+    spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    """Transactions and labels produced out of event-time order, each at most the allowed lateness behind
+    the newest record before it in its partition, and read with availableNow in several micro-batches.
+    The job holds events until its frontier passes them; the last micro-batch is final and releases the
+    rest, including the newest events, which are not the last records read. Every transaction gets exactly
+    one feature record, with the batch path's features, none marked late.
+    """
+    params = FeatureParams(max_lateness_ms=LATENESS_MS)
+    sim = simulated(SHUFFLED_SIMULATION, settings, params)
+    records = shuffled(live_records(sim, settings.topics), LATENESS_MS, seed=7)
+    placed = produce_records(clients.producer(), records)
+    assert_disorder_within(records, placed, LATENESS_MS)
+
+    config = job_config(clients, settings.topics, tmp_path / "cp", SHUFFLED_MAX_RECORDS, params)
+    progress = run_once(spark, config)
+
+    read = records_per_batch(progress)
+    assert sum(read) == len(records) and len(read) >= 3, read
+    (source,) = progress[-1]["sources"]
+    last = json.loads(source["endOffset"])
+    assert last["final"], "the last micro-batch of the availableNow run is not final"
+    assert last["frontier"] <= max(ts for *_, ts in records), (
+        "the final frontier passes the newest record by itself: the input does not test the final release"
+    )
+    output = features_topic(clients, settings.topics.features)
+    assert_each_transaction_once(output, sim.transactions)
+    assert_same_as_batch(output.by_tx(), sim, params)
+
+
+# --- bad records --------------------------------------------------------------------------------------
 
 
 def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
