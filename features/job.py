@@ -80,7 +80,7 @@ class EventDecoder:
         yield pack(decode(records, _decode_options(options)), CARD_BUCKET)
 
     def heartbeat(self, split: Split, options: dict[str, str]) -> Iterator[pa.RecordBatch]:
-        yield pack(ticks(split.frontier_ms, int(options["cardbuckets"])), CARD_BUCKET)
+        yield pack(ticks(split.frontier_ms, int(options["cardbuckets"]), split.final), CARD_BUCKET)
 
 
 DECODER = EventDecoder()

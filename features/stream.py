@@ -6,8 +6,10 @@ Three stages, each a thin Spark shell (``features.job``) around a function here:
    fail validation become dead rows with the reason. Each event is routed to a card bucket (cards hashed
    into a few buckets per Spark key, so one state call serves many cards).
 2. ``card_stage``: per card bucket, events wait until the source's event-time frontier passes them, then
-   go through ``features.core.card_step`` in event-time order. An event that arrives behind the frontier
-   already passed is *late*: processed at once against the state as it is, and marked.
+   go through ``features.core.card_step`` in event-time order. The final micro-batch of an
+   ``availableNow`` run moves each bucket's frontier past every event it holds, which releases them all.
+   An event that arrives behind the bucket's frontier already passed is *late*: processed at once against
+   the state as it is, and marked.
 3. ``terminal_stage``: per terminal bucket, the released transactions and labels go through
    ``features.core.terminal_step``; the time features complete the record.
 
@@ -44,8 +46,8 @@ from ingest.validation import parse_event
 
 C = TxColumns
 
-# Row kinds.
-TX, LABEL, DEAD, TICK = "tx", "label", "dead", "tick"
+# Row kinds. Ticks carry the micro-batch's frontier to every card bucket; final ticks end an availableNow run.
+TX, LABEL, DEAD, TICK, FINAL_TICK = "tx", "label", "dead", "tick", "final_tick"
 FEATURES = "features"
 
 KIND = "kind"
@@ -335,10 +337,12 @@ def _batch(n: int, columns: Mapping[str, object]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def ticks(frontier_ms: int, card_buckets: int) -> pa.RecordBatch:
-    """One tick per card bucket carrying the micro-batch's frontier."""
+def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
+    """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
+    of an availableNow run (``infra.spark_source.Split.final``), and the buckets release every event."""
     n = card_buckets
-    return _batch(n, {CARD_BUCKET: list(range(n)), KIND: [TICK] * n, EVENT_TIME_MS: [frontier_ms] * n})
+    kind = FINAL_TICK if final else TICK
+    return _batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})
 
 
 # --- 2. card stage ----------------------------------------------------------------------------------
@@ -346,7 +350,10 @@ def ticks(frontier_ms: int, card_buckets: int) -> pa.RecordBatch:
 
 @dataclass
 class CardBucket:
-    """The state of one card bucket: card history, events waiting for the frontier, the frontier."""
+    """The state of one card bucket: card history, events waiting for the frontier, the frontier.
+
+    The frontier is past every event the bucket released in order: a later event behind it is late.
+    """
 
     history: CardState
     pending: pd.DataFrame
@@ -368,11 +375,15 @@ def card_stage(
 ) -> tuple[CardBucket, pd.DataFrame]:
     """Hold events until the frontier passes them; release them with their card features.
 
+    A final tick moves the frontier past every waiting event, so they are all released (in event-time
+    order, as any others). The bucket's frontier after the call is the highest of its frontier, the ticks'
+    and the time + 1 of the newest event released in order (not late).
+
     Returns the new bucket state and the rows for the terminal stage: released transactions (with card
     features and the late flag), released labels, and dead rows passed through.
     """
     kinds = rows[KIND]
-    ticks_in = rows.loc[kinds == TICK, EVENT_TIME_MS]
+    ticks_in = rows.loc[kinds.isin([TICK, FINAL_TICK]), EVENT_TIME_MS]
     frontier = max([bucket.frontier_ms, *ticks_in.astype("int64").tolist()])
     events = rows[(kinds == TX) | (kinds == LABEL)]
     dead = rows[kinds == DEAD]
@@ -380,6 +391,8 @@ def card_stage(
     late_mask = _event_time(events) < bucket.frontier_ms if len(events) else np.zeros(0, dtype=bool)
     late = events[late_mask]
     waiting = _concat(bucket.pending, events[~late_mask])
+    if len(waiting) and (kinds == FINAL_TICK).any():
+        frontier = max(frontier, int(_event_time(waiting).max()) + 1)
     if len(waiting):
         due_mask = _event_time(waiting) < frontier
         due, still = waiting[due_mask], waiting[~due_mask]

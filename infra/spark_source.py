@@ -14,11 +14,18 @@ events until the frontier passes them, then process them in event-time order, wh
 independent of how records were split into micro-batches. A record read with a timestamp below an
 earlier batch's frontier is *late*.
 
+The last micro-batch of an ``availableNow`` run is marked *final* (``"final": true`` in its end offset,
+``Split.final``): nothing older can arrive within the run, so the job releases every event it holds. F
+cannot say that by itself: progress is the timestamp of the last record read in each partition, and with
+disorder the newest record read may be an earlier one. An ``availableNow`` run that finds nothing new
+after a batch that was not final (a continuous run read everything) plans one micro-batch without records
+that is final. Offsets written before this flag existed read as not final.
+
 The frontier reaches the job through a decoder: option ``decoder`` names ``module:object`` with a
 ``schema`` (DDL string), ``decode(records, split, options)`` turning raw records (a pyarrow RecordBatch with
 ``topic, partition, offset, timestamp, key, value``) into output batches, and ``heartbeat(split, options)``, called
-once per micro-batch (on one split), returning the rows that carry the frontier to every state key, so
-that keys without new records still see time pass.
+once per micro-batch (on one split), returning the rows that carry the frontier (and the final mark) to
+every state key, so that keys without new records still see time pass.
 
 Tansu, the embedded broker, reports a high watermark short of the log end; end offsets are therefore
 found by reading from the reported watermark to the end of each partition (exact on Apache Kafka too).
@@ -56,7 +63,10 @@ _READ_TIMEOUT_S = DEFAULT_TRANSACTION_TIMEOUT_MS / 1000 + 60.0
 
 @dataclass(frozen=True)
 class Split(InputPartition):
-    """One topic-partition's offset range in one micro-batch, plus the batch's frontier."""
+    """One topic-partition's offset range in one micro-batch, plus the batch's frontier.
+
+    ``final``: the last micro-batch of an ``availableNow`` run (see the module docstring).
+    """
 
     topic: str
     partition: int
@@ -64,6 +74,7 @@ class Split(InputPartition):
     end: int
     frontier_ms: int
     heartbeat: bool
+    final: bool = False
 
 
 class Decoder(Protocol):
@@ -228,44 +239,37 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         chosen = dict(ends)
         if isinstance(limit, ReadMaxRows) and sum(available.values()) > limit.max_rows:
             chosen = _share(begin, available, limit.max_rows)
-        if chosen == {name: begin[name] for name in chosen}:
+        available_now = self._target is not None
+        if chosen == {name: begin[name] for name in chosen} and not _release_without_records(
+            start, available_now, bool(self.options.get("decoder"))
+        ):
             return start
-        progress: dict[str, int] = dict(start.get("progress", {}))
-        lagging = []
         need_timestamp = [
             TopicPartition(*_parse_tp(name), chosen[name] - 1)
             for name in chosen
             if chosen[name] > begin[name] and chosen[name] != self._ends[name][1]
         ]
         stamps = _read_at(self._driver_consumer(), need_timestamp)
-        for name, end in chosen.items():
-            if end > begin[name]:
-                stamp = self._ends[name][2] if end == self._ends[name][1] else stamps[name]
-                progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
-            if end < ends[name]:
-                lagging.append(name)
-        # The last micro-batch of an availableNow run releases everything it read: nothing older can come
-        # within this run, and holding back the last allowed-lateness of events would never write them.
-        final = self._target is not None and not lagging
-        frontier = _frontier(progress, lagging, 0 if final else self.lateness_ms)
-        read = int(start.get("read", 0)) + sum(chosen[name] - begin[name] for name in chosen)
-        return {
-            "offsets": chosen,
-            "progress": progress,
-            "frontier": max(int(start["frontier"]), frontier),
-            "read": read,  # records read since the query started: progress reports use it
+        last_read = {
+            name: self._ends[name][2] if end == self._ends[name][1] else stamps[name]
+            for name, end in chosen.items()
+            if end > begin[name]
         }
+        return _end_offset(start, begin, chosen, ends, last_read, self.lateness_ms, available_now)
 
     def reportLatestOffset(self) -> dict | None:
         return {"offsets": {name: end for name, (_, end) in self._log_ends().items()}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         frontier = int(end["frontier"])
+        final = bool(end.get("final", False))  # offsets from before the flag: not final
         splits: list[Split] = []
         for name, stop in sorted(end["offsets"].items()):
             topic, partition = _parse_tp(name)
             begin = int(start["offsets"].get(name, stop))
-            splits.append(Split(topic, partition, begin, int(stop), frontier, heartbeat=not splits))
+            splits.append(
+                Split(topic, partition, begin, int(stop), frontier, heartbeat=not splits, final=final)
+            )
         return splits
 
     def commit(self, end: dict) -> None:
@@ -341,6 +345,54 @@ def _share(begin: dict[str, int], available: dict[str, int], budget: int) -> dic
             take = 1
         chosen[name] = begin[name] + min(count, take)
     return chosen
+
+
+def _end_offset(
+    start: dict,
+    begin: dict[str, int],
+    chosen: dict[str, int],
+    ends: dict[str, int],
+    last_read: dict[str, int],
+    lateness_ms: int,
+    available_now: bool,
+) -> dict:
+    """The end offset of a micro-batch that reads ``[begin, chosen)`` of each partition.
+
+    Args:
+        start: the micro-batch's start offset (the previous batch's end offset, or the initial one).
+        begin: where each partition's range starts (``start``'s offsets, plus partitions added since).
+        chosen: where each partition's range ends.
+        ends: where each partition's records end now (in an ``availableNow`` run: at most its target).
+        last_read: timestamp of the last record of each partition the batch reads records of.
+        lateness_ms: the allowed lateness.
+        available_now: the query runs with the ``availableNow`` trigger.
+    """
+    progress: dict[str, int] = dict(start.get("progress", {}))
+    for name, stamp in last_read.items():
+        progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
+    lagging = [name for name, end in chosen.items() if end < ends[name]]
+    # The last micro-batch of an availableNow run is final: the job releases every event it holds, as
+    # nothing older can come within this run (the frontier cannot say so: a partition's progress is its
+    # last record read, not its newest). Its frontier drops the lateness for the same reason.
+    final = available_now and not lagging
+    frontier = _frontier(progress, lagging, 0 if final else lateness_ms)
+    read = int(start.get("read", 0)) + sum(chosen[name] - begin[name] for name in chosen)
+    return {
+        "offsets": chosen,
+        "progress": progress,
+        "frontier": max(int(start["frontier"]), frontier),
+        "read": read,  # records read since the query started: progress reports use it
+        "final": final,
+    }
+
+
+def _release_without_records(start: dict, available_now: bool, heartbeats: bool) -> bool:
+    """Whether an ``availableNow`` run that finds no new record plans a final micro-batch anyway.
+
+    It does when records were read before and the batch that read the last of them was not final (a
+    continuous run, or a batch from before the flag existed): its heartbeats release what the job holds.
+    """
+    return available_now and heartbeats and bool(start.get("progress")) and not start.get("final", False)
 
 
 def _frontier(progress: dict[str, int], lagging: list[str], lateness_ms: int) -> int:

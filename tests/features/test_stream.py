@@ -29,6 +29,7 @@ from features.stream import (
     ticks,
     to_blob,
 )
+from infra.spark_source import NO_FRONTIER, _end_offset, _release_without_records
 from ingest.schemas import FeatureRecord
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
@@ -123,6 +124,71 @@ def test_card_stage_holds_events_until_the_frontier_passes_them() -> None:
     assert by_id.loc[4, "card_nb_tx_1d"] == 2
 
 
+S = 1_000  # ms
+
+
+def test_a_final_tick_releases_every_waiting_event_in_event_time_order() -> None:
+    """The last micro-batch of an availableNow run: its frontier (last record read + 1) may be below events
+    read earlier; the final tick releases them anyway, and the bucket's frontier moves past the newest."""
+    params = FeatureParams()
+    bucket = CardBucket(CardState.empty(), empty_events(), -(2**62))
+    rows = pd.concat([events([(1, T0 + 35 * S), (2, T0 + 10 * S), (3, T0 + 20 * S)]), tick(T0 + 15 * S)])
+    bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
+    assert out["tx_id"].tolist() == [2]
+    assert sorted(bucket.pending["tx_id"]) == [1, 3]
+
+    bucket, out = card_stage(bucket, ticks(T0 + 15 * S, 1, final=True).to_pandas(), params, 2)
+    by_id = out.set_index("tx_id")
+    assert sorted(by_id.index) == [1, 3] and not by_id["late"].any()
+    # In event-time order: 3 follows 2 (10 s before it), 1 follows 3 (15 s before it).
+    assert by_id.loc[3, "card_nb_tx_1d"] == 2 and by_id.loc[3, "card_secs_since_prev_tx"] == 10.0
+    assert by_id.loc[1, "card_nb_tx_1d"] == 3 and by_id.loc[1, "card_secs_since_prev_tx"] == 15.0
+    assert len(bucket.pending) == 0
+    assert bucket.frontier_ms == T0 + 35 * S + 1
+
+
+def test_a_final_tick_keeps_a_higher_frontier_and_releases_nothing_when_nothing_waits() -> None:
+    params = FeatureParams()
+    bucket = CardBucket(CardState.empty(), empty_events(), T0 + 50 * S)
+    after, out = card_stage(bucket, ticks(T0 + 20 * S, 1, final=True).to_pandas(), params, 2)
+    assert len(out) == 0 and len(after.pending) == 0
+    assert after.frontier_ms == T0 + 50 * S
+    after, out = card_stage(bucket, ticks(T0 + 60 * S, 1, final=True).to_pandas(), params, 2)
+    assert after.frontier_ms == T0 + 60 * S
+
+
+def test_after_a_final_release_and_a_restart_older_events_are_late_and_newer_ones_wait() -> None:
+    """An availableNow run ends with a final tick; the next run (continuous, same checkpoint: the state goes
+    through its blobs) reads more: events older than the newest released one are late, processed at once;
+    newer ones wait for the frontier as usual. Nothing is released twice."""
+    params = FeatureParams()
+    bucket = CardBucket(CardState.empty(), empty_events(), -(2**62))
+    rows = pd.concat([events([(1, T0 + 30 * S), (2, T0 + 10 * S)]), tick(T0 + 11 * S)], ignore_index=True)
+    bucket, first = card_stage(bucket, rows, params, 2)
+    bucket, last = card_stage(bucket, ticks(T0 + 11 * S, 1, final=True).to_pandas(), params, 2)
+    assert (first["tx_id"].tolist(), last["tx_id"].tolist()) == ([2], [1])
+    assert bucket.frontier_ms == T0 + 30 * S + 1
+
+    stored = (to_blob(bucket.history.to_frame()), to_blob(bucket.pending), bucket.frontier_ms)
+    bucket = CardBucket(CardState.from_frame(from_blob(stored[0])), from_blob(stored[1]), stored[2])
+    # The next run's frontier starts from the final one (its tick may be lower than the bucket's).
+    rows = pd.concat(
+        [events([(3, T0 + 25 * S), (4, T0 + 40 * S), (5, T0 + 31 * S)]), tick(T0 + 12 * S)], ignore_index=True
+    )
+    bucket, out = card_stage(bucket, rows, params, 2)
+    assert dict(zip(out["tx_id"], out["late"], strict=True)) == {3: True}
+    # 3 sees 2 and itself, not 1 (later in event time), though 1 was processed before it.
+    assert out.set_index("tx_id").loc[3, "card_nb_tx_1d"] == 2
+    assert sorted(bucket.pending["tx_id"]) == [4, 5]
+    assert bucket.frontier_ms == T0 + 30 * S + 1
+
+    bucket, out = card_stage(bucket, tick(T0 + 35 * S), params, 2)
+    assert dict(zip(out["tx_id"], out["late"], strict=True)) == {5: False}
+    assert out.set_index("tx_id").loc[5, "card_nb_tx_1d"] == 4  # 2, 3, 1 and itself
+    assert bucket.pending["tx_id"].tolist() == [4]
+    assert bucket.frontier_ms == T0 + 35 * S
+
+
 def test_dead_rows_pass_through_both_stages() -> None:
     params = FeatureParams()
     rows = decode(raw_records([("tx", b"[]")]), OPTIONS).to_pandas()
@@ -197,8 +263,14 @@ def run_stream(
     arrival: np.ndarray,
     batches: int,
     buckets: int = 3,
+    available_now: bool = True,
 ) -> pd.DataFrame:
-    """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches."""
+    """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
+
+    Transactions and labels are two partitions; each micro-batch's end offset and its frontier are
+    planned by the source's own ``_end_offset``. ``available_now=False``: a continuous run reads all the
+    micro-batches, then an availableNow run that finds nothing new plans its record-less final batch.
+    """
     raw = [
         ("tx", tx_json(r.tx_id, r.event_time_ms, r.card_id, r.amount, r.terminal_id)) for r in tx.itertuples()
     ]
@@ -221,16 +293,18 @@ def run_stream(
     ]
     options = DecodeOptions("tx", "labels", card_buckets=buckets, max_event_bytes=16_384)
     decoded = decode(raw_records([raw[i] for i in arrival]), options).to_pandas()
+    # Kafka timestamps: a transaction's event time, a label's known time.
     when = np.where(decoded["kind"] == LABEL, decoded["known_at_ms"].fillna(0), decoded["event_time_ms"])
+    partition = np.where(decoded["kind"] == LABEL, "labels/0", "tx/0")
+    ends = {name: int((partition == name).sum()) for name in ("tx/0", "labels/0")}
     cards = {b: CardBucket(CardState.empty(), empty_events(), -(2**62)) for b in range(buckets)}
     terminals = {b: TerminalState.empty() for b in range(buckets)}
     outputs = []
-    progress = -(2**62)
-    for index, chunk in enumerate(np.array_split(np.arange(len(decoded)), batches)):
-        progress = max(progress, int(when[chunk].max()))
-        last = index == batches - 1
-        frontier = progress + 1 - params.max_lateness_ms if not last else progress + 1
-        rows = pd.concat([decoded.iloc[chunk], ticks(frontier, buckets).to_pandas()], ignore_index=True)
+    offset: dict = {"offsets": dict.fromkeys(ends, 0), "progress": {}, "frontier": NO_FRONTIER}
+
+    def micro_batch(chunk: np.ndarray, planned: dict) -> None:
+        frontier = ticks(planned["frontier"], buckets, planned["final"]).to_pandas()
+        rows = pd.concat([decoded.iloc[chunk], frontier], ignore_index=True)
         released = []
         for b, part in rows.groupby("card_bucket"):
             cards[b], out = card_stage(cards[b], part.reset_index(drop=True), params, buckets)
@@ -239,6 +313,23 @@ def run_stream(
         for b, part in released_rows.groupby("terminal_bucket"):
             terminals[b], out = terminal_stage(terminals[b], part.reset_index(drop=True), params)
             outputs.append(out)
+
+    for chunk in np.array_split(np.arange(len(decoded)), batches):
+        begin = dict(offset["offsets"])
+        chosen = {name: begin[name] + int((partition[chunk] == name).sum()) for name in ends}
+        last_read = {
+            name: int(when[chunk][partition[chunk] == name][-1])
+            for name in ends
+            if chosen[name] > begin[name]
+        }
+        offset = _end_offset(offset, begin, chosen, ends, last_read, params.max_lateness_ms, available_now)
+        micro_batch(chunk, offset)
+    if not available_now:
+        assert not offset["final"] and _release_without_records(offset, True, heartbeats=True)
+        begin = dict(offset["offsets"])
+        offset = _end_offset(offset, begin, begin, ends, {}, params.max_lateness_ms, available_now=True)
+        micro_batch(np.arange(0), offset)
+    assert offset["final"]
     return pd.concat(outputs, ignore_index=True)
 
 
@@ -266,15 +357,27 @@ def test_stream_in_order_equals_batch_for_any_micro_batching(batches: int) -> No
     assert_equal_to_batch(out, tx, labels, params)
 
 
-def test_shuffled_arrival_within_allowed_lateness_equals_batch() -> None:
+@pytest.mark.parametrize("available_now", [True, False], ids=["available-now", "continuous-then-once"])
+def test_shuffled_arrival_within_allowed_lateness_equals_batch(available_now: bool) -> None:
+    """Out-of-order arrival within the lateness, ending as an availableNow run does: with a final micro-batch
+    that reads records, or (after a continuous run read everything) a final one without records. The
+    newest events are not the last ones read, yet each is released once, none late.
+
+    The input ends at its last transaction, as a live stream does: labels known later (they change no
+    feature) would be the newest records and carry the frontier past every transaction.
+    """
     tx, labels = simulated()
+    labels = labels[labels["known_at_ms"] <= tx[EVENT_TIME_MS].max()]
     lateness = 3_600_000
     params = FeatureParams(max_lateness_ms=lateness)
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     rng = np.random.default_rng(5)
-    jitter = rng.integers(0, lateness // 2, size=len(when))  # arrival order: time + jitter < lateness
+    jitter = rng.integers(0, lateness, size=len(when))  # arrival order: time + jitter, each < lateness
     arrival = np.argsort(when + jitter, kind="stable")
     assert (np.diff(when[arrival]) < 0).sum() > 100, "the arrival order really is shuffled"
-    out = run_stream(tx, labels, params, arrival, batches=25)
+    is_label = arrival >= len(tx)
+    last_read = max(when[arrival][~is_label][-1], when[arrival][is_label][-1])
+    assert when.max() > last_read, "the newest event is read before the last one of each partition"
+    out = run_stream(tx, labels, params, arrival, batches=25, available_now=available_now)
     assert not out.loc[out["kind"] == FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)

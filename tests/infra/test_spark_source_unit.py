@@ -1,4 +1,12 @@
-from infra.spark_source import NO_FRONTIER, _frontier, _share
+from infra.spark_source import (
+    NO_FRONTIER,
+    KafkaStreamReader,
+    Split,
+    _end_offset,
+    _frontier,
+    _release_without_records,
+    _share,
+)
 
 
 def test_frontier_is_the_slowest_partition_that_still_has_records() -> None:
@@ -25,3 +33,69 @@ def test_admission_shares_the_budget_by_backlog() -> None:
     assert chosen == {"a/0": 10 + 75, "a/1": 25, "a/2": 5}
     assert sum(chosen[k] - begin[k] for k in begin) <= 100
     assert _share({"a/0": 0, "a/1": 0}, {"a/0": 1000, "a/1": 1}, budget=10) == {"a/0": 9, "a/1": 1}
+
+
+def test_the_last_batch_of_an_available_now_run_is_final() -> None:
+    """Records at 1000, 3000, 2000 in one partition, lateness 1500: the last one read (2000) sets the
+    frontier, 2001, below the newest record: only the final mark tells the job to release it too."""
+    start = {"offsets": {"tx/0": 0}, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
+    ends = {"tx/0": 3}
+    final = _end_offset(start, {"tx/0": 0}, ends, ends, {"tx/0": 2_000}, 1_500, available_now=True)
+    assert final == {
+        "offsets": {"tx/0": 3},
+        "progress": {"tx/0": 2_000},
+        "frontier": 2_001,
+        "read": 3,
+        "final": True,
+    }
+    continuous = _end_offset(start, {"tx/0": 0}, ends, ends, {"tx/0": 2_000}, 1_500, available_now=False)
+    assert (continuous["frontier"], continuous["final"]) == (501, False)
+
+
+def test_an_available_now_batch_that_leaves_records_behind_is_not_final() -> None:
+    start = {"offsets": {"tx/0": 0, "tx/1": 10}, "progress": {"tx/1": 900}, "frontier": 100, "read": 10}
+    begin = dict(start["offsets"])
+    ends = {"tx/0": 50, "tx/1": 20}
+    chosen = {"tx/0": 30, "tx/1": 20}  # admission control: tx/0 has 20 more records
+    offset = _end_offset(start, begin, chosen, ends, {"tx/0": 700, "tx/1": 1_000}, 50, available_now=True)
+    assert offset == {
+        "offsets": chosen,
+        "progress": {"tx/0": 700, "tx/1": 1_000},
+        "frontier": 650,  # tx/0 still has records: its progress - lateness
+        "read": 10 + 30 + 10,
+        "final": False,
+    }
+    behind = _end_offset({**start, "frontier": 800}, begin, chosen, ends, {"tx/0": 700}, 50, True)
+    assert behind["frontier"] == 800, "the frontier never moves back"
+
+
+def test_offsets_from_before_the_final_mark_read_as_not_final() -> None:
+    old = {"offsets": {"tx/0": 5}, "progress": {"tx/0": 1_000}, "frontier": 1_001, "read": 5}
+    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
+    splits = reader.partitions({"offsets": {"tx/0": 0}}, old)
+    assert splits == [Split("tx", 0, 0, 5, 1_001, heartbeat=True, final=False)]
+    assert _release_without_records(old, available_now=True, heartbeats=True)
+
+
+def test_splits_carry_the_final_mark() -> None:
+    end = {"offsets": {"tx/0": 5, "tx/1": 7}, "progress": {}, "frontier": 9, "read": 12, "final": True}
+    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
+    splits = reader.partitions({"offsets": {"tx/0": 5, "tx/1": 0}}, end)
+    assert splits == [
+        Split("tx", 0, 5, 5, 9, heartbeat=True, final=True),
+        Split("tx", 1, 0, 7, 9, heartbeat=False, final=True),
+    ]
+
+
+def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_left() -> None:
+    """Nothing new to read: a final micro-batch without records only when records were read before, the
+    batch that read the last of them was not final, the run is availableNow and the job has heartbeats."""
+    read = {"offsets": {"tx/0": 5}, "progress": {"tx/0": 1_000}, "frontier": 500, "read": 5, "final": False}
+    assert _release_without_records(read, available_now=True, heartbeats=True)
+    assert not _release_without_records({**read, "final": True}, available_now=True, heartbeats=True)
+    assert not _release_without_records(read, available_now=False, heartbeats=True)
+    assert not _release_without_records(read, available_now=True, heartbeats=False)
+    assert not _release_without_records({**read, "progress": {}}, available_now=True, heartbeats=True)
+    begin = read["offsets"]
+    final = _end_offset(read, begin, begin, begin, {}, 300, available_now=True)
+    assert final == {**read, "frontier": 1_001, "final": True}

@@ -4,29 +4,25 @@ Runs ``features.job.start_feature_job`` on its own Spark (local mode) against th
 ``{prefix}transactions`` … ``{prefix}dead-letter``, Redis keys under ``prefix``, and a checkpoint, either
 with ``--once`` (availableNow: everything there now, then exit) or continuously until killed.
 
-``--pause BATCH:PARTITION:EVENT`` (repeatable) makes the sink's write task of that micro-batch and Spark
-partition stop at that point of its Kafka transaction (``opened``: begun, marker sent, no record yet;
-``committed``: Kafka commit done, Spark not told): it writes ``paused-BATCH-PARTITION-EVENT`` (its pid and
-process group, JSON) into ``--control`` and sleeps until the test SIGKILLs the application. Every task that
-returns appends ``[batch, partition, status, rows]`` to ``--control/tasks.log``; each micro-batch prints a
-``progress {...}`` line (records read, duration) on stdout.
+The sink writes through ``chaos.ChaosWriter``: ``--pause BATCH:PARTITION:EVENT`` (repeatable) makes the
+write task of that micro-batch and Spark partition stop at that point of its Kafka transaction (``opened``:
+begun, marker sent, no record yet; ``committed``: Kafka commit done, Spark not told) until the test
+SIGKILLs the application; transaction events and the tasks that return are logged in ``--control`` (see
+``ChaosWriter``). Each micro-batch prints a ``progress {...}`` line (records read, rows written, duration)
+on stdout. Run it from the project root with ``-m`` (which puts the root on ``sys.path``)::
 
-    python tests/integration/feature_job_runner.py --bootstrap=127.0.0.1:9092 \\
+    python -m tests.integration.feature_job_runner --bootstrap=127.0.0.1:9092 \\
         --redis=redis://127.0.0.1:6379/0 --prefix=test-abc- --checkpoint=/tmp/cp --home=/tmp/home \\
-        --control=/tmp/control --max-records=3000 [--once] [--pause=1:0:committed]
+        --control=/tmp/control --max-records=3000 [--allowed-lateness-ms=0] [--once] [--pause=1:0:committed]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from features import job
 from features.definitions import FeatureParams
@@ -35,36 +31,11 @@ from infra import spark_sink
 from infra.progress import records_read
 from infra.settings import Settings, Topics
 from infra.spark import spark_session
-from infra.spark_sink import FraudKafkaStreamWriter, KafkaSinkCommit, SinkOptions, TransactionEvent
+from tests.integration.chaos import ChaosWriter, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
 SHUFFLE_PARTITIONS = 2
 MAX_EVENT_BYTES = 16_384
-
-Pause = tuple[int, int, str]  # (micro-batch, Spark partition, TransactionEvent)
-
-
-class PausingWriter(FraudKafkaStreamWriter):
-    """The feature job's sink writer, logging each task's outcome and stopping at the pause points."""
-
-    def __init__(self, options: SinkOptions, control: Path, pauses: set[Pause]) -> None:
-        super().__init__(options)
-        self.control = control
-        self.pauses = pauses
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
-        result = super().write(iterator)
-        with (self.control / "tasks.log").open("a") as log:
-            log.write(json.dumps([result.batch_id, result.partition_id, result.status, result.rows]) + "\n")
-        return result
-
-    def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
-        if (batch_id, partition_id, event) not in self.pauses:
-            return
-        report = self.control / f"paused-{batch_id}-{partition_id}-{event}"
-        report.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
-        report.with_suffix(".tmp").rename(report)
-        time.sleep(3600)  # until SIGKILL
 
 
 def _log_progress(progress: list[Any], seen: int, started: float) -> int:
@@ -75,6 +46,7 @@ def _log_progress(progress: list[Any], seen: int, started: float) -> int:
             line = {
                 "batch": seen,
                 "records": records_read(report),
+                "rows": (report.get("sink") or {}).get("numOutputRows"),
                 "ms": report["durationMs"].get("triggerExecution"),
                 "at_s": round(time.monotonic() - started, 1),
             }
@@ -91,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--home", required=True, type=Path, help="Local state directory of Spark.")
     parser.add_argument("--control", required=True, type=Path, help="Where tasks log and pause reports go.")
     parser.add_argument("--max-records", type=int, default=None, help="Records per micro-batch at most.")
+    parser.add_argument(
+        "--allowed-lateness-ms", type=int, default=0, help="Disorder within a partition that is on time."
+    )
     parser.add_argument("--once", action="store_true", help="availableNow: process what is there, exit.")
     parser.add_argument("--trigger-interval", type=float, default=0.5, help="Seconds between micro-batches.")
     parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT (repeatable).")
@@ -101,19 +76,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     control: Path = args.control
     control.mkdir(parents=True, exist_ok=True)
-    pauses = {(int(b), int(p), event) for b, p, event in (spec.split(":") for spec in args.pause)}
+    pauses = parse_pauses(args.pause)
+    ship_by_value()
 
-    class PausingSink(spark_sink.FraudKafkaSink):
-        """``fraud-kafka-sink`` (same name: the job asks for it) with the pausing writer."""
+    class ChaosSink(spark_sink.FraudKafkaSink):
+        """``fraud-kafka-sink`` (same name: the job asks for it) with the chaos writer."""
 
-        def streamWriter(self, schema: Any, overwrite: bool) -> PausingWriter:
-            return PausingWriter(self._checked(schema), control, pauses)
+        def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
+            return ChaosWriter(self._checked(schema), control, pauses)
 
-    def register_pausing_sink(spark: Any) -> None:
-        spark.dataSource.register(PausingSink)
+    def register_chaos_sink(spark: Any) -> None:
+        spark.dataSource.register(ChaosSink)
 
     assert callable(job.register_sink), "start_feature_job no longer registers its sink as register_sink"
-    job.register_sink = register_pausing_sink  # start_feature_job registers the sink it writes to
+    job.register_sink = register_chaos_sink  # start_feature_job registers the sink it writes to
 
     spark = spark_session(
         Settings(spark_master=f"local[{SHUFFLE_PARTITIONS}]", home=args.home),
@@ -125,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         topics=Topics().with_prefix(args.prefix),
         checkpoint=args.checkpoint,
         redis_url=args.redis,
-        params=FeatureParams(),
+        params=FeatureParams(max_lateness_ms=args.allowed_lateness_ms),
         max_event_bytes=MAX_EVENT_BYTES,
         redis_prefix=args.prefix,
         max_records_per_trigger=args.max_records,

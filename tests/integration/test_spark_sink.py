@@ -4,8 +4,8 @@ Input is a directory of JSON files read with ``maxFilesPerTrigger=1``: finite an
 micro-batch, hash-partitioned on ``id`` into 2 Spark partitions, so a re-run batch has the same rows per
 partition. Outputs are counted with a read_committed consumer: every input id exactly once.
 
-Run as a script (``python test_spark_sink.py chaos-job ...``) this module is the streaming job of the chaos
-test, killed and restarted in a subprocess.
+Run as a script (``python -m tests.integration.test_spark_sink chaos-job ...`` from the project root) this
+module is the streaming job of the chaos test, killed and restarted in a subprocess.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import argparse
 import collections
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -40,12 +38,22 @@ from infra.spark_sink import (
     KafkaSinkCommit,
     SinkIdReusedError,
     SinkOptions,
-    TransactionEvent,
     checkpoint_sink_id,
     register,
     sink_options,
 )
+from tests.integration.chaos import (
+    ChaosWriter,
+    Pause,
+    kill_tree,
+    logged_tasks,
+    parse_pauses,
+    pause_args,
+    pause_reports,
+    ship_by_value,
+)
 
+ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 INPUT_SCHEMA = "id long, payload string"
 CHAOS_SINK_NAME = "fraud-kafka-sink-chaos"
@@ -391,33 +399,6 @@ def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settin
 # --- chaos: SIGKILL the job in a subprocess, restart it from its checkpoint ----------------------------
 
 
-Pause = tuple[int, int, str]  # (micro-batch, Spark partition, TransactionEvent)
-
-
-class ChaosWriter(FraudKafkaStreamWriter):
-    """Logs every task's outcome. At a pause point (batch, partition, event) the task reports its process
-    and waits to be killed, so the test can SIGKILL the application at exact points of the protocol."""
-
-    def __init__(self, options: SinkOptions, control: Path, pauses: set[Pause]) -> None:
-        super().__init__(options)
-        self.control = control
-        self.pauses = pauses
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
-        result = super().write(iterator)
-        with (self.control / "tasks.log").open("a") as log:
-            log.write(json.dumps([result.batch_id, result.partition_id, result.status, result.rows]) + "\n")
-        return result
-
-    def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
-        if (batch_id, partition_id, event) not in self.pauses:
-            return
-        report = self.control / f"paused-{batch_id}-{partition_id}-{event}"
-        report.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
-        report.with_suffix(".tmp").rename(report)
-        time.sleep(3600)  # until SIGKILL
-
-
 def chaos_job(argv: list[str]) -> None:
     """The chaos test's streaming job: the standard test stream into a sink that can pause (ChaosWriter)."""
     parser = argparse.ArgumentParser()
@@ -425,8 +406,9 @@ def chaos_job(argv: list[str]) -> None:
         parser.add_argument(name, required=True)
     parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT")
     args = parser.parse_args(argv)
-    pauses = {(int(b), int(p), event) for b, p, event in (spec.split(":") for spec in args.pause)}
+    pauses = parse_pauses(args.pause)
     control = Path(args.control)
+    ship_by_value()
 
     from infra.spark import spark_session
 
@@ -455,16 +437,8 @@ def chaos_job(argv: list[str]) -> None:
     spark.stop()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class ChaosRun:
-    """One run of the chaos job (this file as a script) in its own process group."""
+    """One run of the chaos job (this module as a script) in its own session."""
 
     def __init__(self, tmp_path: Path, clients: Clients, topic: str, sink_id: str, run: int) -> None:
         self.control = tmp_path / f"control-{run}"
@@ -472,7 +446,8 @@ class ChaosRun:
         self.log = tmp_path / f"job-{run}.log"
         self.args = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "tests.integration.test_spark_sink",
             "chaos-job",
             f"--bootstrap={clients.endpoints.bootstrap_servers}",
             f"--inputs={tmp_path / 'in'}",
@@ -484,42 +459,26 @@ class ChaosRun:
         ]
 
     def start(self, pauses: list[Pause] | None = None) -> subprocess.Popen[bytes]:
-        args = self.args + [
-            f"--pause={batch}:{partition}:{event}" for batch, partition, event in pauses or []
-        ]
         with self.log.open("wb") as log:
             return subprocess.Popen(
-                args,
+                self.args + pause_args(pauses or []),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=Path(__file__).parents[2],
+                cwd=ROOT,
             )
 
     def kill_when_paused(self, job: subprocess.Popen[bytes], pauses: list[Pause]) -> None:
-        """Wait until every task reached its pause point, then SIGKILL the whole application: the driver's
-        process group (Python driver + JVM) and the Python workers' (the PySpark daemon's own group)."""
-        reports = [self.control / f"paused-{batch}-{partition}-{event}" for batch, partition, event in pauses]
+        """Wait until every task reached its pause point, then SIGKILL the whole application: the driver,
+        its JVM, the PySpark daemon and the Python workers."""
+        reports = pause_reports(self.control, pauses)
         deadline = time.monotonic() + JOB_TIMEOUT_S
         while not all(report.exists() for report in reports):
             if job.poll() is not None or time.monotonic() > deadline:
                 job.kill()
                 raise AssertionError(f"the job never reached {pauses}:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
-        workers = [json.loads(report.read_text()) for report in reports]
-        for pgid in {job.pid, *(worker["pgid"] for worker in workers)}:
-            os.killpg(pgid, signal.SIGKILL)
-        job.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while any(_alive(worker["pid"]) for worker in workers):
-            assert time.monotonic() < deadline, "killed workers did not exit"
-            time.sleep(0.1)
-
-    def tasks(self) -> list[tuple[int, int, str]]:
-        """(batch, partition, status) of every task that returned, in order."""
-        path = self.control / "tasks.log"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return [(batch, partition, status) for batch, partition, status, _ in map(json.loads, lines)]
+        kill_tree(job)
 
 
 @pytest.mark.chaos
@@ -545,12 +504,13 @@ def test_sigkill_mid_stream_and_restart_gives_every_row_once(
     first = ChaosRun(tmp_path, clients, topic, sink_id, run=1)
     first.kill_when_paused(first.start(kill_points), kill_points)
     assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
-    assert sorted(first.tasks()) == [(0, 0, "written"), (0, 1, "written")]  # batch 1's tasks never returned
+    # Batch 1's tasks never returned.
+    assert sorted(logged_tasks(first.control)) == [(0, 0, "written"), (0, 1, "written")]
 
     second = ChaosRun(tmp_path, clients, topic, sink_id, run=2)
     job = second.start()
     assert job.wait(timeout=JOB_TIMEOUT_S) == 0, second.log.read_text()[-3000:]
-    tasks = second.tasks()
+    tasks = logged_tasks(second.control)
     assert sorted(t for t in tasks if t[0] == 1) == [(1, 0, "already-written"), (1, 1, "written")]
     assert {batch for batch, _, status in tasks if status == "written"} == set(range(1, files))
 
