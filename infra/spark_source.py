@@ -506,6 +506,7 @@ def _read_range(kafka_config: dict[str, Any], split: Split) -> Iterator[pa.Recor
     if split.end <= split.start:
         return
     consumer, pending = _source_consumer(kafka_config, split)
+    tp = TopicPartition(split.topic, split.partition)
     position = split.start
     chunk: list[_Record] = []
     deadline = _deadline()
@@ -517,14 +518,15 @@ def _read_range(kafka_config: dict[str, Any], split: Split) -> Iterator[pa.Recor
                     pending.append(
                         (message.offset() or 0, message.timestamp()[1], message.key(), message.value())
                     )
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    # Transaction markers take offsets: at the log end the range may be complete.
-                    tp = TopicPartition(split.topic, split.partition)
-                    position = max(position, consumer.position([tp])[0].offset)
-                else:
+                elif error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
             if pending:
                 deadline = _deadline()
+            else:
+                # Transaction markers take offsets but are never delivered: the consumer's position passes
+                # them. Ask it every time, not only at the end-of-partition event, which comes once: a
+                # cached consumer may have reached the log end while reading the previous range.
+                position = max(position, consumer.position([tp])[0].offset)
         taken = 0
         for record in pending:
             if record[0] >= split.end:

@@ -130,12 +130,17 @@ def run_to_end(
     return list(query.recentProgress)
 
 
+#: How long a reader that reached the high watermark keeps polling before it trusts the end.
+QUIET_S = 2.0
+
+
 def read_committed(clients: Clients, topic: str, timeout_s: float = 30.0) -> list[Message]:
     """Every record of ``topic`` a read_committed consumer sees now (the writers have finished).
 
-    Done when each partition's position reached its high watermark and a poll brings nothing more:
-    transaction markers take offsets too, so the position, not the last record, tells the end; the extra
-    poll reads past Tansu's high watermark, which can stop short of a multi-record last batch.
+    Done when each partition's position reached its high watermark and polls bring nothing more for
+    ``QUIET_S``: transaction markers take offsets too, so the position, not the last record, tells the end;
+    the extra polls read past Tansu's high watermark, which can stop short of a multi-record last batch
+    (one short poll was not enough on a loaded machine).
     """
     consumer = clients.consumer(group_id=f"sink-test-reader-{uuid.uuid4().hex[:8]}")
     try:
@@ -146,16 +151,19 @@ def read_committed(clients: Clients, topic: str, timeout_s: float = 30.0) -> lis
         consumer.assign([TopicPartition(topic, p.partition, OFFSET_BEGINNING) for p in partitions])
         records: list[Message] = []
         deadline = time.monotonic() + timeout_s
+        last_record = time.monotonic()
         while True:
             batch = consumer.consume(10_000, timeout=0.3)
             for message in batch:
                 if message.error() is not None:
                     raise KafkaException(message.error())
                 records.append(message)
+            if batch:
+                last_record = time.monotonic()
             behind = [
                 p.partition for p in consumer.position(partitions) if max(p.offset, 0) < ends[p.partition]
             ]
-            if not behind and not batch:
+            if not behind and time.monotonic() - last_record >= QUIET_S:
                 return records
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: partitions {behind} not read to their end")

@@ -1,12 +1,15 @@
 """The fraud-kafka source against the real broker: exact ranges, admission control, time starts."""
 
+import time
+import uuid
 from pathlib import Path
 
+from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from infra.clients import Clients, read_topic
 from infra.settings import Settings
-from infra.spark_source import KafkaDataSource
+from infra.spark_source import NO_FRONTIER, KafkaDataSource, Split, _read_range
 
 T0 = 1_522_540_800_000
 
@@ -87,3 +90,30 @@ def test_admission_control_and_available_now(
     assert max(sizes) <= 300 and len(sizes) >= 4
     values = [r.value for r in spark.sql("select value from admission_test").collect()]
     assert sorted(int(bytes(v)[1:]) for v in values) == list(range(1_000))
+
+
+def test_a_range_ending_at_a_commit_marker_completes_after_the_consumer_read_ahead(
+    settings: Settings, clients: Clients
+) -> None:
+    """The executor's consumer is cached between ranges and may reach the log end (its one end-of-partition
+    event) while reading a range that stops earlier; a next range ending after the final commit marker must
+    still complete: the marker's offset is never delivered, only the consumer's position passes it."""
+    topic = settings.topics.features
+    producer = Producer({**clients.kafka_config(), "transactional.id": f"marker-test-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(50):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
+    producer.commit_transaction(30)
+    consumer = clients.consumer(group_id=f"marker-test-{uuid.uuid4().hex[:8]}")
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+    end = max(end, max(m.offset() for m in read_topic(clients, topic) if m.partition() == 0) + 2)
+    consumer.close()
+    config = clients.kafka_config()
+
+    first = [b for b in _read_range(config, Split(topic, 0, 0, 20, NO_FRONTIER, heartbeat=False))]
+    time.sleep(1)  # the cached consumer fetches ahead to the log end meanwhile
+    rest = [b for b in _read_range(config, Split(topic, 0, 20, end, NO_FRONTIER, heartbeat=False))]
+
+    values = [v for batch in first + rest for v in batch.column("value").to_pylist()]
+    assert values == [f"v{i}".encode() for i in range(50)]
