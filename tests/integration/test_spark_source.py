@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 
 from infra.clients import Clients, read_topic
 from infra.settings import Settings
-from infra.spark_source import NO_FRONTIER, KafkaDataSource, Split, _read_range
+from infra.spark_source import _CONSUMERS, NO_FRONTIER, KafkaDataSource, Split, _read_range
 
 T0 = 1_522_540_800_000
 
@@ -111,9 +111,14 @@ def test_a_range_ending_at_a_commit_marker_completes_after_the_consumer_read_ahe
     consumer.close()
     config = clients.kafka_config()
 
-    first = [b for b in _read_range(config, Split(topic, 0, 0, 20, NO_FRONTIER, heartbeat=False))]
-    time.sleep(1)  # the cached consumer fetches ahead to the log end meanwhile
-    rest = [b for b in _read_range(config, Split(topic, 0, 20, end, NO_FRONTIER, heartbeat=False))]
+    try:
+        first = [b for b in _read_range(config, Split(topic, 0, 0, 20, NO_FRONTIER, heartbeat=False))]
+        time.sleep(1)  # the cached consumer fetches ahead to the log end meanwhile
+        rest = [b for b in _read_range(config, Split(topic, 0, 20, end, NO_FRONTIER, heartbeat=False))]
+    finally:
+        while _CONSUMERS:  # the executors' cache, here in the test process
+            _, (cached, *_) = _CONSUMERS.popitem()
+            cached.close()
 
     values = [v for batch in first + rest for v in batch.column("value").to_pylist()]
     assert values == [f"v{i}".encode() for i in range(50)]
