@@ -190,7 +190,7 @@ def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
             continue
         found = validate_many(model, records.column("value").take(pa.array(rows)), options.max_event_bytes)
         if found.table.num_rows:
-            columns = {name: found.table.column(name) for name in found.table.column_names}
+            columns = {name: found.table.column(name).combine_chunks() for name in found.table.column_names}
             parts.append(
                 (rows[found.positions], _event_batch(model, columns, records, rows[found.positions], options))
             )
@@ -204,13 +204,13 @@ def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
     if len(parts) == 1:
         return parts[0][1]
     order = np.argsort(np.concatenate([positions for positions, _ in parts]), kind="stable")
-    combined = pa.Table.from_batches([batch for _, batch in parts]).combine_chunks().to_batches()[0]
+    combined = _one_batch([batch for _, batch in parts])
     return combined.take(pa.array(order))
 
 
 def _event_batch(
     model: type[TransactionEvent] | type[LabelEvent],
-    columns: dict[str, pa.Array | pa.ChunkedArray | list[object]],
+    columns: dict[str, pa.Array | list[object]],
     records: pa.RecordBatch,
     rows: np.ndarray,
     options: DecodeOptions,
@@ -314,8 +314,7 @@ def _decode_one_by_one(
             )
         )
     positions = np.concatenate([np.asarray(k, dtype=np.int64) for k in kinds if k])
-    combined = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    return positions, combined
+    return positions, _one_batch(batches)
 
 
 def _batch(n: int, columns: Mapping[str, object]) -> pa.RecordBatch:
@@ -326,15 +325,16 @@ def _batch(n: int, columns: Mapping[str, object]) -> pa.RecordBatch:
         value = columns.get(field.name)
         if value is None:
             arrays.append(pa.nulls(n, field.type))
-        elif isinstance(value, pa.Array | pa.ChunkedArray):
-            arrays.append(
-                pc.cast(value, field.type).combine_chunks()
-                if isinstance(value, pa.ChunkedArray)
-                else pc.cast(value, field.type)
-            )
+        elif isinstance(value, pa.Array):
+            arrays.append(pc.cast(value, field.type))
         else:
             arrays.append(pa.array(value, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """The rows of record batches of one schema, as one batch."""
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
