@@ -20,20 +20,31 @@ from pydantic import BaseModel
 
 from scoring.records import AlertRecord, ScoreRecord
 
-#: Sets a hash to the given fields unless it holds a newer record: ARGV = event_time_ms, tx_id, ttl_s,
-#: field, value, field, value, ...; records are ordered by (event_time_ms, tx_id).
+#: Sets each hash to its fields unless it holds a newer record; records are ordered by (event_time_ms,
+#: tx_id). KEYS = the hashes; ARGV = ttl_s, then per key: event_time_ms, tx_id, the number of field and
+#: value arguments that follow, field, value, ... Returns the number of hashes set.
 _SET_IF_NEWER = """
-local time = redis.call('HGET', KEYS[1], 'event_time_ms')
-if time then
-  local t, new_t = tonumber(time), tonumber(ARGV[1])
-  if t > new_t or (t == new_t and tonumber(redis.call('HGET', KEYS[1], 'tx_id')) > tonumber(ARGV[2])) then
-    return 0
+local ttl = tonumber(ARGV[1])
+local i, set = 2, 0
+for k = 1, #KEYS do
+  local time, tx_id, last = ARGV[i], ARGV[i + 1], i + 2 + tonumber(ARGV[i + 2])
+  local stored = redis.call('HMGET', KEYS[k], 'event_time_ms', 'tx_id')
+  local older = false
+  if stored[1] then
+    local t, new_t = tonumber(stored[1]), tonumber(time)
+    older = t > new_t or (t == new_t and tonumber(stored[2]) > tonumber(tx_id))
   end
+  if not older then
+    redis.call('HSET', KEYS[k], 'event_time_ms', time, 'tx_id', tx_id, unpack(ARGV, i + 3, last))
+    if ttl > 0 then redis.call('EXPIRE', KEYS[k], ttl) end
+    set = set + 1
+  end
+  i = last + 1
 end
-redis.call('HSET', KEYS[1], 'event_time_ms', ARGV[1], 'tx_id', ARGV[2], unpack(ARGV, 4))
-if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-return 1
+return set
 """
+#: Records per script call: one call blocks Redis while it runs, so a large batch is sent in slices.
+_SET_IF_NEWER_SLICE = 500
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -56,20 +67,24 @@ def card_features_key(card_id: str, prefix: str = "") -> str:
 def set_latest(client: Any, records: Iterable[tuple[str, int, int, Mapping[str, object]]], ttl_s: int) -> int:
     """Write (key, event_time_ms, tx_id, fields) records, each only if newer than what the key holds.
 
+    A few hundred records per script call, all calls in one pipeline: one round trip for a whole batch.
     Returns the number of keys updated.
     """
     script = client.register_script(_SET_IF_NEWER)
     pipe = client.pipeline(transaction=False)
-    count = 0
+    keys: list[str] = []
+    args: list[object] = [ttl_s]
     for key, event_time_ms, tx_id, fields in records:
-        flat: list[object] = [event_time_ms, tx_id, ttl_s]
+        keys.append(key)
+        args += [event_time_ms, tx_id, 2 * len(fields)]
         for name, value in fields.items():
-            flat += [name, "" if value is None else value]
-        script(keys=[key], args=flat, client=pipe)
-        count += 1
-    if count:
-        return sum(int(result) for result in pipe.execute())
-    return 0
+            args += [name, "" if value is None else value]
+        if len(keys) == _SET_IF_NEWER_SLICE:
+            script(keys=keys, args=args, client=pipe)
+            keys, args = [], [ttl_s]
+    if keys:
+        script(keys=keys, args=args, client=pipe)
+    return sum(int(result) for result in pipe.execute())
 
 
 # --- Scores and alerts -------------------------------------------------------------------------------

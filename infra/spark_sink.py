@@ -75,7 +75,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
@@ -303,20 +305,32 @@ def newest_per_key(batches: list[pa.RecordBatch], topic: str) -> list[bytes]:
     """Values of the rows for ``topic`` with the newest ``timestamp_ms`` of their key (all of them on a tie).
 
     For ``after.commit`` hooks that keep the latest record per key in a side store: only these few rows
-    need parsing (ties are the hook's to break).
+    need parsing (ties are the hook's to break). Rows without a value are skipped; rows without a key
+    share one.
     """
-    newest: dict[bytes, tuple[int, list[bytes]]] = {}
-    for batch in batches:
-        columns = (batch.column(name).to_pylist() for name in ("topic", "key", "value", "timestamp_ms"))
-        for row_topic, key, value, at in zip(*columns, strict=True):
-            if row_topic != topic or value is None:
-                continue
-            known = newest.get(key)
-            if known is None or at > known[0]:
-                newest[key] = (at, [value])
-            elif at == known[0]:
-                known[1].append(value)
-    return [value for _, values in newest.values() for value in values]
+    parts = [
+        pa.table(
+            {
+                "topic": batch.column("topic"),
+                "key": batch.column("key").cast(pa.binary()),
+                "value": batch.column("value").cast(pa.binary()),
+                "timestamp_ms": batch.column("timestamp_ms"),
+            }
+        )
+        for batch in batches
+    ]
+    if not parts:
+        return []
+    rows = pa.concat_tables(parts)
+    rows = rows.filter(pc.and_(pc.equal(rows["topic"], topic), pc.is_valid(rows["value"])))
+    if not rows.num_rows:
+        return []
+    keys = pc.dictionary_encode(rows["key"].combine_chunks())
+    codes = pc.fill_null(keys.indices, len(keys.dictionary)).to_numpy()
+    times = pc.fill_null(rows["timestamp_ms"], np.iinfo(np.int64).min).to_numpy()
+    newest = np.full(len(keys.dictionary) + 1, np.iinfo(np.int64).min)
+    np.maximum.at(newest, codes, times)
+    return rows["value"].filter(pa.array(times == newest[codes])).to_pylist()
 
 
 def sink_options(

@@ -24,6 +24,7 @@ from infra.spark_sink import (
     checkpoint_sink_id,
     kafka_headers,
     marker_decision,
+    newest_per_key,
     pack_records,
     sink_options,
     validate_schema,
@@ -245,3 +246,26 @@ def test_a_row_without_any_topic_fails_the_write() -> None:
     producer.full_once = False
     with pytest.raises(spark_sink.SinkWriteError, match="no topic"):
         spark_sink._produce(producer, batch, default_topic=None)  # type: ignore[arg-type]
+
+
+def test_newest_per_key_keeps_each_keys_newest_values_of_the_topic() -> None:
+    def batch(rows: list[tuple[str | None, bytes | None, bytes | None, int]]) -> pa.RecordBatch:
+        topic, key, value, at = zip(*rows, strict=True)
+        return pa.RecordBatch.from_pydict(
+            {
+                "topic": pa.array(topic, pa.string()),
+                "key": pa.array(key, pa.binary()),
+                "value": pa.array(value, pa.binary()),
+                "timestamp_ms": pa.array(at, pa.int64()),
+            }
+        )
+
+    first = batch(
+        [("f", b"a", b"a1", 1), ("f", b"b", b"b5", 5), ("dlq", b"a", b"x9", 9), ("f", b"a", None, 7)]
+    )
+    second = batch(
+        [("f", b"a", b"a3", 3), ("f", b"b", b"b5'", 5), ("f", None, b"n2", 2), ("f", None, b"n1", 1)]
+    )
+    assert sorted(newest_per_key([first, second], "f")) == [b"a3", b"b5", b"b5'", b"n2"]
+    assert newest_per_key([first], "other") == []
+    assert newest_per_key([], "f") == []

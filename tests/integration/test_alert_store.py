@@ -132,6 +132,32 @@ def test_latest_score_is_set_if_newer_and_idempotent(client: Any, prefix: str) -
     assert RETENTION_S - 5 <= client.ttl(card_score_key(CARD_A, prefix)) <= RETENTION_S
 
 
+def test_latest_values_of_many_keys_are_set_in_slices_and_only_if_newer(client: Any, prefix: str) -> None:
+    cards = [f"{i:032x}" for i in range(1_234)]  # more than one script call's slice
+
+    def records(time_ms: int, tx_id: int) -> list[tuple[str, int, int, dict[str, object]]]:
+        return [
+            (card_features_key(card, prefix), time_ms, tx_id, {"n": i, "ratio": i / 7, "empty": None})
+            for i, card in enumerate(cards)
+        ]
+
+    assert set_latest(client, records(T0_MS, 5), RETENTION_S) == len(cards)
+    assert set_latest(client, records(T0_MS, 4), RETENTION_S) == 0  # same time, lower tx id: older
+    assert set_latest(client, records(T0_MS - 1, 9), RETENTION_S) == 0
+    assert set_latest(client, [], RETENTION_S) == 0
+    stored = client.hgetall(card_features_key(cards[1_000], prefix))
+    assert stored == {
+        b"event_time_ms": str(T0_MS).encode(),
+        b"tx_id": b"5",
+        b"n": b"1000",
+        b"ratio": repr(1000 / 7).encode(),
+        b"empty": b"",
+    }
+    assert set_latest(client, records(T0_MS + 1, 1), RETENTION_S) == len(cards)
+    assert client.hget(card_features_key(cards[-1], prefix), "tx_id") == b"1"
+    assert RETENTION_S - 5 <= client.ttl(card_features_key(cards[-1], prefix)) <= RETENTION_S
+
+
 def test_card_summary_combines_features_score_and_alerts(client: Any, prefix: str) -> None:
     unknown = "f" * 32
     assert not card_known(client, unknown, prefix)
