@@ -59,6 +59,10 @@ _POLL_S = 0.05
 #: How long a read waits for the records it planned. A read_committed reader cannot pass a transaction that
 #: is still open, and the broker aborts a dead writer's transaction only after its timeout: wait longer.
 _READ_TIMEOUT_S = DEFAULT_TRANSACTION_TIMEOUT_MS / 1000 + 60.0
+#: How long the broker may hold a fetch that finds nothing new. A caught-up consumer fetches again this
+#: often: at 10 ms, eight idle cached consumers cost Tansu ~40 % of a core; at 100 ms ~10 %, and a new
+#: record reaches a tailing consumer ~15 ms after it was produced instead of ~5 ms.
+FETCH_WAIT_MS = 100
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 10,
+                    "fetch.wait.max.ms": FETCH_WAIT_MS,
                 }
             )
         return self._consumer
@@ -494,7 +498,7 @@ def _source_consumer(kafka_config: dict[str, Any], split: Split) -> tuple[Consum
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 10,
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
         }
     )
     consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
