@@ -43,8 +43,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--max-records", type=int, default=100_000)
-    parser.add_argument("--card-buckets", type=int, default=16)
-    parser.add_argument("--terminal-buckets", type=int, default=16)
+    parser.add_argument("--card-buckets", type=int, default=FeatureJobConfig.card_buckets)
+    parser.add_argument("--terminal-buckets", type=int, default=FeatureJobConfig.terminal_buckets)
     args = parser.parse_args()
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey")
 

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from features.cli import app as features_app
+from infra.checkpoints import CheckpointLayoutError
 from infra.clients import Clients, NotConfiguredError, delete_topics, ensure_topics, topic_counts
 from infra.console import console, counts_table, err_console, settings_of
 from infra.demo import demo_command
@@ -42,6 +43,7 @@ app.add_typer(score_app, name="score")
 
 #: Errors a user can act on: shown as one line, no traceback.
 USER_ERRORS = (
+    CheckpointLayoutError,
     StackError,
     NotConfiguredError,
     InputFileError,

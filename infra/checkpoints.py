@@ -1,0 +1,57 @@
+"""A streaming job's checkpoint is bound to the layout its state was written with.
+
+Stateful jobs route events to state by a key computed from settings (the feature job hashes cards and
+terminals into a number of buckets). Spark checks the state schema on restart, not the routing: resumed
+with other bucket counts, a job would read each card's history from the wrong bucket and compute wrong
+features without an error. So the first run writes its layout next to the checkpoint, and later runs
+must match it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+LAYOUT_FILE = "layout.json"
+
+
+class CheckpointLayoutError(ValueError):
+    """A checkpoint was written with another layout than the one this run asks for."""
+
+
+def bind_layout(
+    checkpoint: Path, layout: Mapping[str, int], made_before_layouts: Mapping[str, int] | None = None
+) -> None:
+    """Record ``layout`` in a new checkpoint, or check that an existing one was written with it.
+
+    Args:
+        checkpoint: the job's checkpoint directory (created if missing).
+        layout: what routes events to state, e.g. ``{"card_buckets": 6, "terminal_buckets": 6}``.
+        made_before_layouts: the layout of checkpoints written before layouts were recorded (a checkpoint
+            with content but no layout file); ``None``: such a checkpoint is an error.
+
+    Raises:
+        CheckpointLayoutError: the checkpoint holds state of another layout.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / LAYOUT_FILE
+    wanted = dict(layout)
+    if path.exists():
+        found = json.loads(path.read_text())
+    elif any(checkpoint.iterdir()):
+        if made_before_layouts is None:
+            raise CheckpointLayoutError(
+                f"checkpoint {checkpoint} has no {LAYOUT_FILE}: it was not written by this job; "
+                "use a new checkpoint directory"
+            )
+        found = dict(made_before_layouts)
+    else:
+        found = wanted
+    if found != wanted:
+        raise CheckpointLayoutError(
+            f"checkpoint {checkpoint} holds state written with {found}, this run asks for {wanted}; "
+            "resume it with the same settings, or start over with a new checkpoint directory"
+        )
+    if not path.exists():
+        path.write_text(json.dumps(wanted, sort_keys=True) + "\n")

@@ -1,0 +1,39 @@
+"""A checkpoint stays bound to the layout (bucket counts) its state was written with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout
+
+LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
+OLD = {"card_buckets": 16, "terminal_buckets": 16}
+
+
+def test_a_new_checkpoint_records_its_layout_and_accepts_it_again(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "features"
+    bind_layout(checkpoint, LAYOUT, made_before_layouts=OLD)
+    assert (checkpoint / LAYOUT_FILE).exists()
+    (checkpoint / "query").mkdir()
+    bind_layout(checkpoint, dict(LAYOUT), made_before_layouts=OLD)
+
+
+def test_another_layout_is_refused_with_what_the_checkpoint_holds(tmp_path: Path) -> None:
+    bind_layout(tmp_path, LAYOUT)
+    with pytest.raises(CheckpointLayoutError, match=r"card_buckets': 6.*card_buckets': 8"):
+        bind_layout(tmp_path, {"card_buckets": 8, "terminal_buckets": 6})
+
+
+def test_a_checkpoint_from_before_layouts_has_the_old_layout(tmp_path: Path) -> None:
+    (tmp_path / "query").mkdir()
+    with pytest.raises(CheckpointLayoutError, match="16"):
+        bind_layout(tmp_path, LAYOUT, made_before_layouts=OLD)
+    assert not (tmp_path / LAYOUT_FILE).exists()
+    bind_layout(tmp_path, OLD, made_before_layouts=OLD)
+    bind_layout(tmp_path, OLD)  # recorded now
+    with pytest.raises(CheckpointLayoutError, match="not written by this job"):
+        other = tmp_path / "other"
+        (other / "offsets").mkdir(parents=True)
+        bind_layout(other, LAYOUT)
