@@ -27,15 +27,24 @@ The frontier reaches the job through a decoder: option ``decoder`` names ``modul
 once per micro-batch (on one split), returning the rows that carry the frontier (and the final mark) to
 every state key, so that keys without new records still see time pass.
 
-Tansu, the embedded broker, reports a high watermark short of the log end; end offsets are therefore
-found by reading from the reported watermark to the end of each partition (exact on Apache Kafka too).
+Planning reads, it does not ask for watermarks: Tansu, the embedded broker, reports a high watermark short of
+the log end, and on Tansu a seek costs time proportional to the partition's size. The planner keeps one
+read_committed consumer that is positioned once and reads on as records come (``_Tail``); it knows where
+each partition's records end (past transaction markers) and the timestamps the frontier needs, so planning
+a micro-batch costs milliseconds. A partition that received records after the broker last reported its
+end counts as possibly holding more, like one that admission control left records in. The start of a
+query and of an ``availableNow`` run find the true log ends by reading from the reported watermark to the
+end of each partition (exact on Apache Kafka too).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator, Sequence
+import time
+from array import array
+from bisect import bisect_left
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -154,23 +163,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.lateness_ms = int(options.get("allowedlatenessms", "0"))
         self.starting = options.get("startingoffsets", "earliest")
         self._consumer: Consumer | None = None
-        self._ends: dict[str, tuple[int, int, int]] = {}  # tp -> (reported high, true end, last timestamp)
+        self._tail: _Tail | None = None
         self._target: dict[str, int] | None = None  # availableNow: do not read past these
 
     # -- driver side -------------------------------------------------------------------------------
 
     def _driver_consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    **self.kafka_config,
-                    "group.id": "fraud-spark-source-planner",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": FETCH_WAIT_MS,
-                }
-            )
+            self._consumer = _planner_consumer(self.kafka_config)
         return self._consumer
 
     def _partitions(self) -> list[tuple[str, int]]:
@@ -186,28 +186,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return found
 
     def _log_ends(self) -> dict[str, tuple[int, int]]:
-        """(first offset, true end offset) per partition, with the last record's timestamp cached."""
+        """(first offset, true end offset) of every partition, found by reading (seeks: not per batch)."""
         consumer = self._driver_consumer()
-        firsts: dict[str, int] = {}
+        bounds: dict[str, tuple[int, int]] = {}
         probe = []
         for topic, partition in self._partitions():
-            name = _tp_name(topic, partition)
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=10, cached=False
             )
-            firsts[name] = low
-            known = self._ends.get(name)
-            if known is not None and known[0] == high:
-                continue
-            if high <= low:
-                self._ends[name] = (high, high, NO_FRONTIER)
-            else:
+            bounds[_tp_name(topic, partition)] = (low, high)
+            if high > low:
                 probe.append(TopicPartition(topic, partition, high - 1))
-                self._ends[name] = (high, high, NO_FRONTIER)
-        for name, (offset, timestamp) in read_to_end(consumer, probe, _READ_TIMEOUT_S).items():
-            high = self._ends[name][0]
-            self._ends[name] = (high, max(high, offset + 1), timestamp)
-        return {name: (firsts[name], self._ends[name][1]) for name in firsts}
+        for name, (offset, _) in read_to_end(consumer, probe, _READ_TIMEOUT_S).items():
+            low, high = bounds[name]
+            bounds[name] = (low, max(high, offset + 1))
+        return bounds
 
     def initialOffset(self) -> dict:
         bounds = self._log_ends()
@@ -231,38 +224,51 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        bounds = self._log_ends()
+    def _following(self, start: dict) -> tuple[_Tail, dict[str, int]]:
+        """The tail, reading every partition from where this micro-batch starts; and those starts."""
         begin: dict[str, int] = dict(start["offsets"])
-        for name, (first, _) in bounds.items():
-            begin.setdefault(name, first)  # partitions added since the query started
-        ends = {name: end for name, (_, end) in bounds.items()}
-        if self._target is not None:
-            ends = {name: min(end, self._target.get(name, begin[name])) for name, end in ends.items()}
+        if self._tail is None:
+            self._tail = _Tail(_planner_consumer(self.kafka_config))
+        known = set(begin) | set(self._tail.end)
+        added = [tp for tp in self._partitions() if _tp_name(*tp) not in known]
+        if added:  # partitions added since the query started: from their first record
+            consumer = self._driver_consumer()
+            for topic, partition in added:
+                low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                begin[_tp_name(topic, partition)] = low
+        self._tail.follow(begin)
+        return self._tail, begin
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        tail, begin = self._following(start)
+        target = self._target
+        enough = 2 * limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        tail.drain(_READ_TIMEOUT_S if target is not None else _DRAIN_S, target, enough)
+        ends = {name: tail.end[name] for name in begin}
+        if target is not None:
+            ends = {name: min(end, target.get(name, begin[name])) for name, end in ends.items()}
+            complete = {name for name, end in ends.items() if end >= target.get(name, begin[name])}
+        else:
+            complete = {name for name in ends if tail.at_end[name]}
         available = {name: max(0, ends[name] - begin[name]) for name in ends}
         chosen = dict(ends)
         if isinstance(limit, ReadMaxRows) and sum(available.values()) > limit.max_rows:
             chosen = _share(begin, available, limit.max_rows)
-        available_now = self._target is not None
+        available_now = target is not None
         if chosen == {name: begin[name] for name in chosen} and not _release_without_records(
             start, available_now, bool(self.options.get("decoder"))
         ):
             return start
-        need_timestamp = [
-            TopicPartition(*_parse_tp(name), chosen[name] - 1)
-            for name in chosen
-            if chosen[name] > begin[name] and chosen[name] != self._ends[name][1]
-        ]
-        stamps = _read_at(self._driver_consumer(), need_timestamp)
         last_read = {
-            name: self._ends[name][2] if end == self._ends[name][1] else stamps[name]
+            name: stamp
             for name, end in chosen.items()
-            if end > begin[name]
+            if end > begin[name] and (stamp := tail.stamp_before(name, end)) is not None
         }
-        return _end_offset(start, begin, chosen, ends, last_read, self.lateness_ms, available_now)
+        lagging = {name for name, end in chosen.items() if end < ends[name] or name not in complete}
+        return _end_offset(start, begin, chosen, lagging, last_read, self.lateness_ms, available_now)
 
     def reportLatestOffset(self) -> dict | None:
-        return {"offsets": {name: end for name, (_, end) in self._log_ends().items()}}
+        return None if self._tail is None else {"offsets": dict(self._tail.end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         frontier = int(end["frontier"])
@@ -280,6 +286,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
 
     def stop(self) -> None:
+        if self._tail is not None:
+            self._tail.consumer.close()
+            self._tail = None
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -339,6 +348,108 @@ class KafkaBatchReader(DataSourceReader):
                 yield from decoder.decode(records, partition, self.options)
 
 
+#: How long a continuous run's planner reads new records before it plans a micro-batch with what it has.
+_DRAIN_S = 0.5
+
+
+def _planner_consumer(kafka_config: dict[str, Any]) -> Consumer:
+    return Consumer(
+        {
+            **kafka_config,
+            "group.id": "fraud-spark-source-planner",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            "queued.max.messages.kbytes": 16_384,  # what librdkafka fetches ahead, per partition
+        }
+    )
+
+
+class _Tail:
+    """The planner's view of the input: one consumer, positioned once, that reads on as records come.
+
+    Planning a micro-batch therefore never seeks (on Tansu a seek costs time proportional to the
+    partition's size): each call takes what arrived since the last one and learns, per partition, where
+    the records end (past transaction markers) and the offset and timestamp of every record not planned
+    yet, which the frontier needs.
+    """
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.base: dict[str, int] = {}  # the planned position: what is kept is read from here on
+        self.end: dict[str, int] = {}  # past the last record or marker read
+        self.at_end: dict[str, bool] = {}  # the broker said nothing follows ``end`` (and nothing came since)
+        self.reached: dict[str, bool] = {}  # the end was reached once since the partition was positioned
+        self._offsets: dict[str, array[int]] = {}  # records read from the planned position on
+        self._stamps: dict[str, array[int]] = {}
+
+    def follow(self, begin: Mapping[str, int]) -> None:
+        """Keep what is read from ``begin`` on; a partition not read up to ``begin`` (new, or a restart
+        behind or ahead of it) is read again from there."""
+        added: list[TopicPartition] = []
+        moved: list[TopicPartition] = []
+        for name, offset in begin.items():
+            if name in self.base and self.base[name] <= offset <= self.end[name]:
+                cut = bisect_left(self._offsets[name], offset)
+                if cut:
+                    self._offsets[name] = self._offsets[name][cut:]
+                    self._stamps[name] = self._stamps[name][cut:]
+                self.base[name] = offset
+                continue
+            (moved if name in self.base else added).append(TopicPartition(*_parse_tp(name), offset))
+            self._offsets[name], self._stamps[name] = array("q"), array("q")
+            self.base[name], self.end[name] = offset, offset
+            self.at_end[name] = self.reached[name] = False
+        if added:
+            self.consumer.incremental_assign(added)
+        for tp in moved:
+            self.consumer.seek(tp)
+
+    def drain(self, budget_s: float, target: Mapping[str, int] | None, enough: int | None) -> None:
+        """Read what has arrived: until nothing more is waiting and every partition was read to its end
+        once (or to its ``target``), ``enough`` records wait to be planned, or ``budget_s`` has passed.
+
+        Records keep coming in a live stream: a partition that got records after its end was reported
+        is not ``at_end`` when this returns, which the frontier takes into account."""
+        deadline = time.monotonic() + budget_s
+        timeout = 0.0
+        while True:
+            messages = self.consumer.consume(100_000, timeout=timeout)
+            for message in messages:
+                name = _tp_name(message.topic() or "", message.partition() or 0)
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    self.end[name] = max(self.end[name], message.offset() or 0)
+                    self.at_end[name] = self.reached[name] = True
+                    continue
+                offset = message.offset() or 0
+                self._offsets[name].append(offset)
+                self._stamps[name].append(message.timestamp()[1])
+                self.end[name] = offset + 1
+                self.at_end[name] = False
+            if time.monotonic() > deadline or (
+                enough is not None and sum(map(len, self._offsets.values())) >= enough
+            ):
+                return
+            if messages:
+                timeout = 0.0
+                continue
+            if all(
+                self.reached[name] or (target is not None and self.end[name] >= target.get(name, 0))
+                for name in self.end
+            ):
+                return
+            timeout = _POLL_S
+
+    def stamp_before(self, name: str, offset: int) -> int | None:
+        """Timestamp of the last record below ``offset`` read since the planned position (None: none)."""
+        index = bisect_left(self._offsets[name], offset)
+        return self._stamps[name][index - 1] if index else None
+
+
 def _share(begin: dict[str, int], available: dict[str, int], budget: int) -> dict[str, int]:
     """End offsets taking ``budget`` records, shared in proportion to each partition's backlog."""
     total = sum(available.values())
@@ -355,7 +466,7 @@ def _end_offset(
     start: dict,
     begin: dict[str, int],
     chosen: dict[str, int],
-    ends: dict[str, int],
+    lagging: Collection[str],
     last_read: dict[str, int],
     lateness_ms: int,
     available_now: bool,
@@ -366,7 +477,7 @@ def _end_offset(
         start: the micro-batch's start offset (the previous batch's end offset, or the initial one).
         begin: where each partition's range starts (``start``'s offsets, plus partitions added since).
         chosen: where each partition's range ends.
-        ends: where each partition's records end now (in an ``availableNow`` run: at most its target).
+        lagging: partitions that may hold records past ``chosen`` (more were seen, or the end was not).
         last_read: timestamp of the last record of each partition the batch reads records of.
         lateness_ms: the allowed lateness.
         available_now: the query runs with the ``availableNow`` trigger.
@@ -374,12 +485,11 @@ def _end_offset(
     progress: dict[str, int] = dict(start.get("progress", {}))
     for name, stamp in last_read.items():
         progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
-    lagging = [name for name, end in chosen.items() if end < ends[name]]
     # The last micro-batch of an availableNow run is final: the job releases every event it holds, as
     # nothing older can come within this run (the frontier cannot say so: a partition's progress is its
     # last record read, not its newest). Its frontier drops the lateness for the same reason.
     final = available_now and not lagging
-    frontier = _frontier(progress, lagging, 0 if final else lateness_ms)
+    frontier = _frontier(progress, sorted(lagging), 0 if final else lateness_ms)
     read = int(start.get("read", 0)) + sum(chosen[name] - begin[name] for name in chosen)
     return {
         "offsets": chosen,
@@ -450,14 +560,10 @@ def _offset_for_time(consumer: Consumer, topic: str, partition: int, at_ms: int,
 
 
 def _deadline() -> float:
-    import time
-
     return time.monotonic() + _READ_TIMEOUT_S
 
 
 def _check(deadline: float, pending: set[str]) -> None:
-    import time
-
     if pending and time.monotonic() > deadline:
         raise TimeoutError(
             f"no answer from Kafka for {sorted(pending)} within {_READ_TIMEOUT_S:.0f} s (longer than a "

@@ -40,7 +40,7 @@ def test_the_last_batch_of_an_available_now_run_is_final() -> None:
     frontier, 2001, below the newest record: only the final mark tells the job to release it too."""
     start = {"offsets": {"tx/0": 0}, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
     ends = {"tx/0": 3}
-    final = _end_offset(start, {"tx/0": 0}, ends, ends, {"tx/0": 2_000}, 1_500, available_now=True)
+    final = _end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=True)
     assert final == {
         "offsets": {"tx/0": 3},
         "progress": {"tx/0": 2_000},
@@ -48,16 +48,15 @@ def test_the_last_batch_of_an_available_now_run_is_final() -> None:
         "read": 3,
         "final": True,
     }
-    continuous = _end_offset(start, {"tx/0": 0}, ends, ends, {"tx/0": 2_000}, 1_500, available_now=False)
+    continuous = _end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=False)
     assert (continuous["frontier"], continuous["final"]) == (501, False)
 
 
 def test_an_available_now_batch_that_leaves_records_behind_is_not_final() -> None:
     start = {"offsets": {"tx/0": 0, "tx/1": 10}, "progress": {"tx/1": 900}, "frontier": 100, "read": 10}
     begin = dict(start["offsets"])
-    ends = {"tx/0": 50, "tx/1": 20}
     chosen = {"tx/0": 30, "tx/1": 20}  # admission control: tx/0 has 20 more records
-    offset = _end_offset(start, begin, chosen, ends, {"tx/0": 700, "tx/1": 1_000}, 50, available_now=True)
+    offset = _end_offset(start, begin, chosen, ["tx/0"], {"tx/0": 700, "tx/1": 1_000}, 50, available_now=True)
     assert offset == {
         "offsets": chosen,
         "progress": {"tx/0": 700, "tx/1": 1_000},
@@ -65,7 +64,7 @@ def test_an_available_now_batch_that_leaves_records_behind_is_not_final() -> Non
         "read": 10 + 30 + 10,
         "final": False,
     }
-    behind = _end_offset({**start, "frontier": 800}, begin, chosen, ends, {"tx/0": 700}, 50, True)
+    behind = _end_offset({**start, "frontier": 800}, begin, chosen, ["tx/0"], {"tx/0": 700}, 50, True)
     assert behind["frontier"] == 800, "the frontier never moves back"
 
 
@@ -97,5 +96,5 @@ def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_le
     assert not _release_without_records(read, available_now=True, heartbeats=False)
     assert not _release_without_records({**read, "progress": {}}, available_now=True, heartbeats=True)
     begin = read["offsets"]
-    final = _end_offset(read, begin, begin, begin, {}, 300, available_now=True)
+    final = _end_offset(read, begin, begin, [], {}, 300, available_now=True)
     assert final == {**read, "frontier": 1_001, "final": True}

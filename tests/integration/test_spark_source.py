@@ -9,7 +9,15 @@ from pyspark.sql import SparkSession
 
 from infra.clients import Clients, read_topic
 from infra.settings import Settings
-from infra.spark_source import _CONSUMERS, NO_FRONTIER, KafkaDataSource, Split, _read_range
+from infra.spark_source import (
+    _CONSUMERS,
+    NO_FRONTIER,
+    KafkaDataSource,
+    Split,
+    _planner_consumer,
+    _read_range,
+    _Tail,
+)
 
 T0 = 1_522_540_800_000
 
@@ -122,3 +130,49 @@ def test_a_range_ending_at_a_commit_marker_completes_after_the_consumer_read_ahe
 
     values = [v for batch in first + rest for v in batch.column("value").to_pylist()]
     assert values == [f"v{i}".encode() for i in range(50)]
+
+
+def test_the_planner_reads_on_without_seeking_and_knows_ends_past_markers(
+    settings: Settings, clients: Clients
+) -> None:
+    """The driver's tail consumer: ends (past a transaction's commit marker), the timestamps the frontier
+    needs, records arriving after the end, and a planned position behind what it kept (a restart)."""
+    topic = settings.topics.transactions
+    name = f"{topic}/0"
+    producer = clients.producer()
+    for i in range(100):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
+    assert producer.flush(30) == 0
+    transactional = Producer({**clients.kafka_config(), "transactional.id": f"tail-{uuid.uuid4().hex[:8]}"})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for i in range(100, 105):
+        transactional.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
+    transactional.commit_transaction(30)
+
+    tail = _Tail(_planner_consumer(clients.kafka_config()))
+    try:
+        tail.follow({name: 0})
+        tail.drain(30.0, None, None)
+        assert tail.at_end[name]
+        assert tail.end[name] == 106, "5 committed records and their marker follow the first 100"
+        assert tail.stamp_before(name, 50) == T0 + 49
+        assert tail.stamp_before(name, tail.end[name]) == T0 + 104
+
+        tail.follow({name: 50})
+        assert tail.stamp_before(name, 50) is None, "nothing below the planned position is kept"
+        for i in range(105, 115):
+            producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 30
+        while not (tail.end[name] == 116 and tail.at_end[name]) and time.monotonic() < deadline:
+            tail.drain(1.0, None, None)
+        assert (tail.end[name], tail.at_end[name]) == (116, True)
+        assert tail.stamp_before(name, 116) == T0 + 114
+
+        tail.follow({name: 20})  # behind what it kept: read again from there
+        tail.drain(30.0, None, None)
+        assert tail.stamp_before(name, 30) == T0 + 29
+        assert tail.end[name] == 116
+    finally:
+        tail.consumer.close()
