@@ -200,6 +200,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         .option("topic.transactions", config.topics.transactions)
         .option("topic.labels", config.topics.labels)
         .option("startingOffsets", "earliest")
+        .option("readTasks", str(spark.sparkContext.defaultParallelism))  # one task per core
         .option("allowedLatenessMs", str(config.params.max_lateness_ms))
         .option("decoder", "features.job:DECODER")
         .option("cardBuckets", str(config.card_buckets))

@@ -6,8 +6,8 @@ re-run after a crash) leaves the same values, and an older record never overwrit
 
 Keys: a card's latest features (written by the feature job), its latest score and its alerts, each alert
 by tx id, and the recent alerts of all cards (the live page). An alert is written by one Lua script that
-touches its hash, its card's set and the recent set together; on a Redis Cluster those keys would need a
-common hash tag.
+touches its hash, its card's set and the recent set together, and latest values are set by a script over a
+few hundred keys at a time; on a Redis Cluster those keys would need a common hash tag.
 """
 
 from __future__ import annotations

@@ -90,6 +90,21 @@ class Split(InputPartition):
     final: bool = False
 
 
+@dataclass(frozen=True)
+class SplitGroup(InputPartition):
+    """The splits one Spark task reads, one after another (option ``readTasks``)."""
+
+    splits: tuple[Split, ...]
+
+
+def group_splits(splits: Sequence[Split], tasks: int | None) -> list[SplitGroup]:
+    """At most ``tasks`` groups (None: one per split). The i-th split goes to group i mod n: every
+    partition of a topic lands in the same group in every micro-batch, and the groups of a topic's
+    partitions (similar sizes, usually) are balanced."""
+    n = len(splits) if tasks is None else max(1, min(tasks, len(splits)))
+    return [SplitGroup(tuple(splits[i::n])) for i in range(n)]
+
+
 class Decoder(Protocol):
     """Turns raw Kafka records into a job's input rows (see the module docstring)."""
 
@@ -128,7 +143,9 @@ class KafkaDataSource(DataSource):
     - ``startingOffsets``: ``earliest`` (default), ``latest`` or ``time:<epoch ms>``;
     - ``maxRecordsPerTrigger``: admission control, records per micro-batch (default: all available);
     - ``allowedLatenessMs``: disorder within a partition that still counts as on time (default 0);
-    - ``decoder``: ``module:object`` turning raw records into the output rows (default: raw records).
+    - ``decoder``: ``module:object`` turning raw records into the output rows (default: raw records);
+    - ``readTasks``: Spark tasks per micro-batch, each reading its topic-partitions one after another
+      (default: one per topic-partition). Every task has a fixed cost; the job's cores are enough.
 
     ``spark.read.format("fraud-kafka")`` reads a bounded range instead: ``startingOffsets`` as above and
     ``endingOffsets``: ``latest`` (default) or ``time:<epoch ms>`` (exclusive). Reading the same range
@@ -271,6 +288,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._tail is None else {"offsets": dict(self._tail.end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return group_splits(self.splits(start, end), _read_tasks(self.options))
+
+    def splits(self, start: dict, end: dict) -> list[Split]:
+        """Each topic-partition's range from ``start`` to ``end``; the first split carries the heartbeat."""
         frontier = int(end["frontier"])
         final = bool(end.get("final", False))  # offsets from before the flag: not final
         splits: list[Split] = []
@@ -296,16 +317,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, Split):
-            raise TypeError(f"unexpected input partition {partition!r}")
-        decoder = load_decoder(self.options.get("decoder", ""))
-        for records in _read_range(self.kafka_config, partition):
-            if decoder is None:
-                yield records
-            else:
-                yield from decoder.decode(records, partition, self.options)
-        if decoder is not None and partition.heartbeat:
-            yield from decoder.heartbeat(partition, self.options)
+        return _read_group(self.kafka_config, partition, self.options)
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -335,17 +347,36 @@ class KafkaBatchReader(DataSourceReader):
         ]
 
     def partitions(self) -> Sequence[InputPartition]:
-        return self.splits
+        return group_splits(self.splits, _read_tasks(self.options))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, Split):
-            raise TypeError(f"unexpected input partition {partition!r}")
-        decoder = load_decoder(self.options.get("decoder", ""))
-        for records in _read_range(json.loads(self.options["kafka.config"]), partition):
+        return _read_group(json.loads(self.options["kafka.config"]), partition, self.options)
+
+
+def _read_group(
+    kafka_config: dict[str, Any], group: InputPartition, options: dict[str, str]
+) -> Iterator[pa.RecordBatch]:
+    """The records of a task's splits, decoded when the options name a decoder, plus the heartbeat."""
+    if not isinstance(group, SplitGroup):
+        raise TypeError(f"unexpected input partition {group!r}")
+    decoder = load_decoder(options.get("decoder", ""))
+    for split in group.splits:
+        for records in _read_range(kafka_config, split):
             if decoder is None:
                 yield records
             else:
-                yield from decoder.decode(records, partition, self.options)
+                yield from decoder.decode(records, split, options)
+        if decoder is not None and split.heartbeat:
+            yield from decoder.heartbeat(split, options)
+
+
+def _read_tasks(options: dict[str, str]) -> int | None:
+    value = options.get("readtasks")
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"readTasks {value!r}: a positive number of tasks")
+    return int(value)
 
 
 #: How long a continuous run's planner reads new records before it plans a micro-batch with what it has.

@@ -366,6 +366,7 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
         .option("kafka.config", json.dumps(config.kafka_config))
         .option("topics", config.topics.features)
         .option("startingOffsets", "earliest")
+        .option("readTasks", str(spark.sparkContext.defaultParallelism))  # one task per core
     )
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))

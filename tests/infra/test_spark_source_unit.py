@@ -1,11 +1,15 @@
+import pytest
+
 from infra.spark_source import (
     NO_FRONTIER,
     KafkaStreamReader,
     Split,
+    SplitGroup,
     _end_offset,
     _frontier,
     _release_without_records,
     _share,
+    group_splits,
 )
 
 
@@ -72,18 +76,37 @@ def test_offsets_from_before_the_final_mark_read_as_not_final() -> None:
     old = {"offsets": {"tx/0": 5}, "progress": {"tx/0": 1_000}, "frontier": 1_001, "read": 5}
     reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
     splits = reader.partitions({"offsets": {"tx/0": 0}}, old)
-    assert splits == [Split("tx", 0, 0, 5, 1_001, heartbeat=True, final=False)]
+    assert splits == [SplitGroup((Split("tx", 0, 0, 5, 1_001, heartbeat=True, final=False),))]
     assert _release_without_records(old, available_now=True, heartbeats=True)
 
 
 def test_splits_carry_the_final_mark() -> None:
     end = {"offsets": {"tx/0": 5, "tx/1": 7}, "progress": {}, "frontier": 9, "read": 12, "final": True}
     reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
-    splits = reader.partitions({"offsets": {"tx/0": 5, "tx/1": 0}}, end)
+    splits = reader.splits({"offsets": {"tx/0": 5, "tx/1": 0}}, end)
     assert splits == [
         Split("tx", 0, 5, 5, 9, heartbeat=True, final=True),
         Split("tx", 1, 0, 7, 9, heartbeat=False, final=True),
     ]
+
+
+def test_read_tasks_group_the_splits_the_same_way_in_every_micro_batch() -> None:
+    offsets = {f"{topic}/{p}": 10 for topic in ("labels", "tx") for p in range(4)}
+    end = {"offsets": offsets, "progress": {}, "frontier": 9, "read": 0}
+    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx,labels", "readtasks": "2"})
+    groups = reader.partitions({"offsets": dict.fromkeys(offsets, 0)}, end)
+    assert [[f"{s.topic}/{s.partition}" for s in g.splits] for g in groups] == [
+        ["labels/0", "labels/2", "tx/0", "tx/2"],
+        ["labels/1", "labels/3", "tx/1", "tx/3"],
+    ]
+    assert [s.heartbeat for g in groups for s in g.splits] == [True] + [False] * 7
+    one_each = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"}).partitions({"offsets": {}}, end)
+    assert [len(g.splits) for g in one_each] == [1] * 8
+    assert len(group_splits(reader.splits({"offsets": {}}, end)[:1], 4)) == 1
+    with pytest.raises(ValueError, match="readTasks"):
+        KafkaStreamReader({"kafka.config": "{}", "topics": "tx", "readtasks": "0"}).partitions(
+            {"offsets": {}}, end
+        )
 
 
 def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_left() -> None:
