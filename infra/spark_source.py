@@ -602,8 +602,8 @@ def _check(deadline: float, pending: set[str]) -> None:
         )
 
 
-# Executors keep one consumer per topic-partition per Python worker, with the records it fetched past the
-# last range's end: the next micro-batch usually continues there without a seek (seeks are slow on Tansu).
+# Executors keep one consumer per topic-partition per Python worker, paused, with the records it fetched past
+# the last range's end: the next micro-batch usually continues there without a seek (seeks are slow on Tansu).
 _Record = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, value
 _CONSUMERS: dict[tuple[str, str, int], tuple[Consumer, int, list[_Record]]] = {}
 _RAW_FIELDS = pa.schema(
@@ -626,6 +626,7 @@ def _source_consumer(kafka_config: dict[str, Any], split: Split) -> tuple[Consum
     if cached is not None:
         consumer, position, leftovers = cached
         if position == split.start:
+            consumer.resume([TopicPartition(split.topic, split.partition)])
             return consumer, leftovers
         consumer.close()
     consumer = Consumer(
@@ -684,6 +685,9 @@ def _read_range(kafka_config: dict[str, Any], split: Split) -> Iterator[pa.Recor
         _check(deadline, {_tp_name(split.topic, split.partition)} if position < split.end else set())
     if chunk:
         yield _records(split, chunk)
+    # Paused until the next range: a cached consumer that fetched on would cost the broker a fetch every
+    # FETCH_WAIT_MS, and the workers together keep many (one per partition each, most of them stale).
+    consumer.pause([tp])
     cache_key = (json.dumps(kafka_config, sort_keys=True), split.topic, split.partition)
     _CONSUMERS[cache_key] = (consumer, split.end, pending)
 
