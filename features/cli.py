@@ -26,6 +26,18 @@ FeatureDelayOption = Annotated[
     float,
     typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),
 ]
+MaxRecordsOption = Annotated[
+    int | None, typer.Option(min=1, help="Admission control: at most this many records per micro-batch.")
+]
+TriggerIntervalOption = Annotated[float, typer.Option(min=0.0, help="Seconds between micro-batches.")]
+AllowedLatenessOption = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="Event-time disorder within a partition that still counts as on time; "
+        "results wait this long in event time.",
+    ),
+]
 
 
 def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:
@@ -72,18 +84,9 @@ def run_command(
     once: Annotated[
         bool, typer.Option("--once", help="Process everything available now, then stop.")
     ] = False,
-    max_records: Annotated[
-        int | None, typer.Option(min=1, help="Admission control: at most this many records per micro-batch.")
-    ] = 100_000,
-    allowed_lateness_s: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            help="Event-time disorder within a partition that still counts as on time; "
-            "results wait this long in event time.",
-        ),
-    ] = 0.0,
-    trigger_interval_s: Annotated[float, typer.Option(min=0.0, help="Seconds between micro-batches.")] = 1.0,
+    max_records: MaxRecordsOption = 100_000,
+    allowed_lateness_s: AllowedLatenessOption = 0.0,
+    trigger_interval_s: TriggerIntervalOption = 1.0,
     checkpoint: Annotated[
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
     ] = None,

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pandas as pd
@@ -56,6 +56,7 @@ from infra.spark import start_stream
 from infra.spark_sink import (
     OPTION_AFTER_COMMIT,
     RECORDS_COLUMN,
+    SINK_NAME,
     checkpoint_sink_id,
     newest_per_key,
     pack_records,
@@ -124,12 +125,21 @@ class CardStage(StatefulProcessor):
         else:
             bucket = CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
         after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        self.state.update((to_blob(after.history.to_frame()), to_blob(after.pending), after.frontier_ms))
+        history = to_blob(after.history.to_frame(), dictionary=(C.CARD_ID,))
+        self.state.update((history, to_blob(after.pending), after.frontier_ms))
         if len(out):
             yield pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
 
     def close(self) -> None:
         pass
+
+
+class FeatureRowsHook(Protocol):
+    """More sink records made from the feature rows of one state call: ``hook(rows, values)`` gets the
+    feature rows (event columns, late flag, features) and their feature records' JSON, and returns a table
+    of ``infra.spark_sink.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
+
+    def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None: ...
 
 
 class TerminalStage(StatefulProcessor):
@@ -138,9 +148,10 @@ class TerminalStage(StatefulProcessor):
     Emits the sink's Kafka records, packed: one row per call, built here rather than row by row in the JVM.
     """
 
-    def __init__(self, params: FeatureParams, topics: Topics) -> None:
+    def __init__(self, params: FeatureParams, topics: Topics, hook: FeatureRowsHook | None = None) -> None:
         self.params = params
         self.topics = topics
+        self.hook = hook
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("terminals", TERMINAL_STATE)
@@ -157,9 +168,12 @@ class TerminalStage(StatefulProcessor):
         )
         terminals, out = terminal_stage(terminals, frame, self.params)
         tx_frame, label_frame = terminals.to_frames()
-        self.state.update((to_blob(tx_frame), to_blob(label_frame)))
+        by_terminal = (C.TERMINAL_ID,)
+        self.state.update((to_blob(tx_frame, by_terminal), to_blob(label_frame, by_terminal)))
         if len(out):
-            records = kafka_records(out, self.topics.features, self.topics.dead_letter, self.params)
+            records = kafka_records(
+                out, self.topics.features, self.topics.dead_letter, self.params, self.hook
+            )
             yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)]})
 
     def close(self) -> None:
@@ -188,6 +202,8 @@ class FeatureJobConfig:
     #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
     card_buckets: int = 6
     terminal_buckets: int = 6
+    #: More records made from the feature rows, written with them (the pipeline's scoring).
+    hook: FeatureRowsHook | None = None
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
@@ -216,7 +232,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         timeMode="None",
     )
     return card.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=TerminalStage(config.params, config.topics),
+        statefulProcessor=TerminalStage(config.params, config.topics, config.hook),
         outputStructType=f"{RECORDS_COLUMN} binary",
         outputMode="Append",
         timeMode="None",
@@ -257,31 +273,41 @@ def write_latest_features(batches: list[pa.RecordBatch], options: dict[str, str]
     )
 
 
-def start_feature_job(
-    spark: SparkSession, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
-) -> StreamingQuery:
-    """Start the streaming feature job: ``once`` processes everything available, then stops."""
-    register_sink(spark)
+def prepare_checkpoint(config: FeatureJobConfig) -> None:
+    """Bind the checkpoint to the job's bucket counts (refuses one made with others)."""
     bind_layout(
         config.checkpoint,
         {"card_buckets": config.card_buckets, "terminal_buckets": config.terminal_buckets},
         made_before_layouts={"card_buckets": 16, "terminal_buckets": 16},
     )
+
+
+def feature_sink_options(config: FeatureJobConfig) -> dict[str, str]:
+    """Options of the exactly-once Kafka sink of the feature records, with the Redis hook after commit."""
+    return {
+        **sink_options(
+            config.kafka_config,
+            checkpoint_sink_id(config.checkpoint, "features"),
+            marker_topic=config.topics.features,
+        ),
+        OPTION_AFTER_COMMIT: "features.job:write_latest_features",
+        "redis.url": config.redis_url,
+        "redis.prefix": config.redis_prefix,
+        "redis.ttl": str(config.redis_ttl_s),
+        "redis.topic": config.topics.features,
+    }
+
+
+def start_feature_job(
+    spark: SparkSession, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
+) -> StreamingQuery:
+    """Start the streaming feature job: ``once`` processes everything available, then stops."""
+    register_sink(spark)
+    prepare_checkpoint(config)
     writer = (
         feature_stream(spark, config)
-        .writeStream.format("fraud-kafka-sink")
-        .options(
-            **sink_options(
-                config.kafka_config,
-                checkpoint_sink_id(config.checkpoint, "features"),
-                marker_topic=config.topics.features,
-            )
-        )
-        .option(OPTION_AFTER_COMMIT, "features.job:write_latest_features")
-        .option("redis.url", config.redis_url)
-        .option("redis.prefix", config.redis_prefix)
-        .option("redis.ttl", str(config.redis_ttl_s))
-        .option("redis.topic", config.topics.features)
+        .writeStream.format(SINK_NAME)
+        .options(**feature_sink_options(config))
         .option("checkpointLocation", str(config.checkpoint / "query"))
         .queryName(f"features-{config.topics.features}")
     )

@@ -27,6 +27,7 @@ from models.registry import ModelNotFoundError
 from scoring.cli import app as alerts_app
 from scoring.cli import card_command, serve_command
 from scoring.run_cli import app as score_app
+from scoring.run_cli import pipeline_app
 
 app = typer.Typer(
     name="fraud",
@@ -40,6 +41,7 @@ app.add_typer(features_app, name="features")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(models_app, name="models")
 app.add_typer(score_app, name="score")
+app.add_typer(pipeline_app, name="pipeline")
 
 #: Errors a user can act on: shown as one line, no traceback.
 USER_ERRORS = (

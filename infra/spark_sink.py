@@ -557,11 +557,12 @@ def _keeping(batches: Iterator[pa.RecordBatch], kept: list[pa.RecordBatch]) -> I
         yield batch
 
 
-def pack_records(records: pa.RecordBatch | pa.Table) -> bytes:
-    """Rows as the bytes of an Arrow IPC stream: a cell of the ``records`` column when they have the
-    columns of :data:`COLUMNS`."""
+def pack_records(records: pa.RecordBatch | pa.Table, compression: str | None = None) -> bytes:
+    """Rows as the bytes of an Arrow IPC stream (its buffers compressed with ``compression``, e.g.
+    ``"zstd"``, if given): a cell of the ``records`` column when they have the columns of :data:`COLUMNS`."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, records.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, records.schema, options=options) as writer:
         writer.write(records)
     return bytes(sink.getvalue().to_pybytes())
 

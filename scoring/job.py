@@ -68,7 +68,7 @@ _log = logging.getLogger(__name__)
 #: Rows the scorer hands to the sink: its records, packed.
 SINK_SCHEMA = StructType([StructField(RECORDS_COLUMN, BinaryType())])
 #: Event fields of a feature record that its score record repeats.
-_EVENT = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
+SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
 #: How many features an alert names as having driven its score.
 TOP_FEATURES = 3
 
@@ -236,8 +236,8 @@ class Scorer:
             frame = pd.DataFrame(
                 {name: features.field(name).to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
             )
-            event = {name: table.column(name).combine_chunks() for name in _EVENT}
-            scored.append(self._score_records(model, event, frame, values.take(found.positions), others))
+            event = {name: table.column(name).combine_chunks() for name in SCORED_EVENT_FIELDS}
+            scored.append(score_rows(model, event, frame, values.take(found.positions), self.topics, others))
         if len(found.slow):
             slow = found.slow.tolist()
             source = f"kafka:{self.topics.features}"
@@ -258,62 +258,68 @@ class Scorer:
                     good.append(event_or_letter)
                     raws.append(raw)
             if good:
-                event = {name: pa.array([getattr(record, name) for record in good]) for name in _EVENT}
+                event = {
+                    name: pa.array([getattr(record, name) for record in good]) for name in SCORED_EVENT_FIELDS
+                }
                 frame = pd.DataFrame.from_records([record.features for record in good])
-                scored.append(self._score_records(model, event, frame, pa.array(raws, pa.binary()), others))
+                scored.append(
+                    score_rows(model, event, frame, pa.array(raws, pa.binary()), self.topics, others)
+                )
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches)
 
-    def _score_records(
-        self,
-        model: LoadedModel,
-        event: dict[str, pa.Array],
-        features: pd.DataFrame,
-        raws: pa.Array,
-        others: SinkRows,
-    ) -> pa.RecordBatch | None:
-        """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
 
-        ``event`` holds the records' event fields as columns, ``features`` their feature values.
-        """
-        frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
-        try:
-            scores = model.score(frame)
-        except ValueError as exc:  # missing features: every record becomes a dead letter
-            source = f"kafka:{self.topics.features}"
-            for raw in raws.to_pylist():
-                letter = DeadLetter(raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=str(exc))
-                others.add_dead_letter(letter, self.topics.dead_letter)
-            return None
-        alerting = scores >= model.threshold
-        values = score_values(
-            event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
-        )
-        if alerting.any():
-            chosen = np.flatnonzero(alerting)
-            drivers = top_features(model, frame.iloc[chosen])
-            named = list(dict.fromkeys([*model.feature_columns, C.AMOUNT]))
-            rows = frame[named].iloc[chosen].to_dict("records")
-            for index, row, driving in zip(chosen.tolist(), rows, drivers, strict=True):
-                scored = ScoreRecord.model_validate_json(values[index].as_py())
-                others.add(
-                    self.topics.alerts,
-                    scored.card_id.encode(),
-                    scored.to_alert(row, driving).model_dump_json().encode(),
-                    scored.event_time_ms,
-                    None,
-                )
-        n = len(frame)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.topics.scores] * n, pa.string()),
-                event[C.CARD_ID].cast(pa.binary()),
-                values,
-                event[EVENT_TIME_MS].cast(pa.int64()),
-                pa.nulls(n, HEADERS_ARROW_TYPE),
-            ],
-            names=list(SinkRows.NAMES),
-        )
+def score_rows(
+    model: LoadedModel,
+    event: dict[str, pa.Array],
+    features: pd.DataFrame,
+    raws: pa.Array,
+    topics: Topics,
+    others: SinkRows,
+) -> pa.RecordBatch | None:
+    """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
+
+    ``event`` holds the records' event fields as columns, ``features`` their feature values and ``raws``
+    the feature records as they are on the features topic (the dead letters' content).
+    """
+    frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
+    try:
+        scores = model.score(frame)
+    except ValueError as exc:  # missing features: every record becomes a dead letter
+        source = f"kafka:{topics.features}"
+        for raw in raws.to_pylist():
+            letter = DeadLetter(raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=str(exc))
+            others.add_dead_letter(letter, topics.dead_letter)
+        return None
+    alerting = scores >= model.threshold
+    values = score_values(
+        event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
+    )
+    if alerting.any():
+        chosen = np.flatnonzero(alerting)
+        drivers = top_features(model, frame.iloc[chosen])
+        named = list(dict.fromkeys([*model.feature_columns, C.AMOUNT]))
+        rows = frame[named].iloc[chosen].to_dict("records")
+        for index, row, driving in zip(chosen.tolist(), rows, drivers, strict=True):
+            scored = ScoreRecord.model_validate_json(values[index].as_py())
+            others.add(
+                topics.alerts,
+                scored.card_id.encode(),
+                scored.to_alert(row, driving).model_dump_json().encode(),
+                scored.event_time_ms,
+                None,
+            )
+    n = len(frame)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([topics.scores] * n, pa.string()),
+            event[C.CARD_ID].cast(pa.binary()),
+            values,
+            event[EVENT_TIME_MS].cast(pa.int64()),
+            pa.nulls(n, HEADERS_ARROW_TYPE),
+        ],
+        names=list(SinkRows.NAMES),
+    )
 
 
 def score_values(
@@ -373,6 +379,39 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
     return reader.load()
 
 
+def model_chooser(tracking_uri: str, alias: str, interval_s: float, checkpoint: Path) -> ModelChooser:
+    """The chooser of a job's model versions, with the current one loaded.
+
+    Raises:
+        ModelNotFoundError: no model holds the alias (train one with ``fraud train``): the job fails at
+            its start, not in its first micro-batch.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    chooser = ModelChooser(tracking_uri, alias, interval_s, checkpoint / "model-versions.json")
+    chooser.refresh()
+    return chooser
+
+
+def redis_scoring_options(topics: Topics, retention_s: int) -> dict[str, str]:
+    """Sink options that ``write_to_redis`` reads (besides ``redis.url`` and ``redis.prefix``)."""
+    return {
+        "redis.retention": str(retention_s),
+        "redis.alerts": topics.alerts,
+        "redis.scores": topics.scores,
+    }
+
+
+def write_micro_batch(frame: DataFrame, options: dict[str, str], batch_id: int) -> None:
+    """Write a ``foreachBatch`` micro-batch exactly once: the sink's commit markers under its batch id."""
+    (
+        frame.write.format(SINK_NAME)
+        .options(**options)
+        .option(OPTION_BATCH_ID, str(batch_id))
+        .mode("append")
+        .save()
+    )
+
+
 def start_scoring_job(
     spark: SparkSession, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
 ) -> StreamingQuery:
@@ -382,14 +421,9 @@ def start_scoring_job(
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
     register_sink(spark)
-    config.checkpoint.mkdir(parents=True, exist_ok=True)
-    chooser = ModelChooser(
-        config.tracking_uri,
-        config.alias,
-        config.model_check_interval_s,
-        config.checkpoint / "model-versions.json",
+    chooser = model_chooser(
+        config.tracking_uri, config.alias, config.model_check_interval_s, config.checkpoint
     )
-    chooser.refresh()  # fail now, not in the first micro-batch, when there is no model
     options = {
         **sink_options(
             config.kafka_config,
@@ -399,23 +433,14 @@ def start_scoring_job(
         OPTION_AFTER_COMMIT: "scoring.job:write_to_redis",
         "redis.url": config.redis_url,
         "redis.prefix": config.redis_prefix,
-        "redis.retention": str(config.retention_s),
-        "redis.alerts": config.topics.alerts,
-        "redis.scores": config.topics.scores,
+        **redis_scoring_options(config.topics, config.retention_s),
     }
 
     def score_batch(records: DataFrame, batch_id: int) -> None:
         scorer = Scorer(
             config.tracking_uri, chooser.version_for(batch_id), config.topics, config.max_event_bytes
         )
-        (
-            records.mapInArrow(scorer, SINK_SCHEMA)
-            .write.format(SINK_NAME)
-            .options(**options)
-            .option(OPTION_BATCH_ID, str(batch_id))
-            .mode("append")
-            .save()
-        )
+        write_micro_batch(records.mapInArrow(scorer, SINK_SCHEMA), options, batch_id)
 
     writer = (
         feature_records(spark, config)

@@ -241,6 +241,19 @@ def test_state_blobs_round_trip() -> None:
     pd.testing.assert_frame_equal(back, frame, check_dtype=False)
 
 
+def test_dictionary_columns_of_a_blob_come_back_as_plain_values() -> None:
+    history = CardState(
+        card_id=np.array(["a", "b", "a", "a"], dtype=object),
+        event_time_ms=np.array([1, 2, 3, 4]),
+        tx_id=np.array([10, 11, 12, 13]),
+        amount_cents=np.array([100, 250, 0, 7]),
+    ).to_frame()
+    blob = to_blob(history, dictionary=("card_id",))
+    back = from_blob(blob)
+    assert back["card_id"].dtype == object
+    pd.testing.assert_frame_equal(back, history)
+
+
 def simulated(days: int = 40) -> tuple[pd.DataFrame, pd.DataFrame]:
     frame = simulate(SimulatorConfig(customers=150, terminals=300, days=days, seed=11))
     tx = pd.DataFrame(
@@ -322,12 +335,13 @@ def run_stream(
             for name in ends
             if chosen[name] > begin[name]
         }
-        offset = _end_offset(offset, begin, chosen, ends, last_read, params.max_lateness_ms, available_now)
+        lagging = [name for name in ends if chosen[name] < ends[name]]
+        offset = _end_offset(offset, begin, chosen, lagging, last_read, params.max_lateness_ms, available_now)
         micro_batch(chunk, offset)
     if not available_now:
         assert not offset["final"] and _release_without_records(offset, True, heartbeats=True)
         begin = dict(offset["offsets"])
-        offset = _end_offset(offset, begin, begin, ends, {}, params.max_lateness_ms, available_now=True)
+        offset = _end_offset(offset, begin, begin, [], {}, params.max_lateness_ms, available_now=True)
         micro_batch(np.arange(0), offset)
     assert offset["final"]
     return pd.concat(outputs, ignore_index=True)

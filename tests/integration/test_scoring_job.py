@@ -4,26 +4,31 @@ Real broker, Redis, Spark and MLflow store. Two models are registered; the champ
 first to the second while the scoring job runs: every transaction gets exactly one score record, the
 scores name the version that made them (the first, then the second, never back), the obvious frauds
 (amounts above 220) raise alerts, Redis holds the same alerts, and bad feature records are dead-lettered.
+
+Then the same transactions go through the one-query pipeline (``fraud pipeline run --once``) into topics
+and Redis keys of its own: it writes the feature job's feature records and the scoring job's scores.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 import pytest
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
-from features.definitions import FeatureParams
-from infra.clients import Clients, read_topic
+from features.definitions import EVENT_TIME_MS, FeatureParams
+from infra.clients import Clients, ensure_topics, read_topic
 from infra.embedded import StackInfo
-from infra.redis_store import card_score_key, get_alert
+from infra.redis_store import card_features_key, card_score_key, get_alert
+from infra.settings import Topics
 from ingest.deadletter import from_message
 from ingest.pipeline import produce_events
-from ingest.schemas import Reason
+from ingest.schemas import Reason, TxColumns
 from ingest.simulator import SimulatorConfig, simulate
 from models.cli import Periods, TrainOptions, run_training
 from models.dataset import file_dataset
@@ -32,6 +37,7 @@ from models.pipelines import ModelSpec
 from models.registry import CHAMPION, promote
 from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.pipeline import PipelineConfig, start_pipeline
 from scoring.records import AlertRecord, ScoreRecord
 from tests.integration.test_feature_job import (
     LABEL_DELAY_MS,
@@ -43,6 +49,7 @@ from tests.integration.test_feature_job import (
     simulated,
 )
 
+C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
 MAX_RECORDS = 2_500
 #: Records that are not feature records, produced to the features topic with the real ones.
@@ -55,10 +62,12 @@ class Scored:
     clients: Clients
     prefix: str
     transactions: dict[int, float]  # tx_id -> amount
+    features: list[Message]
     scores: list[Message]
     alerts: list[Message]
     dead: list[Message]
     versions_by_batch: dict[int, int]
+    tracking_uri: str
 
 
 def wait_for(condition: collections.abc.Callable[[], bool], what: str) -> None:
@@ -127,10 +136,12 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
         clients,
         prefix_of(topics),
         {tx: event.amount for tx, event in sim.transactions.items()},
+        [m for m in read_topic(clients, topics.features) if m.value() not in BAD_RECORDS],
         list(read_topic(clients, topics.scores)),
         list(read_topic(clients, topics.alerts)),
         list(read_topic(clients, topics.dead_letter)),
         versions,
+        tracking_uri,
     )
 
 
@@ -186,3 +197,88 @@ def test_bad_feature_records_are_dead_lettered(scored: Scored) -> None:
     assert sorted(letter.raw for letter in letters) == sorted(BAD_RECORDS)
     assert {letter.reason for letter in letters} <= set(Reason)
     assert {letter.reason for letter in letters} >= {Reason.MALFORMED_JSON, Reason.NOT_AN_OBJECT}
+
+
+# --- the one-query pipeline over the same transactions --------------------------------------------------
+
+
+@dataclass
+class Piped:
+    prefix: str
+    features: list[Message]
+    scores: list[Message]
+    alerts: list[Message]
+    versions_by_batch: dict[int, int]
+
+
+@pytest.fixture(scope="module")
+def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPathFactory) -> Piped:
+    """The pipeline, once, over the scoring fixture's transactions and labels; the champion is v2 now."""
+    home = tmp_path_factory.mktemp("pipeline")
+    clients = scored.clients
+    inputs = clients.settings.topics
+    own = Topics().with_prefix(f"{scored.prefix}pipe-")
+    ensure_topics(clients.admin(), own.all(), clients.settings.partitions, 1)
+    topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
+    config = PipelineConfig(
+        features=replace(
+            job_config(clients, topics, home / "checkpoint", MAX_RECORDS), redis_prefix=prefix_of(own)
+        ),
+        tracking_uri=scored.tracking_uri,
+    )
+    query = start_pipeline(spark, config, once=True)
+    try:
+        finished = query.awaitTermination(TIMEOUT_S)
+    finally:
+        query.stop()
+    assert finished, f"the pipeline did not finish within {TIMEOUT_S} s"
+    assert query.exception() is None, f"the pipeline failed: {query.exception()}"
+    versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())
+    return Piped(
+        prefix_of(own),
+        list(read_topic(clients, topics.features)),
+        list(read_topic(clients, topics.scores)),
+        list(read_topic(clients, topics.alerts)),
+        {int(k): v for k, v in versions.items()},
+    )
+
+
+def by_tx(messages: list[Message]) -> dict[int, dict[str, Any]]:
+    records = [orjson.loads(m.value() or b"null") for m in messages]
+    found = {record[C.TX_ID]: record for record in records}
+    assert len(found) == len(records), "a transaction has several records"
+    return found
+
+
+def test_the_pipeline_writes_the_feature_jobs_records_and_the_scoring_jobs_scores(
+    scored: Scored, piped: Piped
+) -> None:
+    assert set(piped.versions_by_batch.values()) == {2}
+    features, piped_features = by_tx(scored.features), by_tx(piped.features)
+    assert set(piped_features) == set(scored.transactions)
+    assert piped_features == features
+    scores, piped_scores = by_tx(scored.scores), by_tx(piped.scores)
+    assert set(piped_scores) == set(scored.transactions)
+    same_version = [tx for tx, record in scores.items() if record["model_version"] == 2]
+    assert same_version, "the scoring job scored nothing with version 2"
+    for tx in same_version:
+        expected, got = scores[tx], piped_scores[tx]
+        del expected["scored_at_ms"], got["scored_at_ms"]
+        assert got == expected
+
+
+def test_the_pipelines_alerts_are_in_redis_with_the_latest_features(scored: Scored, piped: Piped) -> None:
+    redis, prefix = scored.clients.redis(), piped.prefix
+    alerts = [AlertRecord.model_validate_json(m.value() or b"") for m in piped.alerts]
+    assert alerts
+    assert {alert.tx_id for alert in alerts} == {
+        tx for tx, record in by_tx(piped.scores).items() if record["alert"]
+    }
+    for alert in alerts:
+        assert get_alert(redis, alert.tx_id, prefix) == alert
+    latest: dict[str, dict[str, Any]] = {}
+    for record in sorted(by_tx(piped.features).values(), key=lambda r: (r[EVENT_TIME_MS], r[C.TX_ID])):
+        latest[record[C.CARD_ID]] = record
+    for card, record in latest.items():
+        stored = redis.hgetall(card_features_key(card, prefix))
+        assert int(stored[b"tx_id"]) == record[C.TX_ID]

@@ -1,0 +1,136 @@
+"""The pipeline: the feature job and the scoring stage in ONE Spark query, for the lowest alert latency.
+
+Transactions and labels in; feature records, score records and alerts out, all written in the same Kafka
+transactions, and the latest features, scores and alerts in Redis. The terminal stage of the feature job
+(``features.job``) scores each state call's feature rows right where it made them
+(``FeatureJobConfig.hook``), with the model version the driver chose for the micro-batch: no second
+query, no second read and validation of the features topic, no second micro-batch on the way to an alert.
+The separate jobs (``fraud features run`` + ``fraud score run``) stay what replays and A/B runs use; both
+ways score with the same code (``scoring.job.score_rows``) and give the same scores.
+
+Model updates without restart and exactly-once work as in the scoring job (``scoring.job``): the driver
+re-reads the alias every ``model_check_interval_s``, records the version of each micro-batch in the
+checkpoint before the batch runs, and hands it to the Python workers as a Spark local property of the
+batch's tasks. Each micro-batch is written by ``foreachBatch`` with the sink's commit markers under its
+batch id: exactly-once for read_committed consumers of every output topic, and a re-run batch is scored by
+the version it was scored by the first time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from features.job import (
+    FeatureJobConfig,
+    feature_sink_options,
+    feature_stream,
+    prepare_checkpoint,
+    write_latest_features,
+)
+from infra.settings import Topics
+from infra.spark import start_stream
+from infra.spark_sink import OPTION_AFTER_COMMIT, SinkRows
+from infra.spark_sink import register as register_sink
+from models.registry import CHAMPION
+from scoring.job import (
+    SCORED_EVENT_FIELDS,
+    model_chooser,
+    redis_scoring_options,
+    score_rows,
+    worker_model,
+    write_micro_batch,
+    write_to_redis,
+)
+
+#: Spark local property carrying the model version of a micro-batch to its tasks.
+MODEL_VERSION_PROPERTY = "fraud.model.version"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The feature job's configuration plus what scoring needs (all from parameters, never globals)."""
+
+    features: FeatureJobConfig
+    tracking_uri: str
+    alias: str = CHAMPION
+    retention_s: int = 30 * 86_400
+    model_check_interval_s: float = 30.0
+
+    @property
+    def topics(self) -> Topics:
+        return self.features.topics
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.features.checkpoint
+
+
+@dataclass(frozen=True)
+class RowScorer:
+    """``features.job.FeatureRowsHook``: score records and alerts of the feature rows of one state call."""
+
+    tracking_uri: str
+    topics: Topics
+    feature_columns: tuple[str, ...]
+
+    def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None:
+        context = TaskContext.get()
+        version = context.getLocalProperty(MODEL_VERSION_PROPERTY) if context is not None else None
+        if version is None:
+            raise RuntimeError(
+                f"no model version for this micro-batch: {MODEL_VERSION_PROPERTY} is set by start_pipeline"
+            )
+        model = worker_model(self.tracking_uri, int(version))
+        event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
+        others = SinkRows()
+        scored = score_rows(model, event, rows[list(self.feature_columns)], values, self.topics, others)
+        batches = [batch for batch in (scored, others.batch()) if batch is not None]
+        return pa.Table.from_batches(batches) if batches else None
+
+
+def write_all_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
+    """``after.commit`` hook: the latest features of each card, then its alerts and latest score."""
+    write_latest_features(batches, options)
+    write_to_redis(batches, options)
+
+
+def start_pipeline(
+    spark: SparkSession, config: PipelineConfig, once: bool, trigger_interval_s: float = 1.0
+) -> StreamingQuery:
+    """Start the pipeline: ``once`` processes everything available, then stops.
+
+    Raises:
+        ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
+    """
+    register_sink(spark)
+    prepare_checkpoint(config.features)
+    chooser = model_chooser(
+        config.tracking_uri, config.alias, config.model_check_interval_s, config.checkpoint
+    )
+    scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
+    features = replace(config.features, hook=scorer)
+    options = {
+        **feature_sink_options(features),
+        OPTION_AFTER_COMMIT: "scoring.pipeline:write_all_to_redis",
+        **redis_scoring_options(config.topics, config.retention_s),
+    }
+
+    def write_batch(records: DataFrame, batch_id: int) -> None:
+        version = chooser.version_for(batch_id)
+        records.sparkSession.sparkContext.setLocalProperty(MODEL_VERSION_PROPERTY, str(version))
+        write_micro_batch(records, options, batch_id)
+
+    writer = (
+        feature_stream(spark, features)
+        .writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .queryName(f"pipeline-{config.topics.features}")
+    )
+    return start_stream(writer, once, trigger_interval_s)
