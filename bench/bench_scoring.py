@@ -1,13 +1,16 @@
-"""Scoring throughput and end-to-end alert latency: both Spark jobs live on the embedded stack.
+"""Scoring throughput and end-to-end alert latency on the embedded stack: the separate feature and scoring
+jobs, and the one-query pipeline (``fraud pipeline run``).
 
 1. Trains a model (gradient boosting on every feature, batch path) into the stack's MLflow store as the
    champion.
-2. Unpaced: produces the first days of a fixed simulation (seed 0), runs the feature job over them, then
+2. Unpaced: produces the first days of a fixed simulation (seed 0); runs the feature job over them, then
    the scoring job over the features (each ``--once``), and prints each job's steady rate (first
-   micro-batch, with the Python workers' start-up, left out) and the two together.
-3. Paced: starts both jobs continuously, streams the following days at 1,000 and then 2,000
-   transactions/s and prints the latency from producing a transaction to its alert being readable in
-   Redis (p50/p95/p99/max).
+   micro-batch, with the Python workers' start-up, left out) and the two in series; then the pipeline
+   over the same transactions into topics of its own, and its steady rate.
+3. Paced: keeps the pipeline running (``--paced-jobs separate``: both separate jobs instead), streams the
+   following days at 1,000 and then 2,000 transactions/s and prints the latency from producing a
+   transaction to its alert being readable in Redis (p50/p95/p99/max), the micro-batch durations, and
+   the CPU each process group used meanwhile (of one core; the machine has 2).
 
 Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 52] [--paced-s 60]
 """
@@ -15,15 +18,19 @@ Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import resource
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pandas as pd
+from pyspark.sql.streaming import StreamingQuery
 
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
@@ -31,6 +38,7 @@ from infra.clients import Clients, ensure_topics
 from infra.embedded import temporary_stack
 from infra.progress import records_read
 from infra.redis_store import recent_alerts_key
+from infra.settings import Topics
 from infra.spark import spark_session
 from ingest.files import clean_table
 from ingest.pipeline import EventBatch, events_from_table, produce_events
@@ -42,6 +50,7 @@ from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.pipelines import ModelSpec
 from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.pipeline import PipelineConfig, start_pipeline
 
 LABEL_DELAY_MS = 7 * DAY_MS
 MAX_EVENT_BYTES = 16_384
@@ -84,14 +93,111 @@ def paced(clients: Clients, batch: EventBatch, rate: float, seconds: float) -> d
     return produced
 
 
-def watch_alerts(clients: Clients, seen: dict[int, float], stop: threading.Event) -> None:
-    """Record when each alert first becomes readable in Redis (the recent-alerts set)."""
+def watch_alerts(clients: Clients, key: str, seen: dict[int, float], stop: threading.Event) -> None:
+    """Record when each alert first becomes readable in Redis (the recent-alerts set ``key``)."""
     redis = clients.redis()
-    key = recent_alerts_key()
     while not stop.is_set():
         for member in redis.zrange(key, 0, -1):
             seen.setdefault(int(member), time.monotonic())
         time.sleep(0.05)
+
+
+def process_cpu_s() -> dict[int, tuple[float, str]]:
+    """CPU seconds used so far by each process of this machine, with its command line."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            found[int(pid)] = ((int(fields[11]) + int(fields[12])) / tick, command)
+    return found
+
+
+#: Process groups of the CPU report, by a part of the command line.
+CPU_GROUPS = (
+    ("Spark JVM", "org.apache.spark"),
+    ("Python workers", "spark_daemon"),
+    ("Tansu broker", "tansu"),
+    ("Valkey", "valkey"),
+    ("bench (producer, Spark driver)", "bench_scoring"),
+)
+
+
+def cpu_report(before: dict[int, tuple[float, str]], seconds: float) -> str:
+    """Share of one core each process group used since ``before``."""
+    used: dict[str, float] = {}
+    for pid, (cpu_s, command) in process_cpu_s().items():
+        group = next((name for name, part in CPU_GROUPS if part in command), "other")
+        used[group] = used.get(group, 0.0) + cpu_s - before.get(pid, (0.0, ""))[0]
+    return ", ".join(
+        f"{name} {share / seconds:.0%}" for name, share in sorted(used.items(), key=lambda kv: -kv[1])
+    )
+
+
+def steady_rate(query: StreamingQuery, name: str) -> float:
+    """Records/s of a finished ``--once`` query over its micro-batches after the first (printed)."""
+    batches = [p for p in query.recentProgress if records_read(p)][1:]
+    records = sum(records_read(p) for p in batches)
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    print(
+        f"{name}, unpaced steady: {records / seconds:10,.0f} records/s "
+        f"({records:,} records in {len(batches)} micro-batches after the first)"
+    )
+    return records / seconds
+
+
+def run_paced(
+    clients: Clients,
+    alerts_key: str,
+    queries: list[StreamingQuery],
+    later: EventBatch,
+    rates: list[float],
+    seconds: float,
+) -> None:
+    """Stream ``later`` at each rate while ``queries`` run; print alert latency, batch durations and CPU."""
+    offset = 0
+    for rate in rates:
+        n = int(rate * seconds)
+        part = EventBatch(
+            tx_keys=later.tx_keys[offset : offset + n],
+            tx_values=later.tx_values[offset : offset + n],
+            tx_times=later.tx_times[offset : offset + n],
+        )
+        offset += n
+        seen: dict[int, float] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch_alerts, args=(clients, alerts_key, seen, stop), daemon=True)
+        watcher.start()
+        first_batch = {id(q): len(q.recentProgress) for q in queries}
+        cpu_before, started = process_cpu_s(), time.monotonic()
+        sent = paced(clients, part, rate, seconds)
+        cpu = cpu_report(cpu_before, time.monotonic() - started)
+        time.sleep(30)  # let the last micro-batches finish
+        stop.set()
+        watcher.join()
+        latencies = np.array([seen[tx] - at for tx, at in sent.items() if tx in seen])
+        if not len(latencies):
+            print(f"paced {rate:,.0f}/s: no alerts seen in Redis")
+            continue
+        p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+        print(
+            f"paced {rate:,.0f}/s for {seconds:.0f} s: {len(sent):,} transactions, {len(latencies):,} alerts; "
+            f"produce -> alert in Redis p50 {p50:.2f} s, p95 {p95:.2f} s, p99 {p99:.2f} s, "
+            f"max {latencies.max():.2f} s"
+        )
+        for query in queries:
+            durations = [
+                p["durationMs"]["triggerExecution"] / 1000
+                for p in query.recentProgress[first_batch[id(query)] :]
+                if records_read(p)
+            ]
+            if durations:
+                print(
+                    f"  {query.name}: {len(durations)} micro-batches, duration p50 "
+                    f"{np.percentile(durations, 50):.2f} s, max {max(durations):.2f} s"
+                )
+        print(f"  CPU while producing (of one core): {cpu}")
 
 
 def main() -> None:
@@ -105,7 +211,14 @@ def main() -> None:
     )
     parser.add_argument("--paced-s", type=float, default=60.0, help="seconds of each paced load")
     parser.add_argument("--rates", default="1000,2000")
+    parser.add_argument(
+        "--paced-jobs",
+        choices=("pipeline", "separate"),
+        default="pipeline",
+        help="what runs under the paced load: the one-query pipeline or the two separate jobs",
+    )
     parser.add_argument("--max-records", type=int, default=100_000)
+    parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the paced jobs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
@@ -122,7 +235,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home, temporary_stack(Path(home)) as info:
         clients = Clients.for_stack(info, Path(home))
         settings, topics = clients.settings, clients.settings.topics
-        ensure_topics(clients.admin(), topics.all(), settings.partitions, 1)
+        # The pipeline reads the same transactions and labels and writes topics and Redis keys of its own.
+        piped = Topics().with_prefix("pipeline-")
+        ensure_topics(clients.admin(), [*topics.all(), *piped.all()], settings.partitions, 1)
+        piped = piped.model_copy(update={"transactions": topics.transactions, "labels": topics.labels})
         params = FeatureParams()
 
         dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
@@ -163,55 +279,37 @@ def main() -> None:
             max_event_bytes=MAX_EVENT_BYTES,
             max_records_per_trigger=args.max_records,
         )
+        pipeline_config = PipelineConfig(
+            features=replace(
+                feature_config, topics=piped, checkpoint=Path(home) / "pipeline", redis_prefix="pipeline-"
+            ),
+            tracking_uri=info.mlflow_tracking_uri,
+        )
         rates_of = {}
-        for name, start in (
+        for name, start_once in (
             ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
             ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
+            ("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True)),
         ):
-            query = start()
+            query = start_once()
             query.awaitTermination()
-            batches = [p for p in query.recentProgress if records_read(p)][1:]
-            records = sum(records_read(p) for p in batches)
-            seconds = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
-            rates_of[name] = records / seconds
-            print(
-                f"{name}, unpaced steady: {rates_of[name]:10,.0f} records/s "
-                f"({records:,} records in {len(batches)} micro-batches after the first)"
-            )
-        both = 1 / sum(1 / rate for rate in rates_of.values())
-        print(f"features + scoring, unpaced:  {both:10,.0f} transactions/s (the two steady rates in series)")
+            rates_of[name] = steady_rate(query, name)
+        both = 1 / (1 / rates_of["feature job"] + 1 / rates_of["scoring job"])
+        print(f"feature job + scoring job:    {both:10,.0f} transactions/s (the two steady rates in series)")
 
-        features = start_feature_job(spark, feature_config, once=False, trigger_interval_s=0.5)
-        scoring = start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=0.5)
-        later_batch = events_of(later)
-        offset = 0
-        for rate in rates:
-            n = int(rate * args.paced_s)
-            part = EventBatch(
-                tx_keys=later_batch.tx_keys[offset : offset + n],
-                tx_values=later_batch.tx_values[offset : offset + n],
-                tx_times=later_batch.tx_times[offset : offset + n],
-            )
-            offset += n
-            seen: dict[int, float] = {}
-            stop = threading.Event()
-            watcher = threading.Thread(target=watch_alerts, args=(clients, seen, stop), daemon=True)
-            watcher.start()
-            sent = paced(clients, part, rate, args.paced_s)
-            time.sleep(30)  # let the last micro-batches finish
-            stop.set()
-            watcher.join()
-            latencies = np.array([seen[tx] - at for tx, at in sent.items() if tx in seen])
-            if not len(latencies):
-                print(f"paced {rate:,.0f}/s: no alerts seen in Redis")
-                continue
-            p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
-            print(
-                f"paced {rate:,.0f}/s for {args.paced_s:.0f} s: {len(sent):,} transactions, {len(latencies):,} alerts; "
-                f"produce -> alert in Redis p50 {p50:.2f} s, p95 {p95:.2f} s, p99 {p99:.2f} s, "
-                f"max {latencies.max():.2f} s"
-            )
-        for query in (features, scoring):
+        interval = args.trigger_interval_s
+        if args.paced_jobs == "pipeline":
+            queries = [start_pipeline(spark, pipeline_config, once=False, trigger_interval_s=interval)]
+            alerts_key = recent_alerts_key("pipeline-")
+        else:
+            queries = [
+                start_feature_job(spark, feature_config, once=False, trigger_interval_s=interval),
+                start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
+            ]
+            alerts_key = recent_alerts_key()
+        print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
+        run_paced(clients, alerts_key, queries, events_of(later), rates, args.paced_s)
+        for query in queries:
             query.stop()
         spark.stop()
     print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
