@@ -550,13 +550,14 @@ def feature_record_values(rows: pd.DataFrame, params: FeatureParams) -> pa.Array
 # --- state blobs ------------------------------------------------------------------------------------
 
 
-#: State values and the rows between stages are compressed: the bytes go through pickling, the JVM, the
-#: state store and its changelog, where their size is what costs (5x fewer bytes for a card history).
+#: State values are compressed: the bytes go through pickling, the JVM, the state store and its changelog,
+#: where their size is what costs (5x fewer bytes for a card history). The rows between stages are not:
+#: they are written once, to Spark's shuffle, which compresses them itself.
 BLOB_COMPRESSION = "zstd"
 
 
 def to_blob(frame: pd.DataFrame | pa.RecordBatch, dictionary: tuple[str, ...] = ()) -> bytes:
-    """Arrow IPC bytes of a frame: state values, and the rows one stage sends to one key of the next.
+    """Compressed Arrow IPC bytes of a frame: a state value.
 
     The ``dictionary`` columns (repeated strings, like card ids in a card history) are stored once per
     distinct value; ``from_blob`` gives them back as plain values.
@@ -595,7 +596,7 @@ def pack(events: pa.RecordBatch, key_column: str) -> pa.RecordBatch:
     """One row per distinct ``key_column`` value: the key and the blob of its events."""
     keys = events.column(key_column).to_numpy(zero_copy_only=False)
     distinct = np.unique(keys)
-    payloads = [to_blob(events.take(pa.array(np.flatnonzero(keys == key)))) for key in distinct]
+    payloads = [pack_records(events.take(pa.array(np.flatnonzero(keys == key)))) for key in distinct]
     return pa.RecordBatch.from_arrays(
         [pa.array(distinct, pa.int32()), pa.array(payloads, pa.binary())], schema=PACKED_SCHEMA
     )

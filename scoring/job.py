@@ -343,7 +343,10 @@ def score_values(
 
 
 def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
-    """``after.commit`` hook of the sink: alerts, and the newest score of each card, into Redis."""
+    """``after.commit`` hook of the sink: alerts, then the newest score of each card, into Redis.
+
+    Alerts go first: they are few and what alert consumers wait for; the scores are one per card.
+    """
     alerts = [
         AlertRecord.model_validate_json(value)
         for batch in batches
@@ -353,12 +356,12 @@ def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> No
         if topic == options["redis.alerts"]
     ]
     # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
-    scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, options["redis.scores"])]
     client = client_for(options["redis.url"])
     prefix, retention_s = options.get("redis.prefix", ""), int(options["redis.retention"])
-    write_scores(client, scores, prefix, retention_s)
     if alerts:
         write_alerts(client, alerts, prefix, retention_s)
+    scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, options["redis.scores"])]
+    write_scores(client, scores, prefix, retention_s)
 
 
 # --- The query -------------------------------------------------------------------------------------------

@@ -96,9 +96,10 @@ class RowScorer:
 
 
 def write_all_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
-    """``after.commit`` hook: the latest features of each card, then its alerts and latest score."""
-    write_latest_features(batches, options)
+    """``after.commit`` hook: alerts and the latest score of each card, then its latest features (alerts
+    first: they are what alert consumers wait for)."""
     write_to_redis(batches, options)
+    write_latest_features(batches, options)
 
 
 def start_pipeline(
