@@ -10,15 +10,17 @@ jobs, and the one-query pipeline (``fraud pipeline run``).
 3. Paced: keeps the pipeline running (``--paced-jobs separate``: both separate jobs instead), streams the
    following days at 1,000 and then 2,000 transactions/s and prints the latency from producing a
    transaction to its alert being readable in Redis (p50/p95/p99/max), the micro-batch durations, and
-   the CPU each process group used meanwhile (of one core; the machine has 2).
+   the CPU each process group used meanwhile (of one core; the machine has 2). Each load starts with
+   ``--warmup-s`` of the same pace, reported apart: a query's first micro-batches load its state.
 
-Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 52] [--paced-s 60]
+Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 52] [--paced-s 60] [--warmup-s 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import resource
 import tempfile
@@ -53,6 +55,8 @@ from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 
 LABEL_DELAY_MS = 7 * DAY_MS
+#: The simulator's mean transactions per customer and day (at least), to simulate enough for the paced loads.
+TX_PER_CUSTOMER_DAY = 1.9
 MAX_EVENT_BYTES = 16_384
 
 
@@ -154,37 +158,49 @@ def run_paced(
     later: EventBatch,
     rates: list[float],
     seconds: float,
+    warmup: float,
 ) -> None:
-    """Stream ``later`` at each rate while ``queries`` run; print alert latency, batch durations and CPU."""
+    """Stream ``later`` at each rate while ``queries`` run: ``warmup`` seconds first (reported apart: the
+    first micro-batches of a query load its state and workers), then ``seconds`` measured; print alert
+    latency, micro-batch durations and CPU of the measured part."""
     offset = 0
-    for rate in rates:
-        n = int(rate * seconds)
+
+    def take(n: int) -> EventBatch:
+        nonlocal offset
         part = EventBatch(
             tx_keys=later.tx_keys[offset : offset + n],
             tx_values=later.tx_values[offset : offset + n],
             tx_times=later.tx_times[offset : offset + n],
         )
         offset += n
+        return part
+
+    for rate in rates:
         seen: dict[int, float] = {}
         stop = threading.Event()
         watcher = threading.Thread(target=watch_alerts, args=(clients, alerts_key, seen, stop), daemon=True)
         watcher.start()
+        warm = paced(clients, take(int(rate * warmup)), rate, warmup)
         first_batch = {id(q): len(q.recentProgress) for q in queries}
         cpu_before, started = process_cpu_s(), time.monotonic()
-        sent = paced(clients, part, rate, seconds)
+        sent = paced(clients, take(int(rate * seconds)), rate, seconds)
         cpu = cpu_report(cpu_before, time.monotonic() - started)
         time.sleep(30)  # let the last micro-batches finish
         stop.set()
         watcher.join()
+        if len(sent) < int(rate * seconds):
+            print(f"paced {rate:,.0f}/s: only {len(sent):,} transactions left to send (simulate more days)")
         latencies = np.array([seen[tx] - at for tx, at in sent.items() if tx in seen])
         if not len(latencies):
             print(f"paced {rate:,.0f}/s: no alerts seen in Redis")
             continue
+        warm_latencies = [seen[tx] - at for tx, at in warm.items() if tx in seen]
         p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
         print(
-            f"paced {rate:,.0f}/s for {seconds:.0f} s: {len(sent):,} transactions, {len(latencies):,} alerts; "
-            f"produce -> alert in Redis p50 {p50:.2f} s, p95 {p95:.2f} s, p99 {p99:.2f} s, "
-            f"max {latencies.max():.2f} s"
+            f"paced {rate:,.0f}/s for {seconds:.0f} s after {warmup:.0f} s of warm-up: {len(sent):,} "
+            f"transactions, {len(latencies):,} alerts; produce -> alert in Redis p50 {p50:.2f} s, "
+            f"p95 {p95:.2f} s, p99 {p99:.2f} s, max {latencies.max():.2f} s "
+            f"(warm-up: {len(warm_latencies)} alerts, max {max(warm_latencies, default=0.0):.2f} s)"
         )
         for query in queries:
             durations = [
@@ -210,6 +226,9 @@ def main() -> None:
         "--unpaced-days", type=int, default=52, help="52 days of 5,000 customers: about 500k transactions"
     )
     parser.add_argument("--paced-s", type=float, default=60.0, help="seconds of each paced load")
+    parser.add_argument(
+        "--warmup-s", type=float, default=10.0, help="paced seconds before each measured load, reported apart"
+    )
     parser.add_argument("--rates", default="1000,2000")
     parser.add_argument(
         "--paced-jobs",
@@ -224,7 +243,8 @@ def main() -> None:
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
 
     rates = [float(r) for r in args.rates.split(",")]
-    days = args.unpaced_days + 14
+    paced_tx = sum(rate * (args.paced_s + args.warmup_s) for rate in rates)
+    days = args.unpaced_days + math.ceil(paced_tx / (args.customers * TX_PER_CUSTOMER_DAY)) + 1
     frame = simulate(
         SimulatorConfig(customers=args.customers, terminals=args.terminals, days=days, seed=args.seed)
     )
@@ -308,7 +328,7 @@ def main() -> None:
             ]
             alerts_key = recent_alerts_key()
         print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
-        run_paced(clients, alerts_key, queries, events_of(later), rates, args.paced_s)
+        run_paced(clients, alerts_key, queries, events_of(later), rates, args.paced_s, args.warmup_s)
         for query in queries:
             query.stop()
         spark.stop()
