@@ -531,8 +531,12 @@ def kafka_records(
 def feature_record_values(rows: pd.DataFrame, params: FeatureParams) -> pa.Array:
     """``ingest.schemas.FeatureRecord`` JSON of feature rows: the input event, the late flag, the features."""
 
+    types = dict(output_fields(params))
+
     def column(name: str) -> pa.Array:
-        return pa.Array.from_pandas(rows[name])
+        # As declared: an integer column that met a null on its way (pandas made it float) is cast back,
+        # so that the record validates as FeatureRecord (strict: 1522540800000.0 is not an int).
+        return pa.Array.from_pandas(rows[name]).cast(types[name])
 
     return json_objects(
         [

@@ -124,17 +124,21 @@ class FeatureRecord(BaseModel):
     It carries the whole input event, so the scoring stage needs nothing else. ``late`` marks a
     transaction that arrived after the feature job's event-time frontier had passed it: its features
     were computed against the state as it was then.
+
+    As strict as the input events: other producers can write this topic, and a value the model cannot
+    score (a string, an infinity) must become a dead letter, not a failed micro-batch. Which feature
+    names a record must carry is the scoring stage's to check (``scoring.job``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     schema_version: Literal[1]
     tx_id: TxId
     card_id: CardToken
     terminal_id: TerminalId
-    amount: float
+    amount: Annotated[FiniteFloat, Field(ge=0, le=MAX_AMOUNT)]
     event_time_ms: EventTimeMs
-    terminal_x: float | None = None
-    terminal_y: float | None = None
+    terminal_x: FiniteFloat | None = None
+    terminal_y: FiniteFloat | None = None
     late: bool
-    features: dict[str, float]
+    features: dict[str, FiniteFloat]

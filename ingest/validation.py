@@ -25,14 +25,15 @@ _REASON_OF_ERROR: list[tuple[Reason, frozenset[str]]] = [
         frozenset({"int_type", "float_type", "string_type", "bool_type", "int_from_float", "int_parsing"}),
     ),
 ]
-_MAX_DETAIL_CHARS = 500
+#: Dead-letter details are cut to this many characters.
+MAX_DETAIL_CHARS = 500
 
 
 def reason_of(error: ValidationError) -> tuple[Reason, str]:
     """The dead-letter reason and a short human detail for a pydantic validation error."""
     errors = error.errors(include_url=False, include_input=False)
     detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in errors)[
-        :_MAX_DETAIL_CHARS
+        :MAX_DETAIL_CHARS
     ]
     for e in errors:
         if e["loc"] == ("schema_version",) and e["type"] == "literal_error":

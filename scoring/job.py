@@ -58,7 +58,7 @@ from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource
 from ingest.columnar import validate_many
 from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason, TxColumns
-from ingest.validation import parse_event
+from ingest.validation import MAX_DETAIL_CHARS, parse_event
 from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
 from scoring.records import AlertRecord, ScoreRecord
 
@@ -249,8 +249,8 @@ class Scorer:
                 records.column("offset").take(slow).to_pylist(),
                 strict=True,
             ):
-                event_or_letter = parse_event(
-                    FeatureRecord, raw or b"", source, self.max_event_bytes, partition, offset
+                event_or_letter = parse_feature_record(
+                    raw or b"", source, self.max_event_bytes, partition, offset
                 )
                 if isinstance(event_or_letter, DeadLetter):
                     others.add_dead_letter(event_or_letter, self.topics.dead_letter)
@@ -267,6 +267,29 @@ class Scorer:
                 )
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches)
+
+
+def parse_feature_record(
+    raw: bytes, source: str, max_bytes: int, partition: int | None = None, offset: int | None = None
+) -> FeatureRecord | DeadLetter:
+    """A feature record that carries exactly the features the scoring stage knows, or a dead letter."""
+    record = parse_event(FeatureRecord, raw, source, max_bytes, partition, offset)
+    if isinstance(record, DeadLetter):
+        return record
+    missing = [name for name in FEATURE_COLUMNS if name not in record.features]
+    unknown = sorted(set(record.features) - set(FEATURE_COLUMNS))
+    if not missing and not unknown:
+        return record
+    reason, names = (Reason.MISSING_FIELD, missing) if missing else (Reason.UNEXPECTED_FIELD, unknown)
+    problem = "missing" if missing else "not known"
+    return DeadLetter(
+        raw=raw,
+        source=source,
+        reason=reason,
+        detail=f"features: {problem}: {', '.join(names)}"[:MAX_DETAIL_CHARS],
+        partition=partition,
+        offset=offset,
+    )
 
 
 def score_rows(

@@ -49,6 +49,24 @@ FEATURE: dict[str, Any] = {
 }
 
 
+class LaxRecord(BaseModel):
+    """FeatureRecord's fields in lax mode with unbounded floats: the fast path must leave pydantic's
+    conversions (``"17"`` -> 17) to pydantic and take non-finite values only where the model does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1]
+    tx_id: int
+    card_id: str
+    terminal_id: str
+    amount: float
+    event_time_ms: int
+    terminal_x: float | None = None
+    terminal_y: float | None = None
+    late: bool
+    features: dict[str, float]
+
+
 def _same(expected: object, actual: object) -> bool:
     """Equal values of the same type; floats by their bits (so -0.0 != 0.0 and NaN == NaN)."""
     if type(expected) is not type(actual):
@@ -88,7 +106,9 @@ def check(
 
 def fast(model: type[BaseModel], raw: bytes, dict_keys: Mapping[str, Sequence[str]] | None = None) -> bool:
     """Whether the fast path accepts ``raw`` (placed between two good records), checked against pydantic."""
-    good = orjson.dumps(FEATURE if model is FeatureRecord else LABEL if model is LabelEvent else TX)
+    good = orjson.dumps(
+        FEATURE if model in (FeatureRecord, LaxRecord) else LABEL if model is LabelEvent else TX
+    )
     result = check(model, [good, raw, good], dict_keys=dict_keys)
     assert result.positions[0] == 0 and result.positions[-1] == 2, "a neighbour of a bad record went slow"
     return 1 in result.positions.tolist()
@@ -235,8 +255,8 @@ def test_float_tokens(token: bytes, is_fast: bool) -> None:
 
 def test_integer_float_beyond_int64_goes_slow() -> None:
     raw = replace(orjson.dumps(FEATURE), b'"amount":57.25', b'"amount":123456789012345678901234567890')
-    assert accepted(FeatureRecord, raw)
-    assert not fast(FeatureRecord, raw, FEATURES)
+    assert accepted(LaxRecord, raw)
+    assert not fast(LaxRecord, raw, FEATURES)
 
 
 def test_negative_zero_integer_goes_slow() -> None:
@@ -265,9 +285,9 @@ def test_negative_zero_integer_goes_slow() -> None:
     ],
 )
 def test_non_finite_tokens_where_the_model_allows_them(token: bytes, is_fast: bool) -> None:
-    """FeatureRecord.amount is a plain float: pydantic reads NaN and Infinity."""
+    """LaxRecord.amount is a plain float: pydantic reads NaN and Infinity."""
     raw = replace(orjson.dumps(FEATURE), b'"amount":57.25', b'"amount":' + token)
-    assert fast(FeatureRecord, raw, FEATURES) is is_fast
+    assert fast(LaxRecord, raw, FEATURES) is is_fast
 
 
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
@@ -276,6 +296,16 @@ def test_non_finite_tokens_where_the_model_forbids_them(token: bytes) -> None:
         raw = replace(tx(amount=1.5, terminal_x=1.5), b'"' + field + b'":1.5', b'"' + field + b'":' + token)
         assert not accepted(TransactionEvent, raw)
         assert not fast(TransactionEvent, raw)
+    for field in (b"amount", b"terminal_x", b"is_night"):
+        record = {
+            **FEATURE,
+            "amount": 1.5,
+            "terminal_x": 1.5,
+            "features": {**FEATURE["features"], "is_night": 1.5},
+        }
+        raw = replace(orjson.dumps(record), b'"' + field + b'":1.5', b'"' + field + b'":' + token)
+        assert not accepted(FeatureRecord, raw)
+        assert not fast(FeatureRecord, raw, FEATURES)
 
 
 @pytest.mark.parametrize(
@@ -293,10 +323,13 @@ def test_bool_takes_only_true_and_false(raw: bytes) -> None:
 
 
 def test_lax_model_conversions_go_slow_but_stay_valid() -> None:
-    """FeatureRecord is not strict: pydantic converts these; the fast path leaves them to it."""
+    """LaxRecord is not strict: pydantic converts these; the fast path leaves them to it. FeatureRecord is
+    strict: they are wrong types there."""
     for changes in ({"tx_id": "17"}, {"tx_id": 17.0}, {"late": 1}, {"late": "yes"}, {"amount": "1.5"}):
         raw = orjson.dumps({**FEATURE, **changes})
-        assert accepted(FeatureRecord, raw)
+        assert accepted(LaxRecord, raw)
+        assert not fast(LaxRecord, raw, FEATURES)
+        assert not accepted(FeatureRecord, raw)
         assert not fast(FeatureRecord, raw, FEATURES)
 
 
@@ -360,8 +393,8 @@ def test_feature_keys_must_be_exactly_the_expected_ones() -> None:
         raw = orjson.dumps({**record, "features": {**record["features"], "is_night": value}})
         assert not fast(FeatureRecord, raw, FEATURES)
     for token, is_fast in [
-        (b"NaN", True),
-        (b"-Infinity", True),
+        (b"NaN", False),  # features are finite
+        (b"-Infinity", False),
         (b"7", True),
         (b"-0.0", True),
         (b"-0", False),
@@ -514,7 +547,7 @@ def test_float_values_are_bit_identical_for_random_doubles() -> None:
         )
         for d in finite
     ]
-    result = check(FeatureRecord, records, dict_keys=FEATURES)
+    result = check(LaxRecord, records, dict_keys=FEATURES)
     assert result.slow.size == 0
 
 
@@ -649,7 +682,7 @@ def _base(rng: random.Random, kind: str) -> dict[str, Any]:
             event[name] = _float(rng, -1e3, 1e3)
         elif pick < 0.8:
             event[name] = None
-    if kind == "feature":
+    if kind in ("feature", "lax"):
         event["late"] = rng.random() < 0.1
         event["features"] = {name: _float(rng, -1e9, 1e9) for name in FEATURE_COLUMNS}
     return event
@@ -803,6 +836,7 @@ MODELS: dict[str, tuple[type[BaseModel], Mapping[str, Sequence[str]] | None]] = 
     "tx": (TransactionEvent, None),
     "label": (LabelEvent, None),
     "feature": (FeatureRecord, FEATURES),
+    "lax": (LaxRecord, FEATURES),
 }
 
 

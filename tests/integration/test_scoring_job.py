@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
-from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
 from infra.clients import Clients, ensure_topics, read_topic
 from infra.embedded import StackInfo
 from infra.redis_store import card_features_key, card_score_key, get_alert
@@ -53,7 +53,27 @@ C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
 MAX_RECORDS = 2_500
 #: Records that are not feature records, produced to the features topic with the real ones.
-BAD_RECORDS = [b"{not json", b'{"schema_version": 99}', b"[1, 2]"]
+#: A feature record as another producer might write it, for the bad variants below (never scored).
+_FEATURE = {
+    "schema_version": 1,
+    "tx_id": 10**15,
+    "card_id": "0" * 32,
+    "terminal_id": "T-1",
+    "amount": 10.0,
+    "event_time_ms": 1_522_540_800_000,
+    "late": False,
+    "features": dict.fromkeys(FEATURE_COLUMNS, 1.0),
+}
+BAD_RECORDS = [
+    b"{not json",
+    b'{"schema_version": 99}',
+    b"[1, 2]",
+    # Each would fail the model or the scoring, not just this record, if it got through.
+    orjson.dumps(_FEATURE).replace(b"1.0", b"Infinity", 1),
+    orjson.dumps({**_FEATURE, "features": {**_FEATURE["features"], FEATURE_COLUMNS[0]: "1.0"}}),
+    orjson.dumps({**_FEATURE, "features": dict.fromkeys(FEATURE_COLUMNS[1:], 1.0)}),
+    orjson.dumps({**_FEATURE, "tx_id": "17"}),
+]
 TIMEOUT_S = 300
 
 
@@ -195,8 +215,16 @@ def test_obvious_frauds_raise_alerts_that_match_redis(scored: Scored) -> None:
 def test_bad_feature_records_are_dead_lettered(scored: Scored) -> None:
     letters = [from_message(m) for m in scored.dead]
     assert sorted(letter.raw for letter in letters) == sorted(BAD_RECORDS)
-    assert {letter.reason for letter in letters} <= set(Reason)
-    assert {letter.reason for letter in letters} >= {Reason.MALFORMED_JSON, Reason.NOT_AN_OBJECT}
+    reasons = {letter.raw: letter.reason for letter in letters}
+    assert [reasons[raw] for raw in BAD_RECORDS] == [
+        Reason.MALFORMED_JSON,
+        Reason.UNKNOWN_SCHEMA_VERSION,
+        Reason.NOT_AN_OBJECT,
+        Reason.INVALID_VALUE,
+        Reason.WRONG_TYPE,
+        Reason.MISSING_FIELD,
+        Reason.WRONG_TYPE,
+    ]
 
 
 # --- the one-query pipeline over the same transactions --------------------------------------------------

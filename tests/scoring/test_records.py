@@ -6,7 +6,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from ingest.schemas import SCHEMA_VERSION
+from features.definitions import FEATURE_COLUMNS
+from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason
+from scoring.job import parse_feature_record
 from scoring.records import AlertRecord, ScoreRecord
 from tests.scoring.factories import CARD_A, make_alert, make_score
 
@@ -70,3 +72,25 @@ def test_unknown_fields_are_rejected() -> None:
     del wire["surprise"], wire["features"]
     with pytest.raises(ValidationError, match="features"):
         AlertRecord.model_validate(wire)
+
+
+def test_a_feature_record_must_carry_exactly_the_known_features() -> None:
+    record = {
+        "schema_version": 1,
+        "tx_id": 1,
+        "card_id": CARD_A,
+        "terminal_id": "T-1",
+        "amount": 10.0,
+        "event_time_ms": 1_522_540_800_000,
+        "late": False,
+        "features": dict.fromkeys(FEATURE_COLUMNS, 1),
+    }
+    assert isinstance(parse_feature_record(json.dumps(record).encode(), "test", 16_384), FeatureRecord)
+    missing = {**record, "features": dict.fromkeys(FEATURE_COLUMNS[:-1], 1.0)}
+    letter = parse_feature_record(json.dumps(missing).encode(), "test", 16_384)
+    assert isinstance(letter, DeadLetter) and letter.reason == Reason.MISSING_FIELD
+    assert FEATURE_COLUMNS[-1] in letter.detail
+    extra = {**record, "features": {**record["features"], "shoe_size": 44.0}}
+    letter = parse_feature_record(json.dumps(extra).encode(), "test", 16_384)
+    assert isinstance(letter, DeadLetter) and letter.reason == Reason.UNEXPECTED_FIELD
+    assert "shoe_size" in letter.detail
