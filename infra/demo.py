@@ -10,13 +10,16 @@ the labels, and one card from Redis. The embedded stack is started for the run a
 a stack already running (or your own services), the demo uses fresh ``demo-…`` topics of its own.
 
 ``--follow`` then keeps the pipeline live until Ctrl-C: both jobs run continuously, a week more of
-simulated transactions streams in at a steady rate, and the live alerts page is served.
+simulated transactions streams in at a steady rate, and the live alerts page is served. Ctrl-C stops the
+stream, lets the feature job and then the scoring job finish what has arrived (no micro-batch is cut off),
+and stops them, the page and the stack; a second Ctrl-C stops the jobs at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import signal
 import threading
 import time
 import uuid
@@ -195,7 +198,7 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
 
     from features.cli import feature_job_config
     from features.job import start_feature_job
-    from infra.spark import spark_session
+    from infra.spark import spark_session, stop_between_batches
     from ingest.pipeline import produce_events
     from scoring.api import create_app
     from scoring.job import start_scoring_job
@@ -212,14 +215,19 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
         )
     )
     threading.Thread(target=server.run, name="alerts-page", daemon=True).start()
+    stop_producing = threading.Event()
     producer = threading.Thread(
         target=produce_events,
         args=(clients.producer(), settings.topics, batch, speedup),
+        kwargs={"stop": stop_producing},
         name="live-transactions",
         daemon=True,
     )
     with console.status("Starting the live jobs..."):
         spark = spark_session(settings, app_name="fraud-demo-live")
+        # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
+        # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         features = feature_job_config(
             settings, settings.topics, checkpoints / "features", FeatureParams(), max_records=20_000
         )
@@ -243,10 +251,18 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
         if failed:
             raise RuntimeError(f"a live job failed: {failed[0]}")
     except KeyboardInterrupt:
-        console.print("Stopping...")
+        console.print("Stopping... (Ctrl-C again to stop at once)")
     finally:
-        for query in queries:
-            query.stop()
+        # New transactions stop first; each job then ends after its running micro-batch, the feature job
+        # before the scoring job that reads its output.
+        stop_producing.set()
+        producer.join(timeout=70)
+        try:
+            for query in queries:
+                stop_between_batches(query, timeout_s=60)
+        except KeyboardInterrupt:
+            for query in queries:
+                query.stop()
         server.should_exit = True
         spark.stop()
 

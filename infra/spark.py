@@ -6,8 +6,10 @@ imports their modules once; state lives in RocksDB with changelog checkpointing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -50,3 +52,20 @@ def start_stream(writer: DataStreamWriter, once: bool, trigger_interval_s: float
         else writer.trigger(processingTime=f"{trigger_interval_s} seconds")
     )
     return trigger.start()
+
+
+def stop_between_batches(query: StreamingQuery, timeout_s: float = 60.0) -> None:
+    """Let ``query`` process what its sources hold now, then stop it (call it once they stop growing).
+
+    Stopping a query in the middle of a micro-batch aborts the batch's writes (a restart re-runs them)
+    and fills the log with the aborts. After ``timeout_s`` the query is stopped whatever it is doing.
+    """
+    drained = threading.Thread(target=_process_all_available, args=(query,), daemon=True)
+    drained.start()
+    drained.join(timeout_s)
+    query.stop()
+
+
+def _process_all_available(query: StreamingQuery) -> None:
+    with contextlib.suppress(Exception):  # a failed query raises its error here; it is stopped next anyway
+        query.processAllAvailable()

@@ -11,6 +11,7 @@ event time (transactions) or the time the label became known (labels) as their K
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -204,6 +205,7 @@ def produce_events(
     batch: EventBatch,
     speedup: float | None = None,
     on_progress: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> IngestResult:
     """Produce dead letters, then transactions and labels merged in timestamp order.
 
@@ -213,6 +215,7 @@ def produce_events(
         batch: validated events.
         speedup: None for as fast as possible, else replay event time this many times faster than real time.
         on_progress: callable taking the number of records produced since its last call.
+        stop: once set, no more records are produced (those produced are flushed).
     """
     started = time.monotonic()
     delivery = _Delivery()
@@ -227,20 +230,27 @@ def produce_events(
     n_tx = len(batch.tx_times)
     order = np.argsort(times, kind="stable")  # transactions before labels at equal times
     first_time = int(times[order[0]]) if len(order) else 0
-    done_since_report = 0
+    done_since_report = produced = produced_tx = 0
     for count, index in enumerate(order.tolist(), start=1):
+        if stop is not None and stop.is_set():
+            break
         ts = int(times[index])
         if speedup is not None:
             lag = (ts - first_time) / 1000 / speedup - (time.monotonic() - started)
             if lag > 0:
                 producer.poll(0)
-                time.sleep(lag)
+                if stop is None:
+                    time.sleep(lag)
+                elif stop.wait(lag):
+                    break
         if index < n_tx:
             topic, key, value = topics.transactions, batch.tx_keys[index], batch.tx_values[index]
+            produced_tx += 1
         else:
             label = index - n_tx
             topic, key, value = topics.labels, batch.label_keys[label], batch.label_values[label]
         _produce(producer, delivery, topic=topic, key=key, value=value, timestamp=ts)
+        produced += 1
         done_since_report += 1
         if count % 10_000 == 0:
             producer.poll(0)
@@ -253,8 +263,8 @@ def produce_events(
     if remaining:
         delivery.errors.append(f"{remaining} records still undelivered after 60 s")
     return IngestResult(
-        transactions=n_tx,
-        labels=len(batch.label_times),
+        transactions=produced_tx,
+        labels=produced - produced_tx,
         dead_letters=summary,
         seconds=time.monotonic() - started,
         delivery_errors=delivery.errors,
