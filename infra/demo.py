@@ -253,7 +253,7 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     except KeyboardInterrupt:
         console.print("Stopping... (Ctrl-C again to stop at once)")
     finally:
-        # New transactions stop first; each job then ends after its running micro-batch, the feature job
+        # New transactions stop first; each job then processes what has arrived and stops, the feature job
         # before the scoring job that reads its output.
         stop_producing.set()
         producer.join(timeout=70)
