@@ -237,6 +237,8 @@ def main() -> None:
         help="what runs under the paced load: the one-query pipeline or the two separate jobs",
     )
     parser.add_argument("--max-records", type=int, default=100_000)
+    parser.add_argument("--card-buckets", type=int, default=FeatureJobConfig.card_buckets)
+    parser.add_argument("--terminal-buckets", type=int, default=FeatureJobConfig.terminal_buckets)
     parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the paced jobs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -289,6 +291,8 @@ def main() -> None:
             params=params,
             max_event_bytes=MAX_EVENT_BYTES,
             max_records_per_trigger=args.max_records,
+            card_buckets=args.card_buckets,
+            terminal_buckets=args.terminal_buckets,
         )
         scoring_config = ScoringJobConfig(
             kafka_config=clients.kafka_config(),
