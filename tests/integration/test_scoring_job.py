@@ -39,6 +39,7 @@ from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 from scoring.records import AlertRecord, ScoreRecord
+from tests.ingest.test_columnar import FEATURE
 from tests.integration.test_feature_job import (
     LABEL_DELAY_MS,
     MAX_EVENT_BYTES,
@@ -54,16 +55,7 @@ SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
 MAX_RECORDS = 2_500
 #: Records that are not feature records, produced to the features topic with the real ones.
 #: A feature record as another producer might write it, for the bad variants below (never scored).
-_FEATURE = {
-    "schema_version": 1,
-    "tx_id": 10**15,
-    "card_id": "0" * 32,
-    "terminal_id": "T-1",
-    "amount": 10.0,
-    "event_time_ms": 1_522_540_800_000,
-    "late": False,
-    "features": dict.fromkeys(FEATURE_COLUMNS, 1.0),
-}
+_FEATURE = {**FEATURE, "tx_id": 10**15, "features": dict.fromkeys(FEATURE_COLUMNS, 1.0)}
 BAD_RECORDS = [
     b"{not json",
     b'{"schema_version": 99}',

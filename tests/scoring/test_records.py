@@ -10,6 +10,7 @@ from features.definitions import FEATURE_COLUMNS
 from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason
 from scoring.job import parse_feature_record
 from scoring.records import AlertRecord, ScoreRecord
+from tests.ingest.test_columnar import FEATURE
 from tests.scoring.factories import CARD_A, make_alert, make_score
 
 
@@ -75,16 +76,7 @@ def test_unknown_fields_are_rejected() -> None:
 
 
 def test_a_feature_record_must_carry_exactly_the_known_features() -> None:
-    record = {
-        "schema_version": 1,
-        "tx_id": 1,
-        "card_id": CARD_A,
-        "terminal_id": "T-1",
-        "amount": 10.0,
-        "event_time_ms": 1_522_540_800_000,
-        "late": False,
-        "features": dict.fromkeys(FEATURE_COLUMNS, 1),
-    }
+    record = FEATURE
     assert isinstance(parse_feature_record(json.dumps(record).encode(), "test", 16_384), FeatureRecord)
     missing = {**record, "features": dict.fromkeys(FEATURE_COLUMNS[:-1], 1.0)}
     letter = parse_feature_record(json.dumps(missing).encode(), "test", 16_384)
