@@ -17,6 +17,13 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from infra.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's
+#: FileContext, which on the local file system forks ``readlink`` for every rename: 50-150 ms per state
+#: store commit and per offset-log write from a JVM of this size. The FileSystem manager renames with
+#: rename(2), atomic on a local file system.
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2) -> SparkSession:
@@ -33,6 +40,7 @@ def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partition
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "infra.spark_daemon")
