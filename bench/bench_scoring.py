@@ -6,7 +6,8 @@ jobs, and the one-query pipeline (``fraud pipeline run``).
 2. Unpaced: produces the first days of a fixed simulation (seed 0); runs the feature job over them, then
    the scoring job over the features (each ``--once``), and prints each job's steady rate (first
    micro-batch, with the Python workers' start-up, left out) and the two in series; then the pipeline
-   over the same transactions into topics of its own, and its steady rate.
+   over the same transactions into topics of its own, and its steady rate (``--pipeline-only``: just the
+   pipeline, the only query of the Spark session).
 3. Paced: keeps the pipeline running (``--paced-jobs separate``: both separate jobs instead), streams the
    following days at 1,000 and then 2,000 transactions/s and prints the latency from producing a
    transaction to its alert being readable in Redis (p50/p95/p99/max), the micro-batch durations, and
@@ -236,12 +237,19 @@ def main() -> None:
         default="pipeline",
         help="what runs under the paced load: the one-query pipeline or the two separate jobs",
     )
+    parser.add_argument(
+        "--pipeline-only",
+        action="store_true",
+        help="skip the separate jobs' unpaced runs: the pipeline is the only query of the Spark session",
+    )
     parser.add_argument("--max-records", type=int, default=100_000)
     parser.add_argument("--card-buckets", type=int, default=FeatureJobConfig.card_buckets)
     parser.add_argument("--terminal-buckets", type=int, default=FeatureJobConfig.terminal_buckets)
     parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the paced jobs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.pipeline_only and args.paced_jobs == "separate":
+        parser.error("--pipeline-only runs no separate jobs: it cannot pace them")
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
 
     rates = [float(r) for r in args.rates.split(",")]
@@ -309,17 +317,21 @@ def main() -> None:
             ),
             tracking_uri=info.mlflow_tracking_uri,
         )
-        rates_of = {}
-        for name, start_once in (
+        runs = [
             ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
             ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
             ("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True)),
-        ):
+        ]
+        rates_of = {}
+        for name, start_once in runs[2:] if args.pipeline_only else runs:
             query = start_once()
             query.awaitTermination()
             rates_of[name] = steady_rate(query, name)
-        both = 1 / (1 / rates_of["feature job"] + 1 / rates_of["scoring job"])
-        print(f"feature job + scoring job:    {both:10,.0f} transactions/s (the two steady rates in series)")
+        if not args.pipeline_only:
+            both = 1 / (1 / rates_of["feature job"] + 1 / rates_of["scoring job"])
+            print(
+                f"feature job + scoring job:    {both:10,.0f} transactions/s (the two steady rates in series)"
+            )
 
         interval = args.trigger_interval_s
         if args.paced_jobs == "pipeline":
