@@ -317,13 +317,15 @@ def main() -> None:
             ),
             tracking_uri=info.mlflow_tracking_uri,
         )
-        runs = [
-            ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
-            ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
-            ("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True)),
-        ]
+        runs = [("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True))]
+        if not args.pipeline_only:
+            runs = [
+                ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
+                ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
+                *runs,
+            ]
         rates_of = {}
-        for name, start_once in runs[2:] if args.pipeline_only else runs:
+        for name, start_once in runs:
             query = start_once()
             query.awaitTermination()
             rates_of[name] = steady_rate(query, name)
