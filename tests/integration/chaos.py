@@ -23,7 +23,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark import cloudpickle
 
-from infra.spark_sink import FraudKafkaStreamWriter, KafkaSinkCommit, SinkOptions, TransactionEvent
+from infra.spark_sink import (
+    FraudKafkaSink,
+    FraudKafkaStreamWriter,
+    KafkaSinkCommit,
+    SinkOptions,
+    TransactionEvent,
+)
 
 Pause = tuple[int, int, str]  # (micro-batch, Spark partition, TransactionEvent)
 
@@ -59,6 +65,16 @@ class ChaosWriter(FraudKafkaStreamWriter):
         report.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
         report.with_suffix(".tmp").rename(report)
         time.sleep(3600)  # until SIGKILL
+
+
+def chaos_sink(control: Path, pauses: set[Pause]) -> type[FraudKafkaSink]:
+    """``fraud-kafka-sink`` (the same name: the jobs ask for it) writing through a :class:`ChaosWriter`."""
+
+    class ChaosSink(FraudKafkaSink):
+        def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
+            return ChaosWriter(self._checked(schema), control, pauses)
+
+    return ChaosSink
 
 
 def _append(path: Path, entry: list[Any]) -> None:

@@ -8,7 +8,7 @@ The sink writes through ``chaos.ChaosWriter``: ``--pause BATCH:PARTITION:EVENT``
 write task of that micro-batch and Spark partition stop at that point of its Kafka transaction (``opened``:
 begun, marker sent, no record yet; ``committed``: Kafka commit done, Spark not told) until the test
 SIGKILLs the application; transaction events and the tasks that return are logged in ``--control`` (see
-``ChaosWriter``). Each micro-batch prints a ``progress {...}`` line (records read, rows written, duration)
+``ChaosWriter``). Each micro-batch prints a ``progress {...}`` line (records read, duration)
 on stdout. Run it from the project root with ``-m`` (which puts the root on ``sys.path``)::
 
     python -m tests.integration.feature_job_runner --bootstrap=127.0.0.1:9092 \\
@@ -27,11 +27,10 @@ from typing import Any
 from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra import spark_sink
 from infra.progress import records_read
 from infra.settings import Settings, Topics
 from infra.spark import spark_session
-from tests.integration.chaos import ChaosWriter, parse_pauses, ship_by_value
+from tests.integration.chaos import chaos_sink, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
 SHUFFLE_PARTITIONS = 2
@@ -46,7 +45,6 @@ def _log_progress(progress: list[Any], seen: int, started: float) -> int:
             line = {
                 "batch": seen,
                 "records": records_read(report),
-                "rows": (report.get("sink") or {}).get("numOutputRows"),
                 "ms": report["durationMs"].get("triggerExecution"),
                 "at_s": round(time.monotonic() - started, 1),
             }
@@ -79,14 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     pauses = parse_pauses(args.pause)
     ship_by_value()
 
-    class ChaosSink(spark_sink.FraudKafkaSink):
-        """``fraud-kafka-sink`` (same name: the job asks for it) with the chaos writer."""
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
-            return ChaosWriter(self._checked(schema), control, pauses)
-
     def register_chaos_sink(spark: Any) -> None:
-        spark.dataSource.register(ChaosSink)
+        spark.dataSource.register(chaos_sink(control, pauses))
 
     assert callable(job.register_sink), "start_feature_job no longer registers its sink as register_sink"
     job.register_sink = register_chaos_sink  # start_feature_job registers the sink it writes to
