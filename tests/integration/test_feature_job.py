@@ -42,6 +42,7 @@ from infra.embedded import StackInfo
 from infra.progress import records_read
 from infra.redis_store import card_features_key
 from infra.settings import Settings, Topics
+from infra.spark_sink import register as register_sink
 from ingest.deadletter import from_message
 from ingest.files import clean_table
 from ingest.pipeline import EventBatch, events_from_table, produce_events
@@ -775,7 +776,10 @@ def test_sigkill_at_a_random_moment_and_restart_writes_every_record_once(
     print(context)
 
     logging_write_tasks(monkeypatch, job.control)
-    run_once(spark, job_config(clients, settings.topics, job.checkpoint, RANDOM_KILL_MAX_RECORDS, params))
+    try:
+        run_once(spark, job_config(clients, settings.topics, job.checkpoint, RANDOM_KILL_MAX_RECORDS, params))
+    finally:
+        register_sink(spark)  # the session's later queries write through the real sink again
 
     output = features_topic(clients, settings.topics.features)
     values: dict[int, set[bytes]] = collections.defaultdict(set)
