@@ -22,7 +22,7 @@ from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
-from infra.clients import Clients, ensure_topics, read_topic
+from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import StackInfo
 from infra.redis_store import card_features_key, card_score_key, get_alert
 from infra.settings import Topics
@@ -254,13 +254,18 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     assert finished, f"the pipeline did not finish within {TIMEOUT_S} s"
     assert query.exception() is None, f"the pipeline failed: {query.exception()}"
     versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())
-    return Piped(
+    piped = Piped(
         prefix_of(own),
         list(read_topic(clients, topics.features)),
         list(read_topic(clients, topics.scores)),
         list(read_topic(clients, topics.alerts)),
         {int(k): v for k, v in versions.items()},
     )
+    if not piped.features:  # seen twice in full runs, not alone: say where the records are
+        counts = topic_counts(clients, [*own.all(), *inputs.all()])
+        progress = [(p["batchId"], p["numInputRows"]) for p in query.recentProgress]
+        raise AssertionError(f"the pipeline's features topic reads empty; topics hold {counts}; {progress}")
+    return piped
 
 
 def by_tx(messages: list[Message]) -> dict[int, dict[str, Any]]:
