@@ -67,10 +67,15 @@ class ChaosWriter(FraudKafkaStreamWriter):
         time.sleep(3600)  # until SIGKILL
 
 
-def chaos_sink(control: Path, pauses: set[Pause]) -> type[FraudKafkaSink]:
-    """``fraud-kafka-sink`` (the same name: the jobs ask for it) writing through a :class:`ChaosWriter`."""
+def chaos_sink(control: Path, pauses: set[Pause], name: str | None = None) -> type[FraudKafkaSink]:
+    """The sink writing through a :class:`ChaosWriter`, under ``name`` (default: ``fraud-kafka-sink``, the
+    name the jobs ask for)."""
 
     class ChaosSink(FraudKafkaSink):
+        @classmethod
+        def name(cls) -> str:
+            return name or super().name()
+
         def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
             return ChaosWriter(self._checked(schema), control, pauses)
 

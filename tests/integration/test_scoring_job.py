@@ -261,7 +261,7 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
         list(read_topic(clients, topics.alerts)),
         {int(k): v for k, v in versions.items()},
     )
-    if not piped.features:  # seen twice in full runs, not alone: say where the records are
+    if not piped.features:  # tell records never written from records not readable
         counts = topic_counts(clients, [*own.all(), *inputs.all()])
         progress = [(p["batchId"], p["numInputRows"]) for p in query.recentProgress]
         raise AssertionError(f"the pipeline's features topic reads empty; topics hold {counts}; {progress}")

@@ -43,8 +43,8 @@ from infra.spark_sink import (
     sink_options,
 )
 from tests.integration.chaos import (
-    ChaosWriter,
     Pause,
+    chaos_sink,
     kill_tree,
     logged_tasks,
     parse_pauses,
@@ -420,18 +420,10 @@ def chaos_job(argv: list[str]) -> None:
 
     from infra.spark import spark_session
 
-    class ChaosSink(spark_sink.FraudKafkaSink):
-        @classmethod
-        def name(cls) -> str:
-            return CHAOS_SINK_NAME
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> ChaosWriter:
-            return ChaosWriter(self._checked(schema), control, pauses)
-
     spark = spark_session(
         Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"
     )
-    spark.dataSource.register(ChaosSink)
+    spark.dataSource.register(chaos_sink(control, pauses, CHAOS_SINK_NAME))
     options = sink_options({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
     query = (
         sink_frame(spark, Path(args.inputs))
