@@ -178,9 +178,10 @@ def partitions_of(consumer: Consumer, topic: str) -> list[int]:
 
 
 def read_to_end(
-    consumer: Consumer, start: list[TopicPartition], timeout_s: float = 60.0
+    consumer: Consumer, start: list[TopicPartition], timeout_s: float = 60.0, first_only: bool = False
 ) -> dict[str, tuple[int, int]]:
-    """Read each partition from the given offset to its end; (offset, timestamp) of the last record read.
+    """Read each partition from the given offset to its end; (offset, timestamp) of the last record read
+    (of the first one, and no further, with ``first_only``).
 
     The consumer must have ``enable.partition.eof`` set: the end is where the broker says so, which
     also covers partitions whose last offsets hold transaction markers. Keys are ``topic/partition``.
@@ -200,7 +201,11 @@ def read_to_end(
                     raise KafkaException(error)
                 pending.discard(name)
                 continue
+            if first_only and name not in pending:
+                continue
             last[name] = (message.offset() or 0, message.timestamp()[1])
+            if first_only:
+                pending.discard(name)
         if pending and time.monotonic() > deadline:
             raise TimeoutError(
                 f"no end of partition from Kafka for {sorted(pending)} within {timeout_s:.0f} s"
@@ -209,18 +214,38 @@ def read_to_end(
     return last
 
 
+def first_offsets(consumer: Consumer, lows: list[TopicPartition], timeout_s: float = 60.0) -> dict[str, int]:
+    """Each partition's first offset, given its low watermark as the offset: the low watermark, or less.
+
+    Tansu answers "earliest" (the low watermark, and ``OFFSET_BEGINNING``) with the base offset of the
+    record batch it stored first, above the lowest when producers wrote the partition at once; the records
+    below it are there. Reading from offset 0 finds them. On Apache Kafka a low watermark above 0 is the
+    log start, and the read from 0 falls outside the log, so the smaller of the two is right on both. The
+    consumer must have ``enable.partition.eof`` set. Keys are ``topic/partition``.
+    """
+    first = {f"{tp.topic}/{tp.partition}": tp.offset for tp in lows}
+    probe = [TopicPartition(tp.topic, tp.partition, 0) for tp in lows if tp.offset > 0]
+    for name, (offset, _) in read_to_end(consumer, probe, timeout_s, first_only=True).items():
+        first[name] = min(first[name], offset)
+    return first
+
+
 def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
     """(first, end) offset of every partition, with end = one past the last record.
 
     Tansu reports a high watermark of (base offset of the last record batch) + 1, short of the log end
     when the last batch holds several records. Reading from there to the end finds the true end; on
-    Apache Kafka the same read returns just the last record, so the result is exact on both. The
-    consumer must have ``enable.partition.eof`` set.
+    Apache Kafka the same read returns just the last record, so the result is exact on both. The first
+    offset comes from :func:`first_offsets`. The consumer must have ``enable.partition.eof`` set.
     """
     bounds = {}
     for partition in partitions_of(consumer, topic):
         tp = TopicPartition(topic, partition)
         bounds[partition] = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    lows = [TopicPartition(topic, p, low) for p, (low, _) in bounds.items()]
+    for name, first in first_offsets(consumer, lows).items():
+        partition = int(name.rpartition("/")[2])
+        bounds[partition] = (first, bounds[partition][1])
     probe = [TopicPartition(topic, p, high - 1) for p, (low, high) in bounds.items() if high > low]
     for name, (offset, _) in read_to_end(consumer, probe).items():
         partition = int(name.rpartition("/")[2])

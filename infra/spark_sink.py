@@ -54,6 +54,9 @@ Delivery guarantee:
   of aborted attempts once the abort is written. A clean run, and a re-run after a crash that came
   between transactions, are exactly-once there too; a crash or task failure mid-transaction is
   at-least-once on Tansu. Tansu also drops offset-commit metadata, so the marker is the offset alone.
+  Its commits can stay half done when two transactions write one partition at once (the partition then
+  holds back read_committed consumers for good), so on Tansu the write tasks of one host take turns per
+  topic (:mod:`infra.txn_lock`): each reads its rows first, then produces and commits under the lock.
 * The marker is a consumer-group offset: Kafka expires the offsets of a group without members after
   ``offsets.retention.minutes`` (7 days by default). A query stopped in the crash window for longer
   than that rewrites its last micro-batch on restart.
@@ -71,6 +74,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -95,6 +99,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from infra.txn_lock import needs_locks, topic_locks, topics_of
 from ingest.deadletter import to_record
 from ingest.schemas import DeadLetter
 
@@ -684,16 +689,31 @@ class _ArrowKafkaWriter:
             self.options.run_after_commit(kept)
             return self._message(batch_id, partition_id, drained, "already-written")
         self.on_transaction_event("opened", batch_id, partition_id)
-        rows = self._produce_all(producer, writer, first, batches, what)
-        try:
-            _commit(producer, what)
-        except SinkWriteError:
-            writer.discard_producer()
-            raise
+        with self._one_at_a_time(writer, first, batches) as batches:
+            rows = self._produce_all(producer, writer, first, batches, what)
+            try:
+                _commit(producer, what)
+            except SinkWriteError:
+                writer.discard_producer()
+                raise
         writer.owned_marker = batch_id + 1
         self.on_transaction_event("committed", batch_id, partition_id)
         self.options.run_after_commit(kept)
         return self._message(batch_id, partition_id, rows, "written")
+
+    @contextmanager
+    def _one_at_a_time(
+        self, writer: _TransactionalWriter, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]
+    ) -> Iterator[Iterator[pa.RecordBatch]]:
+        """The rows after ``first``; on a broker that needs it, with this host's locks of their topics held
+        until the block ends (the rows are read first: the lock covers producing and committing only)."""
+        bootstrap = str(self.options.kafka_config["bootstrap.servers"])
+        if not needs_locks(writer.consumer, bootstrap):
+            yield rest
+            return
+        buffered = list(rest)
+        with topic_locks(bootstrap, topics_of([first, *buffered], self.options.topic)):
+            yield iter(buffered)
 
     def _begin(self, writer: _TransactionalWriter, batch_id: int, what: str) -> Producer | None:
         """Own the transactional id, check the marker, begin the transaction and send the marker first.
@@ -841,8 +861,9 @@ class FraudKafkaBatchWriter(_ArrowKafkaWriter, DataSourceArrowWriter):
         try:
             producer = writer.start_producer()
             producer.begin_transaction()
-            rows = self._produce_all(producer, writer, first, iterator, what)
-            _commit(producer, what)
+            with self._one_at_a_time(writer, first, iterator) as rest:
+                rows = self._produce_all(producer, writer, first, rest, what)
+                _commit(producer, what)
         finally:
             writer.close()
         return self._message(None, partition_id, rows, "written")

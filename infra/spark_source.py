@@ -34,7 +34,8 @@ each partition's records end (past transaction markers) and the timestamps the f
 a micro-batch costs milliseconds. A partition that received records after the broker last reported its
 end counts as possibly holding more, like one that admission control left records in. The start of a
 query and of an ``availableNow`` run find the true log ends by reading from the reported watermark to the
-end of each partition (exact on Apache Kafka too).
+end of each partition (exact on Apache Kafka too), and "earliest" is where reading from offset 0 finds the
+first record (Tansu's low watermark can be above it: :func:`infra.clients.first_offsets`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from infra.clients import read_to_end
+from infra.clients import first_offsets, read_to_end
 from infra.spark_sink import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 RAW_SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
@@ -206,14 +207,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(first offset, true end offset) of every partition, found by reading (seeks: not per batch)."""
         consumer = self._driver_consumer()
         bounds: dict[str, tuple[int, int]] = {}
-        probe = []
+        lows = []
         for topic, partition in self._partitions():
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=10, cached=False
             )
             bounds[_tp_name(topic, partition)] = (low, high)
-            if high > low:
-                probe.append(TopicPartition(topic, partition, high - 1))
+            lows.append(TopicPartition(topic, partition, low))
+        for name, first in first_offsets(consumer, lows, _READ_TIMEOUT_S).items():
+            bounds[name] = (first, bounds[name][1])
+        probe = [
+            TopicPartition(*_parse_tp(name), high - 1) for name, (low, high) in bounds.items() if high > low
+        ]
         for name, (offset, _) in read_to_end(consumer, probe, _READ_TIMEOUT_S).items():
             low, high = bounds[name]
             bounds[name] = (low, max(high, offset + 1))
@@ -250,9 +255,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         added = [tp for tp in self._partitions() if _tp_name(*tp) not in known]
         if added:  # partitions added since the query started: from their first record
             consumer = self._driver_consumer()
+            lows = []
             for topic, partition in added:
                 low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-                begin[_tp_name(topic, partition)] = low
+                lows.append(TopicPartition(topic, partition, low))
+            begin.update(first_offsets(consumer, lows, _READ_TIMEOUT_S))
         self._tail.follow(begin)
         return self._tail, begin
 

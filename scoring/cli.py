@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from pydantic import ValidationError
 from rich.table import Table
 
@@ -63,7 +63,9 @@ def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[
     try:
         partitions = partitions_of(consumer, topic)
         if from_ms is None:
-            starts = dict.fromkeys(partitions, OFFSET_BEGINNING)
+            # Offset 0, not OFFSET_BEGINNING (see infra.clients.first_offsets); below a Kafka log start,
+            # the consumer's auto.offset.reset=earliest moves it to the first record.
+            starts = dict.fromkeys(partitions, 0)
         else:
             starts = offsets_for_time(consumer, topic, partitions, from_ms)
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])

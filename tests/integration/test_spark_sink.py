@@ -16,6 +16,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -42,6 +43,7 @@ from infra.spark_sink import (
     register,
     sink_options,
 )
+from infra.txn_lock import needs_locks, topic_locks
 from tests.integration.chaos import (
     Pause,
     chaos_sink,
@@ -58,6 +60,8 @@ PARTITIONS = 2
 INPUT_SCHEMA = "id long, payload string"
 CHAOS_SINK_NAME = "fraud-kafka-sink-chaos"
 JOB_TIMEOUT_S = 150
+#: How long a write must stay blocked while the test holds its topic lock.
+LOCK_WAIT_S = 3.0
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -148,7 +152,9 @@ def read_committed(clients: Clients, topic: str, timeout_s: float = 30.0) -> lis
         ends = {
             p.partition: consumer.get_watermark_offsets(p, timeout=10, cached=False)[1] for p in partitions
         }
-        consumer.assign([TopicPartition(topic, p.partition, OFFSET_BEGINNING) for p in partitions])
+        # From offset 0, not OFFSET_BEGINNING: Tansu answers "earliest" with the offset of the batch it
+        # stored first, which is not the lowest when producers write a partition at once.
+        consumer.assign([TopicPartition(topic, p.partition, 0) for p in partitions])
         records: list[Message] = []
         deadline = time.monotonic() + timeout_s
         last_record = time.monotonic()
@@ -402,6 +408,33 @@ def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settin
 
     seen = sorted(json.loads(record.value() or b"")["id"] for record in read_committed(clients, topic))
     assert seen == [0, 1], "Tansu now hides aborted records: tighten the chaos test (see docstring)"
+
+
+def test_on_tansu_a_write_produces_only_while_holding_its_topic_lock(
+    writer: FraudKafkaStreamWriter, clients: Clients, settings: Settings
+) -> None:
+    """The embedded broker is recognised as one whose overlapping transactions can stay half done, and
+    a write task waits for the host's lock of its topic before producing (see infra.txn_lock). The
+    defect itself shows too rarely for a test: 1 streaming run in 15-20 of the first test here lost
+    the records of its later micro-batches for read_committed consumers before the locks, 0 in 75 after."""
+    bootstrap = str(clients.kafka_config()["bootstrap.servers"])
+    probe = clients.consumer()
+    assert needs_locks(probe, bootstrap)
+    probe.close()
+    done = threading.Event()
+
+    def write() -> None:
+        writer.write_partition(iter(arrow_rows(range(20))), batch_id=0, partition_id=0)
+        done.set()
+
+    with topic_locks(bootstrap, [settings.topics.alerts]):
+        thread = threading.Thread(target=write)
+        thread.start()
+        assert not done.wait(LOCK_WAIT_S), "the write finished while another process held its topic's lock"
+        assert read_committed(clients, settings.topics.alerts) == []
+    thread.join(60)
+    assert done.is_set()
+    assert_each_id_once(read_committed(clients, settings.topics.alerts), 20)
 
 
 # --- chaos: SIGKILL the job in a subprocess, restart it from its checkpoint ----------------------------
