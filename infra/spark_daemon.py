@@ -4,7 +4,8 @@ Spark starts this module (``spark.python.daemon.module``) and it forks one Pytho
 worker imports PySpark (from ``pyspark.zip``, compiled from source every time), pandas, PyArrow and the
 project's stages after the fork: seconds of CPU per worker, and a streaming query starts several workers
 per micro-batch. Here the daemon imports all of that before serving, so every forked worker starts with
-it in memory.
+it in memory, and freezes it (``gc.freeze``): PySpark runs a full garbage collection in each reused worker
+after every task, which would otherwise walk all those modules' objects every time.
 
 Forking is only safe from a single-threaded process: importing numpy starts OpenBLAS threads unless told
 not to, and PyArrow's jemalloc starts a background purge thread; the daemon asks for one BLAS thread (the
@@ -26,6 +27,7 @@ SINGLE_THREADED_ENV = {
 for _name, _value in SINGLE_THREADED_ENV.items():
     os.environ.setdefault(_name, _value)
 
+import gc  # noqa: E402
 import importlib  # noqa: E402
 
 from pyspark import daemon  # noqa: E402
@@ -53,4 +55,5 @@ def preload() -> None:
 
 if __name__ == "__main__":
     preload()
+    gc.freeze()
     daemon.manager()

@@ -67,6 +67,7 @@ Delivery guarantee:
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import logging
@@ -540,6 +541,24 @@ def close_cached_writers() -> None:
         writer.close()
 
 
+def _freeze_imports() -> None:
+    """Move what this process holds now, its imported modules above all, out of the garbage collector's
+    sight (``gc.freeze``), once per process.
+
+    Spark plans the sink's writer and commits its micro-batches in pooled Python workers of PySpark's
+    stock daemon (not ``infra.spark_daemon``), which import pandas, PyArrow and the project after they
+    fork, and the daemon runs a full collection after every task: 40-60 ms per planning and per commit,
+    twice a micro-batch between the driver's steps.
+    """
+    global _IMPORTS_FROZEN
+    if not _IMPORTS_FROZEN:
+        gc.freeze()
+        _IMPORTS_FROZEN = True
+
+
+_IMPORTS_FROZEN = False
+
+
 def _retry_call(call: Callable[[float], object], deadline_s: float = KAFKA_CALL_TIMEOUT_S) -> None:
     """Run ``call(timeout)``, resuming while librdkafka says the error is retriable."""
     deadline = time.monotonic() + deadline_s
@@ -812,6 +831,7 @@ class FraudKafkaStreamWriter(_ArrowKafkaWriter, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """All tasks succeeded; their transactions are committed already, so this only reports."""
+        _freeze_imports()
         done = [m for m in messages if isinstance(m, KafkaSinkCommit)]
         written = sum(m.rows for m in done if m.status == "written")
         skipped = [m.partition_id for m in done if m.status == "already-written"]
@@ -869,6 +889,7 @@ class FraudKafkaBatchWriter(_ArrowKafkaWriter, DataSourceArrowWriter):
         return self._message(None, partition_id, rows, "written")
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _freeze_imports()
         rows = sum(m.rows for m in messages if isinstance(m, KafkaSinkCommit))
         _log.info("%s %s: %d rows written", SINK_NAME, self.options.sink_id, rows)
 
@@ -886,6 +907,7 @@ class FraudKafkaSink(DataSource):
         return SINK_NAME
 
     def _checked(self, schema: StructType) -> SinkOptions:
+        _freeze_imports()
         options = SinkOptions.parse(self.options)
         validate_schema(schema, options.topic)
         return options
