@@ -1,0 +1,39 @@
+"""The Spark session's local file system: checkpoint files are written without a chmod process each."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from infra.spark import LOCAL_FILE_SYSTEM, local_file_system_jar
+
+
+def test_the_local_file_system_jar_is_built_once_per_source(tmp_path: Path) -> None:
+    jar = local_file_system_jar(tmp_path)
+    assert jar is not None, "javac is on this machine (see ../.library/env): the jar must build"
+    built = jar.stat().st_mtime_ns
+    assert local_file_system_jar(tmp_path) == jar
+    assert jar.stat().st_mtime_ns == built, "the second call rebuilt the jar"
+    assert [p.name for p in tmp_path.iterdir()] == [jar.name], "the build left files behind"
+
+
+def test_the_session_writes_local_files_with_the_permissions_hadoop_asks_for(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    assert conf.get("fs.file.impl") == LOCAL_FILE_SYSTEM
+    hadoop_fs = jvm.org.apache.hadoop.fs
+    fs = hadoop_fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    assert fs.getClass().getName() == LOCAL_FILE_SYSTEM
+
+    created = tmp_path / "created"
+    fs.create(hadoop_fs.Path(str(created)), True).close()
+    umask = int(conf.get("fs.permissions.umask-mode", "022"), 8)
+    assert stat.S_IMODE(created.stat().st_mode) == 0o666 & ~umask
+    for mode in (0o600, 0o751, 0o044):
+        fs.setPermission(hadoop_fs.Path(str(created)), jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        assert stat.S_IMODE(os.stat(created).st_mode) == mode
