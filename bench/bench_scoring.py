@@ -356,6 +356,8 @@ def main() -> None:
         print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
         run_paced(clients, alerts_key, queries, events_of(later), rates, args.paced_s, args.warmup_s)
         for query in queries:
+            if not query.isActive:
+                print(f"{query.name} stopped during the paced loads: {query.exception()}")
             query.stop()
         spark.stop()
     print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
