@@ -230,28 +230,46 @@ def first_offsets(consumer: Consumer, lows: list[TopicPartition], timeout_s: flo
     return first
 
 
-def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
-    """(first, end) offset of every partition, with end = one past the last record.
+def log_bounds(
+    consumer: Consumer, partitions: list[tuple[str, int]], timeout_s: float = 60.0
+) -> dict[str, tuple[int, int]]:
+    """(first, end) offset of each (topic, partition) for a read_committed reader, end = one past the last
+    record it can read now. Keys are ``topic/partition``.
 
-    Tansu reports a high watermark of (base offset of the last record batch) + 1, short of the log end
-    when the last batch holds several records. Reading from there to the end finds the true end; on
-    Apache Kafka the same read returns just the last record, so the result is exact on both. The first
-    offset comes from :func:`first_offsets`. The consumer must have ``enable.partition.eof`` set.
+    Found by reading, because Tansu's watermarks are wrong three ways: its high watermark is (base offset
+    of the last record batch) + 1, short of the log end when that batch holds several records; a
+    read_committed consumer gets (0, 0) while a transaction is open on the partition; and its low
+    watermark can be above the first record (:func:`first_offsets`). Each partition is read from its
+    high watermark - 1 (from its first offset when that is not below) to the end the broker's fetch
+    reports, its last stable offset. On Apache Kafka that read returns just the last record, so the
+    result is exact on both. The consumer must have ``enable.partition.eof`` set.
     """
+    lows, highs = [], {}
+    for topic, partition in partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        lows.append(TopicPartition(topic, partition, low))
+        highs[f"{topic}/{partition}"] = high
+    firsts = first_offsets(consumer, lows, timeout_s)
     bounds = {}
-    for partition in partitions_of(consumer, topic):
-        tp = TopicPartition(topic, partition)
-        bounds[partition] = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-    lows = [TopicPartition(topic, p, low) for p, (low, _) in bounds.items()]
-    for name, first in first_offsets(consumer, lows).items():
-        partition = int(name.rpartition("/")[2])
-        bounds[partition] = (first, bounds[partition][1])
-    probe = [TopicPartition(topic, p, high - 1) for p, (low, high) in bounds.items() if high > low]
-    for name, (offset, _) in read_to_end(consumer, probe).items():
-        partition = int(name.rpartition("/")[2])
-        first, end = bounds[partition]
-        bounds[partition] = (first, max(end, offset + 1))
+    probe = []
+    for tp in lows:
+        name = f"{tp.topic}/{tp.partition}"
+        first, high = firsts[name], highs[name]
+        bounds[name] = (first, max(first, high))
+        probe.append(TopicPartition(tp.topic, tp.partition, max(first, high - 1)))
+    for name, (offset, _) in read_to_end(consumer, probe, timeout_s).items():
+        first, end = bounds[name]
+        bounds[name] = (first, max(end, offset + 1))
     return bounds
+
+
+def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """:func:`log_bounds` of every partition of ``topic``, by partition number."""
+    partitions = [(topic, partition) for partition in partitions_of(consumer, topic)]
+    return {
+        int(name.rpartition("/")[2]): bounds
+        for name, bounds in log_bounds(consumer, partitions, timeout_s).items()
+    }
 
 
 def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:

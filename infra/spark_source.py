@@ -33,9 +33,8 @@ read_committed consumer that is positioned once and reads on as records come (``
 each partition's records end (past transaction markers) and the timestamps the frontier needs, so planning
 a micro-batch costs milliseconds. A partition that received records after the broker last reported its
 end counts as possibly holding more, like one that admission control left records in. The start of a
-query and of an ``availableNow`` run find the true log ends by reading from the reported watermark to the
-end of each partition (exact on Apache Kafka too), and "earliest" is where reading from offset 0 finds the
-first record (Tansu's low watermark can be above it: :func:`infra.clients.first_offsets`).
+query and of an ``availableNow`` run find each partition's first record and true end by reading
+(:func:`infra.clients.log_bounds`, exact on Apache Kafka too).
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from infra.clients import first_offsets, read_to_end
+from infra.clients import first_offsets, log_bounds
 from infra.spark_sink import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 RAW_SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
@@ -205,24 +204,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log_ends(self) -> dict[str, tuple[int, int]]:
         """(first offset, true end offset) of every partition, found by reading (seeks: not per batch)."""
-        consumer = self._driver_consumer()
-        bounds: dict[str, tuple[int, int]] = {}
-        lows = []
-        for topic, partition in self._partitions():
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
-            )
-            bounds[_tp_name(topic, partition)] = (low, high)
-            lows.append(TopicPartition(topic, partition, low))
-        for name, first in first_offsets(consumer, lows, _READ_TIMEOUT_S).items():
-            bounds[name] = (first, bounds[name][1])
-        probe = [
-            TopicPartition(*_parse_tp(name), high - 1) for name, (low, high) in bounds.items() if high > low
-        ]
-        for name, (offset, _) in read_to_end(consumer, probe, _READ_TIMEOUT_S).items():
-            low, high = bounds[name]
-            bounds[name] = (low, max(high, offset + 1))
-        return bounds
+        return log_bounds(self._driver_consumer(), self._partitions(), _READ_TIMEOUT_S)
 
     def initialOffset(self) -> dict:
         bounds = self._log_ends()

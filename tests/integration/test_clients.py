@@ -1,0 +1,38 @@
+"""Reading topics on the real broker: where partitions begin and end for a read_committed reader."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Producer
+
+from infra.clients import Clients, offset_bounds, read_topic
+from infra.settings import Settings
+
+
+def test_a_partition_with_an_open_transaction_ends_where_the_transaction_begins(
+    clients: Clients, settings: Settings
+) -> None:
+    """Tansu answers a read_committed ListOffsets with (0, 0) while a transaction is open on the partition;
+    the bounds come from reading instead: the committed records before the open transaction, then all."""
+    topic = settings.topics.alerts
+    producer = Producer({**clients.kafka_config(), "transactional.id": f"open-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number in range(5):
+        producer.produce(topic, f"committed-{number}".encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for number in range(10):
+        producer.produce(topic, f"open-{number}".encode(), partition=0)
+    producer.flush(30)  # on the broker, not committed
+
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        assert offset_bounds(consumer, topic)[0] == (0, 5)
+    finally:
+        consumer.close()
+    assert [m.value() for m in read_topic(clients, topic)] == [f"committed-{n}".encode() for n in range(5)]
+
+    producer.commit_transaction(30)
+    assert len(list(read_topic(clients, topic))) == 15
