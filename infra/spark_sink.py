@@ -67,6 +67,7 @@ Delivery guarantee:
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import json
@@ -541,6 +542,7 @@ def close_cached_writers() -> None:
         writer.close()
 
 
+@functools.cache
 def _freeze_imports() -> None:
     """Move what this process holds now, its imported modules above all, out of the garbage collector's
     sight (``gc.freeze``), once per process.
@@ -550,13 +552,7 @@ def _freeze_imports() -> None:
     fork, and the daemon runs a full collection after every task: 40-60 ms per planning and per commit,
     twice a micro-batch between the driver's steps.
     """
-    global _IMPORTS_FROZEN
-    if not _IMPORTS_FROZEN:
-        gc.freeze()
-        _IMPORTS_FROZEN = True
-
-
-_IMPORTS_FROZEN = False
+    gc.freeze()
 
 
 def _retry_call(call: Callable[[float], object], deadline_s: float = KAFKA_CALL_TIMEOUT_S) -> None:
