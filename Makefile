@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services
 	@bash infra/ensure-chromium.sh

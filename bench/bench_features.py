@@ -20,12 +20,12 @@ import numpy as np
 
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from fraud.progress import records_read
 from infra.clients import Clients, ensure_topics, topic_counts
 from infra.embedded import temporary_stack
-from infra.progress import records_read
 from infra.spark import spark_session
 from ingest.files import clean_table
-from ingest.pipeline import events_from_table, produce_events
+from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
 DAY_MS = 86_400_000

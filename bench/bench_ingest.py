@@ -15,7 +15,7 @@ from pathlib import Path
 from infra.clients import Clients, ensure_topics, topic_counts
 from infra.embedded import temporary_stack
 from ingest.files import clean_table
-from ingest.pipeline import events_from_table, produce_events
+from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
 DAY_MS = 86_400_000

@@ -36,22 +36,22 @@ import orjson
 import pandas as pd
 from pyspark.sql.streaming import StreamingQuery
 
+from contracts.events import TxColumns
+from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from fraud.commands.models import Periods, TrainOptions, run_training
+from fraud.progress import records_read
 from infra.clients import Clients, ensure_topics
 from infra.embedded import temporary_stack
-from infra.progress import records_read
 from infra.redis_store import recent_alerts_key
-from infra.settings import Topics
 from infra.spark import spark_session
 from ingest.files import clean_table
-from ingest.pipeline import EventBatch, events_from_table, produce_events
-from ingest.schemas import TxColumns
+from ingest.produce import EventBatch, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from models.cli import Periods, TrainOptions, run_training
 from models.dataset import file_dataset
+from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.pipelines import ModelSpec
 from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline

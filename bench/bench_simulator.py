@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ingest.schemas import TxColumns
+from contracts.events import TxColumns
 from ingest.simulator import SimulatorConfig, simulate
 
 

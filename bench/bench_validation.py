@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
+from contracts.events import DeadLetter, TransactionEvent
 from ingest.columnar import validate_many
 from ingest.files import clean_table
-from ingest.pipeline import events_from_table
-from ingest.schemas import DeadLetter, TransactionEvent
+from ingest.produce import events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.validation import parse_event
 

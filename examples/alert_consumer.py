@@ -17,7 +17,7 @@ import signal
 
 from confluent_kafka import Consumer, KafkaException, Message
 
-from scoring.records import AlertRecord
+from contracts.records import AlertRecord
 
 
 def handle(alert: AlertRecord) -> None:

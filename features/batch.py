@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from contracts.events import DeadLetter, TxColumns
 from features.core import compute_features, labels_from_fraud_flags
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from ingest.files import clean_table, read_table
-from ingest.pipeline import events_from_table
-from ingest.schemas import DeadLetter, TxColumns
+from ingest.produce import events_from_table
 
 C = TxColumns
 

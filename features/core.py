@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.events import TxColumns
 from features.definitions import (
     AMOUNT_CENTS,
     CARD_SECS_SINCE_PREV_TX,
@@ -46,7 +47,6 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from ingest.schemas import TxColumns
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ingest.schemas import TxColumns
+from contracts.events import TxColumns
 
 SECOND_MS = 1_000
 HOUR_MS = 3_600_000

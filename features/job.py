@@ -25,6 +25,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from contracts.events import (
+    TxColumns,
+)
+from contracts.settings import Topics
 from features.core import CardState, TerminalState
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.stream import (
@@ -51,7 +55,6 @@ from features.stream import (
 )
 from infra.checkpoints import bind_layout
 from infra.redis_store import card_features_key, client_for, set_latest
-from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
     OPTION_AFTER_COMMIT,
@@ -64,9 +67,6 @@ from infra.spark_sink import (
 )
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource, Split
-from ingest.schemas import (
-    TxColumns,
-)
 
 C = TxColumns
 

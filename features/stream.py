@@ -29,12 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from features.core import CardState, TerminalState, card_step, terminal_step, time_features
-from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
-from infra.arrow_json import json_objects
-from infra.spark_sink import HEADERS_ARROW_TYPE, SinkRows, pack_records
-from ingest.columnar import validate_many
-from ingest.schemas import (
+from contracts.events import (
     SCHEMA_VERSION,
     DeadLetter,
     LabelEvent,
@@ -42,6 +37,11 @@ from ingest.schemas import (
     TransactionEvent,
     TxColumns,
 )
+from features.core import CardState, TerminalState, card_step, terminal_step, time_features
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
+from infra.arrow_json import json_objects
+from infra.spark_sink import HEADERS_ARROW_TYPE, SinkRows, pack_records
+from ingest.columnar import validate_many
 from ingest.validation import parse_event
 
 C = TxColumns
@@ -529,7 +529,7 @@ def kafka_records(
 
 
 def feature_record_values(rows: pd.DataFrame, params: FeatureParams) -> pa.Array:
-    """``ingest.schemas.FeatureRecord`` JSON of feature rows: the input event, the late flag, the features."""
+    """``contracts.events.FeatureRecord`` JSON of feature rows: the input event, the late flag, the features."""
 
     types = dict(output_fields(params))
 

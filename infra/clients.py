@@ -16,8 +16,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from contracts.settings import Settings
 from infra.embedded import EmbeddedStack, StackInfo
-from infra.settings import Settings
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20

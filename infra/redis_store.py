@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from scoring.records import AlertRecord, ScoreRecord
+from contracts.records import AlertRecord, ScoreRecord
 
 #: Sets each hash to its fields unless it holds a newer record; records are ordered by (event_time_ms,
 #: tx_id). KEYS = the hashes; ARGV = ttl_s, then per key: event_time_ms, tx_id, the number of field and

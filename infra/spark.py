@@ -24,7 +24,7 @@ import pyspark
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from infra.settings import Settings
+from contracts.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's

@@ -101,9 +101,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from contracts.events import DeadLetter, to_record
 from infra.txn_lock import needs_locks, topic_locks, topics_of
-from ingest.deadletter import to_record
-from ingest.schemas import DeadLetter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from ingest.schemas import DeadLetter, Reason, TxColumns
+from contracts.events import DeadLetter, Reason, TxColumns
 
 C = TxColumns
 

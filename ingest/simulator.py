@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ingest.schemas import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, TxColumns
+from contracts.events import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, TxColumns
 
 #: Side of the square (in the handbook's arbitrary distance unit) where customers and terminals live.
 AREA_SIZE = 100.0
@@ -313,7 +313,7 @@ def simulate(config: SimulatorConfig) -> pd.DataFrame:
     """Simulate transactions with fraud labels, one row per transaction in event-time order.
 
     Returns:
-        A frame with the :class:`~ingest.schemas.TxColumns` columns: ``tx_id`` (int64, 0..N-1 in
+        A frame with the :class:`~contracts.events.TxColumns` columns: ``tx_id`` (int64, 0..N-1 in
         event-time order; ties broken by card, then draw order), ``card_id`` and ``terminal_id``
         (int64), ``amount`` (float64, cents), ``event_time`` (datetime64[ms, UTC]), ``is_fraud`` and
         ``fraud_scenario`` (int8; scenario 0 is legitimate), ``terminal_x`` and ``terminal_y``.

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ingest.schemas import DeadLetter, LabelEvent, Reason, TransactionEvent
+from contracts.events import DeadLetter, LabelEvent, Reason, TransactionEvent
 
 EventT = TypeVar("EventT", bound=BaseModel)
 

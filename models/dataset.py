@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from contracts.events import TxColumns
 from features.batch import transactions_features
 from features.core import compute_features, labels_from_fraud_flags
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, LABEL_COLUMNS, TX_TIME_MS, FeatureParams
 from ingest.files import _to_event_time_ms
-from ingest.schemas import TxColumns
 
 C = TxColumns
 

@@ -8,23 +8,33 @@ the labels, with the time each became known, to the batch path of the feature de
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
 import pandas as pd
 from pydantic import BaseModel
 
+from contracts.events import DeadLetter, LabelEvent, TransactionEvent, TxColumns
+from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from infra.clients import Clients, offset_bounds, read_topic
-from infra.console import progress_bar
-from infra.settings import Topics
-from ingest.schemas import DeadLetter, LabelEvent, TransactionEvent, TxColumns
 from ingest.validation import parse_event
 from models.dataset import LABEL_TABLE_COLUMNS, Dataset, DatasetError, build_dataset, in_range
 
 C = TxColumns
 EventT = TypeVar("EventT", bound=BaseModel)
 _PROGRESS_STEP = 10_000
+
+#: ``progress(description, total)`` opens a progress display and yields ``advance(n)`` (the CLI's bar).
+Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
+
+
+@contextmanager
+def no_progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A :data:`Progress` that shows nothing."""
+    yield lambda amount: None
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,7 @@ class ReplayedEvents:
 
 
 def _read_events(
-    clients: Clients, topic: str, model: type[EventT], max_bytes: int
+    clients: Clients, topic: str, model: type[EventT], max_bytes: int, progress: Progress
 ) -> tuple[list[EventT], int]:
     consumer = clients.consumer(overrides={"enable.partition.eof": True})
     try:
@@ -52,7 +62,7 @@ def _read_events(
     events: list[EventT] = []
     rejected = 0
     pending = 0
-    with progress_bar(f"Replaying {topic}", total) as advance:
+    with progress(f"Replaying {topic}", total) as advance:
         for message in read_topic(clients, topic):
             parsed = parse_event(model, message.value() or b"", f"kafka:{topic}", max_bytes)
             if isinstance(parsed, DeadLetter):
@@ -67,10 +77,14 @@ def _read_events(
     return events, rejected
 
 
-def replay_topics(clients: Clients, topics: Topics, max_event_bytes: int) -> ReplayedEvents:
-    """Every valid transaction and label in the topics now, with a progress bar per topic."""
-    transactions, bad_tx = _read_events(clients, topics.transactions, TransactionEvent, max_event_bytes)
-    labels, bad_labels = _read_events(clients, topics.labels, LabelEvent, max_event_bytes)
+def replay_topics(
+    clients: Clients, topics: Topics, max_event_bytes: int, progress: Progress = no_progress
+) -> ReplayedEvents:
+    """Every valid transaction and label in the topics now, with ``progress`` shown per topic."""
+    transactions, bad_tx = _read_events(
+        clients, topics.transactions, TransactionEvent, max_event_bytes, progress
+    )
+    labels, bad_labels = _read_events(clients, topics.labels, LabelEvent, max_event_bytes, progress)
     source = f"kafka:{topics.transactions}+{topics.labels}"
     if not transactions:
         raise DatasetError(f"no valid transactions in topic {topics.transactions!r}")

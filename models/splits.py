@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from contracts.events import TxColumns
 from features.definitions import DAY_MS, EVENT_TIME_MS
-from ingest.schemas import TxColumns
 from models.dataset import Dataset, DatasetError, cards_with_known_fraud, fraud_known
 
 #: Target column of split frames: 1 for a fraud.

@@ -17,6 +17,7 @@ import pandas as pd
 from sklearn.pipeline import Pipeline
 
 from models.dataset import Dataset
+from models.estimators import ModelSpec, build_pipeline
 from models.metrics import (
     DEFAULT_ALERTS_PER_DAY,
     DEFAULT_TOP_K,
@@ -28,7 +29,6 @@ from models.metrics import (
     roc_auc,
     threshold_for_budget,
 )
-from models.pipelines import ModelSpec, build_pipeline
 from models.splits import TARGET, TEST_DAY, Split, SplitPlan, split, split_counts
 
 

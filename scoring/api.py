@@ -15,10 +15,9 @@ from fastapi import FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
+from contracts.events import CARD_TOKEN_PATTERN
+from contracts.records import AlertRecord, ScoreRecord
 from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
-from infra.settings import Settings
-from ingest.schemas import CARD_TOKEN_PATTERN
-from scoring.records import AlertRecord, ScoreRecord
 
 TxIdParam = Annotated[int, Path(ge=0, lt=2**63, description="Transaction id (non-negative int64).")]
 CardIdParam = Annotated[str, Path(pattern=CARD_TOKEN_PATTERN, description="Card token (32 hex digits).")]
@@ -50,20 +49,11 @@ class Health(BaseModel):
     redis: bool
 
 
-def _redis_client(source: Any) -> Any:
-    if isinstance(source, Settings):
-        from infra.clients import Clients
-
-        return Clients.from_settings(source).redis()
-    return source
-
-
-def create_app(settings_or_redis_client: Settings | Any, prefix: str = "") -> FastAPI:
-    """The API and page over the Redis store reached by the settings (or this redis-py client).
+def create_app(redis: Any, prefix: str = "") -> FastAPI:
+    """The API and page over the Redis store behind this redis-py client.
 
     ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix).
     """
-    redis = _redis_client(settings_or_redis_client)
     app = FastAPI(
         title="kappa-fraud alerts",
         description="Alerts, scores and latest features of cards, from the Redis lookup store.",

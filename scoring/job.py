@@ -38,10 +38,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
+from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
+from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
 from infra.redis_store import client_for, write_alerts, write_scores
-from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import (
     HEADERS_ARROW_TYPE,
@@ -58,10 +60,8 @@ from infra.spark_sink import (
 from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource
 from ingest.columnar import validate_many
-from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason, TxColumns
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
 from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
-from scoring.records import AlertRecord, ScoreRecord
 
 C = TxColumns
 _log = logging.getLogger(__name__)

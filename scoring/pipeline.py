@@ -27,6 +27,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from contracts.settings import Topics
 from features.job import (
     FeatureJobConfig,
     feature_sink_options,
@@ -34,7 +35,6 @@ from features.job import (
     prepare_checkpoint,
     write_latest_features,
 )
-from infra.settings import Topics
 from infra.spark import start_stream
 from infra.spark_sink import OPTION_AFTER_COMMIT, SinkRows
 from infra.spark_sink import register as register_sink

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from contracts.settings import Settings, Topics
 from infra.clients import Clients, Endpoints, ensure_topics
 from infra.embedded import StackInfo, temporary_stack
-from infra.settings import Settings, Topics
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

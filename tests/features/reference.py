@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
+from contracts.events import TxColumns
 from features.definitions import (
     CARD_SECS_SINCE_PREV_TX,
     DAY_MS,
@@ -30,7 +31,6 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from ingest.schemas import TxColumns
 
 #: Monday 2024-01-01 00:00 UTC.
 MONDAY_MS = 1_704_067_200_000

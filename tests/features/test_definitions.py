@@ -5,6 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
+from contracts.events import LabelEvent, TransactionEvent
 from features.definitions import (
     DAY_MS,
     DEFAULT_PARAMS,
@@ -14,7 +15,6 @@ from features.definitions import (
     LABEL_COLUMNS,
     FeatureParams,
 )
-from ingest.schemas import LabelEvent, TransactionEvent
 
 
 def test_feature_columns_in_canonical_order() -> None:

@@ -7,9 +7,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from contracts.events import TxColumns
 from features.core import CardState, TerminalState, card_step, compute_features, terminal_step
 from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
-from ingest.schemas import TxColumns
 from tests.features.reference import random_case
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from contracts.records import FeatureRecord
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.stream import (
@@ -30,7 +31,6 @@ from features.stream import (
     to_blob,
 )
 from infra.spark_source import NO_FRONTIER, _end_offset, _release_without_records
-from ingest.schemas import FeatureRecord
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 

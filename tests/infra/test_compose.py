@@ -26,7 +26,7 @@ def test_compose_file_is_valid() -> None:
 
 
 def test_compose_uses_the_same_settings_as_embedded_mode() -> None:
-    from infra.settings import Settings
+    from contracts.settings import Settings
 
     config = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     env = config["x-fraud-env"]

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import Settings, Topics, UnknownSettingError, load_settings
+from contracts.settings import Settings, Topics, UnknownSettingError, load_settings
 
 
 @pytest.fixture(autouse=True)

@@ -20,19 +20,19 @@ import pyarrow as pa
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from features.definitions import FEATURE_COLUMNS
-from ingest import columnar
-from ingest.columnar import UnsupportedModelError, Validated, validate_many
-from ingest.pipeline import label_for
-from ingest.schemas import (
+from contracts.events import (
     MAX_AMOUNT,
     MAX_EVENT_TIME_MS,
     MIN_EVENT_TIME_MS,
     DeadLetter,
-    FeatureRecord,
     LabelEvent,
     TransactionEvent,
 )
+from contracts.records import FeatureRecord
+from features.definitions import FEATURE_COLUMNS
+from ingest import columnar
+from ingest.columnar import UnsupportedModelError, Validated, validate_many
+from ingest.produce import label_for
 from ingest.validation import parse_event
 from tests.ingest.test_validation import GOOD, TOKEN
 

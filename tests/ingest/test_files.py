@@ -3,8 +3,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from contracts.events import Reason, TxColumns
 from ingest.files import InputFileError, clean_table, parse_mapping, read_table
-from ingest.schemas import Reason, TxColumns
 
 C = TxColumns
 

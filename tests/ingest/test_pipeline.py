@@ -1,9 +1,9 @@
 import orjson
 import pandas as pd
 
+from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns
 from ingest.files import clean_table
-from ingest.pipeline import events_from_table
-from ingest.schemas import LabelEvent, Reason, TransactionEvent, TxColumns
+from ingest.produce import events_from_table
 from ingest.tokens import card_token
 
 C = TxColumns

@@ -19,7 +19,7 @@ import pandas as pd
 import pydantic
 import pytest
 
-from ingest.schemas import TxColumns
+from contracts.events import TxColumns
 from ingest.simulator import (
     Compromises,
     Profiles,

@@ -2,7 +2,7 @@ import re
 
 import pandas as pd
 
-from ingest.schemas import CARD_TOKEN_PATTERN
+from contracts.events import CARD_TOKEN_PATTERN
 from ingest.tokens import card_token, tokenise
 
 

@@ -1,7 +1,7 @@
 import orjson
 import pytest
 
-from ingest.schemas import DeadLetter, Reason, TransactionEvent
+from contracts.events import DeadLetter, Reason, TransactionEvent
 from ingest.tokens import card_token
 from ingest.validation import parse_label, parse_transaction
 

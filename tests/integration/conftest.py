@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from infra.settings import Settings
+from contracts.settings import Settings
 from infra.spark import spark_session
 
 

@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contracts.settings import Settings, Topics
 from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra.progress import records_read
-from infra.settings import Settings, Topics
+from fraud.progress import records_read
 from infra.spark import spark_session
 from tests.integration.chaos import chaos_sink, parse_pauses, ship_by_value
 

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from contracts.records import AlertRecord
 from infra.embedded import StackInfo
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
 from scoring.api import create_app
-from scoring.records import AlertRecord
 from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 RETENTION_S = 7 * 86_400

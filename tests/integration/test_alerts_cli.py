@@ -17,14 +17,14 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from infra.cli import app
+from contracts.records import AlertRecord
+from contracts.settings import Settings
+from fraud.cli import app
+from fraud.commands.alerts import parse_time
+from fraud.console import console, err_console
 from infra.clients import Clients
-from infra.console import console, err_console
 from infra.embedded import free_port
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
-from infra.settings import Settings
-from scoring.cli import parse_time
-from scoring.records import AlertRecord
 from tests.integration.test_cli import FRAUD
 from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 

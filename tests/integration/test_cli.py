@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from contracts.settings import Settings
 from infra.clients import Clients, topic_counts
-from infra.settings import Settings
 
 FRAUD = str(Path(sys.executable).parent / "fraud")
 

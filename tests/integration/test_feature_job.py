@@ -34,29 +34,29 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import SparkSession
 
 import features.job
-from features.batch import transactions_features
-from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
-from features.job import FeatureJobConfig, start_feature_job
-from infra.clients import Clients, Endpoints, ensure_topics, read_topic
-from infra.embedded import StackInfo
-from infra.progress import records_read
-from infra.redis_store import card_features_key
-from infra.settings import Settings, Topics
-from infra.spark_sink import register as register_sink
-from ingest.deadletter import from_message
-from ingest.files import clean_table
-from ingest.pipeline import EventBatch, events_from_table, produce_events
-from ingest.schemas import (
+from contracts.events import (
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_REASON_HEADER,
     DLQ_SOURCE_HEADER,
     SCHEMA_VERSION,
-    FeatureRecord,
     Reason,
     TransactionEvent,
     TxColumns,
+    from_message,
 )
+from contracts.records import FeatureRecord
+from contracts.settings import Settings, Topics
+from features.batch import transactions_features
+from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
+from features.job import FeatureJobConfig, start_feature_job
+from fraud.progress import records_read
+from infra.clients import Clients, Endpoints, ensure_topics, read_topic
+from infra.embedded import StackInfo
+from infra.redis_store import card_features_key
+from infra.spark_sink import register as register_sink
+from ingest.files import clean_table
+from ingest.produce import EventBatch, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from tests.integration.chaos import (
     TASKS_LOG,

@@ -6,12 +6,12 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
+from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns, from_message
+from contracts.settings import Settings
 from infra.clients import Clients, read_topic, topic_counts
-from infra.settings import Settings
-from ingest.deadletter import from_message, summarise_topic
+from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
-from ingest.pipeline import events_from_file, events_from_table, produce_events
-from ingest.schemas import LabelEvent, Reason, TransactionEvent, TxColumns
+from ingest.produce import events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
 

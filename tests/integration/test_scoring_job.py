@@ -21,24 +21,23 @@ import pytest
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
+from contracts.events import Reason, TxColumns, from_message
+from contracts.records import AlertRecord, ScoreRecord
+from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
+from fraud.commands.models import Periods, TrainOptions, run_training
 from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import StackInfo
 from infra.redis_store import card_features_key, card_score_key, get_alert
-from infra.settings import Topics
-from ingest.deadletter import from_message
-from ingest.pipeline import produce_events
-from ingest.schemas import Reason, TxColumns
+from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from models.cli import Periods, TrainOptions, run_training
 from models.dataset import file_dataset
+from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.pipelines import ModelSpec
 from models.registry import CHAMPION, promote
 from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
-from scoring.records import AlertRecord, ScoreRecord
 from tests.ingest.test_columnar import FEATURE
 from tests.integration.test_feature_job import (
     LABEL_DELAY_MS,

@@ -29,9 +29,9 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from contracts.settings import Settings
 from infra import spark_sink
 from infra.clients import Clients, partitions_of
-from infra.settings import Settings
 from infra.spark_sink import (
     MARKER_PARTITION,
     SINK_NAME,

@@ -7,8 +7,8 @@ from pathlib import Path
 from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 
+from contracts.settings import Settings
 from infra.clients import Clients, read_topic
-from infra.settings import Settings
 from infra.spark_source import (
     _CONSUMERS,
     NO_FRONTIER,
@@ -73,7 +73,7 @@ def test_admission_control_and_available_now(
 ) -> None:
     import json
 
-    from infra.progress import records_read
+    from fraud.progress import records_read
 
     topic = settings.topics.transactions
     produce(clients, topic, 1_000)

@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from contracts.events import TxColumns
+from contracts.settings import Settings
 from features.definitions import DAY_MS, DEFAULT_PARAMS, EVENT_TIME_MS
-from infra.cli import app
+from fraud.cli import app
 from infra.clients import Clients
-from infra.settings import Settings
 from ingest.files import clean_table
-from ingest.pipeline import events_from_table, produce_events
-from ingest.schemas import TxColumns
+from ingest.produce import events_from_table, produce_events
 from ingest.simulator import simulate
 from models.dataset import file_dataset
 from models.registry import load_model

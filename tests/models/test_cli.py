@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
+from fraud.cli import app
 from models.registry import CHALLENGER, CHAMPION, list_versions, load_model
 
 SPLIT = ["--train-start", "2018-04-20", "--train-days", "7", "--delay-days", "7", "--test-days", "7"]

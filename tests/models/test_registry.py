@@ -10,7 +10,7 @@ import pytest
 
 from features.definitions import DEFAULT_PARAMS
 from models.dataset import Dataset
-from models.pipelines import ModelSpec, feature_set
+from models.estimators import ModelSpec, feature_set
 from models.registry import (
     CHALLENGER,
     CHAMPION,

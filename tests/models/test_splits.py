@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contracts.events import TxColumns
 from features.definitions import DAY_MS, DEFAULT_PARAMS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
-from ingest.schemas import TxColumns
 from models.dataset import Dataset, DatasetError, build_dataset
 from models.splits import TARGET, TEST_DAY, SplitPlan, fold_plans, latest_plan, split
 

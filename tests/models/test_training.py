@@ -7,10 +7,10 @@ import datetime as dt
 import numpy as np
 import pytest
 
+from contracts.events import TxColumns
 from features.definitions import CARD_AMOUNT_RATIO_30D, DEFAULT_PARAMS, HANDBOOK_FEATURES
-from ingest.schemas import TxColumns
 from models.dataset import Dataset
-from models.pipelines import MODEL_KINDS, ModelSpec, build_pipeline, feature_set
+from models.estimators import MODEL_KINDS, ModelSpec, build_pipeline, feature_set
 from models.splits import TARGET, SplitPlan, split
 from models.training import train_and_evaluate
 

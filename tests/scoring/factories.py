@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scoring.records import AlertRecord, ScoreRecord
+from contracts.records import AlertRecord, ScoreRecord
 
 #: 2018-04-01 00:00 UTC, the simulator's first day.
 T0_MS = 1_522_540_800_000

@@ -12,7 +12,7 @@ import pytest
 
 from features.definitions import DEFAULT_PARAMS
 from models.dataset import Dataset
-from models.pipelines import ModelSpec, feature_set
+from models.estimators import ModelSpec, feature_set
 from models.registry import CHAMPION, MODEL_NAME, ModelNotFoundError, promote, registry_client
 from models.splits import SplitPlan
 from models.tracking import default_artifact_location, log_training

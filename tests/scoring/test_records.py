@@ -6,10 +6,10 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from contracts.events import SCHEMA_VERSION, DeadLetter, Reason
+from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from features.definitions import FEATURE_COLUMNS
-from ingest.schemas import SCHEMA_VERSION, DeadLetter, FeatureRecord, Reason
 from scoring.job import parse_feature_record
-from scoring.records import AlertRecord, ScoreRecord
 from tests.ingest.test_columnar import FEATURE
 from tests.scoring.factories import CARD_A, make_alert, make_score
 

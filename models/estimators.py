@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from contracts.events import TxColumns
 from features.definitions import HANDBOOK_FEATURES, FeatureParams
-from ingest.schemas import TxColumns
 
 if TYPE_CHECKING:
     from sklearn.pipeline import Pipeline

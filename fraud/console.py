@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from infra.settings import Settings
+from contracts.settings import Settings
 from ingest.deadletter import DeadLetterSummary
 
 console = Console()

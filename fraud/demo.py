@@ -31,22 +31,22 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from features.cli import run_feature_job
+from contracts.events import TxColumns
+from contracts.records import AlertRecord
+from contracts.settings import Settings
 from features.definitions import FeatureParams
+from fraud.commands.features import run_feature_job
+from fraud.commands.ingest import print_simulation, produce_batch, table_batch
+from fraud.commands.score import run_scoring_job
+from fraud.console import console, counts_table, dead_letter_table, settings_of
 from infra.clients import Clients, ensure_topics, read_topic, topic_counts
-from infra.console import console, counts_table, dead_letter_table, settings_of
 from infra.embedded import EmbeddedStack
 from infra.redis_store import card_features_key
-from infra.settings import Settings
-from ingest.cli import print_simulation, produce_batch, table_batch
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
-from ingest.pipeline import events_from_jsonl
-from ingest.schemas import TxColumns
+from ingest.produce import events_from_jsonl
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
-from scoring.records import AlertRecord
-from scoring.run_cli import run_scoring_job
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent.parent / "examples" / "bad_events.jsonl"
@@ -196,13 +196,13 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     until Ctrl-C; then stop what was started here."""
     import uvicorn
 
-    from features.cli import feature_job_config
     from features.job import start_feature_job
+    from fraud.commands.features import feature_job_config
+    from fraud.commands.score import scoring_job_config
     from infra.spark import spark_session, stop_between_batches
-    from ingest.pipeline import produce_events
+    from ingest.produce import produce_events
     from scoring.api import create_app
     from scoring.job import start_scoring_job
-    from scoring.run_cli import scoring_job_config
 
     clients = Clients.from_settings(settings)
     source = "simulator:live"
@@ -269,7 +269,7 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
 
 def train_demo_model(settings: Settings) -> None:
     """Gradient boosting on every feature, trained on the latest week the replayed topics allow."""
-    from models.cli import (
+    from fraud.commands.models import (
         Periods,
         TrainOptions,
         print_result,
@@ -277,8 +277,8 @@ def train_demo_model(settings: Settings) -> None:
         topics_training_set,
         tracking_target,
     )
+    from models.estimators import ModelSpec
     from models.metrics import DEFAULT_ALERTS_PER_DAY
-    from models.pipelines import ModelSpec
 
     started = time.monotonic()
     params = FeatureParams()

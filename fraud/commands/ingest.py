@@ -9,11 +9,11 @@ from typing import Annotated
 import pandas as pd
 import typer
 
+from contracts.settings import Settings
+from fraud.console import console, dead_letter_table, progress_bar, settings_of
 from infra.clients import Clients, ensure_topics
-from infra.console import console, dead_letter_table, progress_bar, settings_of
-from infra.settings import Settings
 from ingest.files import CleanTable, clean_table, parse_mapping
-from ingest.pipeline import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
+from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet
 
 DAY_MS = 86_400_000

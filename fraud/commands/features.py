@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from contracts.settings import Settings, Topics
 from features.batch import file_features
 from features.definitions import DAY_MS, FeatureParams
-from infra.console import console, settings_of
-from infra.progress import QueryReport, run_streaming_job
-from infra.settings import Settings, Topics
+from fraud.console import console, settings_of
+from fraud.progress import QueryReport, run_streaming_job
 from ingest.files import parse_mapping
 
 if TYPE_CHECKING:

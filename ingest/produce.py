@@ -22,11 +22,18 @@ import orjson
 import pandas as pd
 from confluent_kafka import KafkaError, Message, Producer
 
-from infra.settings import Topics
-from ingest import deadletter
+from contracts.events import (
+    SCHEMA_VERSION,
+    DeadLetter,
+    LabelEvent,
+    Reason,
+    TransactionEvent,
+    TxColumns,
+    to_record,
+)
+from contracts.settings import Topics
 from ingest.deadletter import DeadLetterSummary
 from ingest.files import JSONL_SUFFIXES, CleanTable, clean_table, read_jsonl, read_table
-from ingest.schemas import SCHEMA_VERSION, DeadLetter, LabelEvent, Reason, TransactionEvent, TxColumns
 from ingest.tokens import tokenise
 from ingest.validation import parse_transaction
 
@@ -221,7 +228,7 @@ def produce_events(
     delivery = _Delivery()
     summary = DeadLetterSummary()
     for letter in batch.dead_letters:
-        value, headers = deadletter.to_record(letter)
+        value, headers = to_record(letter)
         _produce(producer, delivery, topic=topics.dead_letter, value=value, headers=headers)
         summary.add(letter)
     times = np.concatenate(

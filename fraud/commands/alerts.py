@@ -16,11 +16,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from pydantic import ValidationError
 from rich.table import Table
 
+from contracts.events import CARD_TOKEN_PATTERN
+from contracts.records import AlertRecord
+from fraud.console import console, err_console, settings_of
 from infra.clients import Clients, offsets_for_time, partitions_of, read_topic
-from infra.console import console, err_console, settings_of
 from infra.redis_store import card_known, card_summary, get_alert
-from ingest.schemas import CARD_TOKEN_PATTERN
-from scoring.records import AlertRecord
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 

@@ -11,23 +11,23 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from features.cli import app as features_app
+from contracts.settings import Settings, UnknownSettingError, load_settings
+from fraud.commands.alerts import app as alerts_app
+from fraud.commands.alerts import card_command, serve_command
+from fraud.commands.features import app as features_app
+from fraud.commands.ingest import ingest_command, simulate_command
+from fraud.commands.models import app as models_app
+from fraud.commands.models import train_command
+from fraud.commands.score import app as score_app
+from fraud.commands.score import pipeline_app
+from fraud.console import console, counts_table, err_console, settings_of
+from fraud.demo import demo_command
 from infra.checkpoints import CheckpointLayoutError
 from infra.clients import Clients, NotConfiguredError, delete_topics, ensure_topics, topic_counts
-from infra.console import console, counts_table, err_console, settings_of
-from infra.demo import demo_command
 from infra.embedded import EmbeddedStack, StackError, StackInfo
-from infra.settings import Settings, UnknownSettingError, load_settings
-from ingest.cli import ingest_command, simulate_command
 from ingest.files import InputFileError
-from models.cli import app as models_app
-from models.cli import train_command
 from models.dataset import DatasetError
 from models.registry import ModelNotFoundError
-from scoring.cli import app as alerts_app
-from scoring.cli import card_command, serve_command
-from scoring.run_cli import app as score_app
-from scoring.run_cli import pipeline_app
 
 app = typer.Typer(
     name="fraud",

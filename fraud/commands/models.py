@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from features.cli import FeatureDelayOption, feature_params
+from contracts.settings import Settings
 from features.definitions import DAY_MS, FeatureParams
+from fraud.commands.features import FeatureDelayOption, feature_params
+from fraud.console import console, progress_bar, settings_of
 from infra.clients import Clients, NotConfiguredError
-from infra.console import console, settings_of
 from infra.embedded import EmbeddedStack
-from infra.settings import Settings
 from ingest.files import parse_mapping, read_table
 from models.dataset import Dataset, event_times_ms, file_dataset
-from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
-from models.pipelines import (
+from models.estimators import (
     CLASS_WEIGHTS,
     FEATURE_SETS,
     MODEL_KINDS,
@@ -29,6 +28,7 @@ from models.pipelines import (
     ModelSpec,
     feature_set,
 )
+from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
 from models.registry import ALIASES, MODEL_NAME, list_versions, promote
 from models.splits import SplitPlan, day_of, fold_plans, latest_plan
 
@@ -119,7 +119,9 @@ def topics_training_set(
     """The dataset of a replay of the transactions and labels topics (with progress), for the plans."""
     from models.replay import replay_dataset, replay_topics
 
-    events = replay_topics(Clients.from_settings(settings), settings.topics, settings.max_event_bytes)
+    events = replay_topics(
+        Clients.from_settings(settings), settings.topics, settings.max_event_bytes, progress_bar
+    )
     plans = periods.plans(events.last_ms)
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)

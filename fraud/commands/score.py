@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from features.cli import (
+from contracts.settings import Settings, Topics
+from features.definitions import FeatureParams
+from fraud.commands.features import (
     AllowedLatenessOption,
     FeatureDelayOption,
     MaxRecordsOption,
@@ -15,10 +17,8 @@ from features.cli import (
     feature_job_config,
     feature_params,
 )
-from features.definitions import FeatureParams
-from infra.console import settings_of
-from infra.progress import QueryReport, run_streaming_job
-from infra.settings import Settings, Topics
+from fraud.console import settings_of
+from fraud.progress import QueryReport, run_streaming_job
 from models.registry import ALIASES, CHAMPION
 
 if TYPE_CHECKING:

@@ -1,14 +1,20 @@
 """Event schemas on the wire and the canonical columns of transaction files, defined once.
 
 Every producer and consumer imports these: the transaction and label events (JSON, explicit schema
-version, event time in UTC milliseconds, card identifiers as tokens), the dead-letter context, and the
-column names of the tabular form used by the simulator, file import and the batch feature path.
+version, event time in UTC milliseconds, card identifiers as tokens), dead letters and their encoding on
+the dead-letter topic, and the column names of the tabular form used by the simulator, file import and
+the batch feature path.
+
+Dead-letter records keep the original bytes as the record value and the context in ``dlq.*`` headers, so
+a fixed record can be re-produced byte for byte. Records over the broker's size limit keep their first
+bytes only, and say so in the detail.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,27 +124,52 @@ class TxColumns:
     OPTIONAL = (IS_FRAUD, FRAUD_SCENARIO, TERMINAL_X, TERMINAL_Y)
 
 
-class FeatureRecord(BaseModel):
-    """One transaction with its features, as written to the features topic (keyed by ``card_id``).
+#: The most of an original record the dead-letter topic keeps (stays under Kafka's 1 MB default).
+MAX_KEPT_BYTES = 900_000
 
-    It carries the whole input event, so the scoring stage needs nothing else. ``late`` marks a
-    transaction that arrived after the feature job's event-time frontier had passed it: its features
-    were computed against the state as it was then.
 
-    As strict as the input events: other producers can write this topic, and a value the model cannot
-    score (a string, an infinity) must become a dead letter, not a failed micro-batch. Which feature
-    names a record must carry is the scoring stage's to check (``scoring.job``).
-    """
+def to_record(letter: DeadLetter) -> tuple[bytes, list[tuple[str, str | bytes | None]]]:
+    """Value and headers of the dead-letter record for ``letter``."""
+    value = letter.raw
+    detail = letter.detail
+    if len(value) > MAX_KEPT_BYTES:
+        detail = f"{detail} (value truncated to its first {MAX_KEPT_BYTES} of {len(value)} bytes)"
+        value = value[:MAX_KEPT_BYTES]
+    headers: list[tuple[str, str | bytes | None]] = [
+        (DLQ_REASON_HEADER, letter.reason.value.encode()),
+        (DLQ_DETAIL_HEADER, detail.encode()),
+        (DLQ_SOURCE_HEADER, letter.source.encode()),
+    ]
+    if letter.partition is not None:
+        headers.append((DLQ_PARTITION_HEADER, str(letter.partition).encode()))
+    if letter.offset is not None:
+        headers.append((DLQ_OFFSET_HEADER, str(letter.offset).encode()))
+    return value, headers
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    schema_version: Literal[1]
-    tx_id: TxId
-    card_id: CardToken
-    terminal_id: TerminalId
-    amount: Annotated[FiniteFloat, Field(ge=0, le=MAX_AMOUNT)]
-    event_time_ms: EventTimeMs
-    terminal_x: FiniteFloat | None = None
-    terminal_y: FiniteFloat | None = None
-    late: bool
-    features: dict[str, FiniteFloat]
+class KafkaRecord(Protocol):
+    """What a dead letter is read back from: a Kafka record (confluent-kafka's ``Message`` has these)."""
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> Sequence[tuple[str, Any]] | dict[str, Any] | None: ...
+
+
+def from_message(message: KafkaRecord) -> DeadLetter:
+    """The dead letter carried by a record of the dead-letter topic."""
+    raw_headers = message.headers() or []
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    headers = {
+        key: value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+        for key, value in pairs
+    }
+    partition = headers.get(DLQ_PARTITION_HEADER)
+    offset = headers.get(DLQ_OFFSET_HEADER)
+    return DeadLetter(
+        raw=message.value() or b"",
+        source=headers.get(DLQ_SOURCE_HEADER, "unknown"),
+        reason=Reason(headers.get(DLQ_REASON_HEADER, Reason.INVALID_VALUE.value)),
+        detail=headers.get(DLQ_DETAIL_HEADER, ""),
+        partition=int(partition) if partition is not None else None,
+        offset=int(offset) if offset is not None else None,
+    )

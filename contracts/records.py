@@ -1,6 +1,6 @@
-"""Score and alert records on the wire, defined once.
+"""Feature, score and alert records on the wire, defined once.
 
-The scoring job writes one :class:`ScoreRecord` per transaction to the scores topic and an
+The feature job writes one :class:`FeatureRecord` per transaction to the features topic. The scoring job writes one :class:`ScoreRecord` per transaction to the scores topic and an
 :class:`AlertRecord` for every transaction scored at or above the model's threshold to the alerts topic.
 Both are JSON (``model_dump_json``), keyed by ``card_id``, with an explicit ``schema_version``; event and
 scoring times are UTC milliseconds. Consumers parse them with ``model_validate_json``. The same alert
@@ -14,7 +14,42 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ingest.schemas import SCHEMA_VERSION, CardToken, EventTimeMs, FiniteFloat, TerminalId, TxId
+from contracts.events import (
+    MAX_AMOUNT,
+    SCHEMA_VERSION,
+    CardToken,
+    EventTimeMs,
+    FiniteFloat,
+    TerminalId,
+    TxId,
+)
+
+
+class FeatureRecord(BaseModel):
+    """One transaction with its features, as written to the features topic (keyed by ``card_id``).
+
+    It carries the whole input event, so the scoring stage needs nothing else. ``late`` marks a
+    transaction that arrived after the feature job's event-time frontier had passed it: its features
+    were computed against the state as it was then.
+
+    As strict as the input events: other producers can write this topic, and a value the model cannot
+    score (a string, an infinity) must become a dead letter, not a failed micro-batch. Which feature
+    names a record must carry is the scoring stage's to check (``scoring.job``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Literal[1]
+    tx_id: TxId
+    card_id: CardToken
+    terminal_id: TerminalId
+    amount: Annotated[FiniteFloat, Field(ge=0, le=MAX_AMOUNT)]
+    event_time_ms: EventTimeMs
+    terminal_x: FiniteFloat | None = None
+    terminal_y: FiniteFloat | None = None
+    late: bool
+    features: dict[str, FiniteFloat]
+
 
 ModelVersion = Annotated[int, Field(ge=1, description="Registered model version (MLflow counts from 1).")]
 

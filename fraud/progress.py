@@ -11,8 +11,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from infra.console import console
-from infra.settings import Settings
+from contracts.settings import Settings
+from fraud.console import console
 
 
 @dataclass
