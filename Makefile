@@ -32,9 +32,10 @@ test: lint  ## lint, types, and every test tier (unit, integration, chaos) again
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration and not chaos"
 
-bench: $(STAMP)  ## simulator, ingest, feature-job and scoring throughput, alert latency, on the embedded stack
+bench: $(STAMP)  ## simulator, ingest, validation, feature-job and scoring throughput, alert latency: into docs/benchmarks.md
 	$(BIN)/python bench/bench_simulator.py
 	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_validation.py
 	$(BIN)/python bench/bench_features.py
 	$(BIN)/python bench/bench_scoring.py
 

@@ -3,9 +3,10 @@
 Produces a fixed simulation (seed 0) to an embedded Tansu broker, then runs ``fraud features run --once``
 (as a function call) with the real exactly-once sink and Redis, and prints: Spark start-up, the first
 micro-batch (Python workers warming up) separately, steady-state events/s over the other batches,
-micro-batch latency percentiles, and the features written.
+micro-batch latency percentiles, and the features written; writes them to the ``features`` section of
+docs/benchmarks.md.
 
-Run: .venv/bin/python bench/bench_features.py [--customers 5000 --days 52] [--max-records 100000]
+Run: .venv/bin/python bench/bench_features.py [--customers 5000 --days 52] [--max-records 100000] [--no-report]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import report
 
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
@@ -45,6 +47,7 @@ def main() -> None:
     parser.add_argument("--max-records", type=int, default=100_000)
     parser.add_argument("--card-buckets", type=int, default=FeatureJobConfig.card_buckets)
     parser.add_argument("--terminal-buckets", type=int, default=FeatureJobConfig.terminal_buckets)
+    report.add_flag(parser)
     args = parser.parse_args()
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey")
 
@@ -84,24 +87,47 @@ def main() -> None:
     records = [records_read(p) for p in progress]
     batch_s = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     steady_records, steady_s = sum(records[1:]), sum(batch_s[1:])
-    print(f"Spark session start-up: {startup_s:6.1f} s")
-    print(
-        f"first micro-batch:      {batch_s[0]:6.1f} s for {records[0]:,} records (worker start-up included)"
-    )
+    figures = [
+        ["Spark session start-up", f"{startup_s:.1f} s"],
+        ["first micro-batch", f"{batch_s[0]:.1f} s for {records[0]:,} records (worker start-up included)"],
+    ]
     if steady_s:
-        print(
-            f"steady state:           {steady_records / steady_s:10,.0f} events/s "
-            f"({steady_records:,} records in {len(records) - 1} micro-batches, {steady_s:,.1f} s)"
+        figures += [
+            [
+                "steady state",
+                f"{steady_records / steady_s:,.0f} events/s ({steady_records:,} records in "
+                f"{len(records) - 1} micro-batches, {steady_s:,.1f} s)",
+            ],
+            [
+                "micro-batch latency",
+                f"p50 {np.percentile(batch_s[1:], 50):.1f} s, p95 {np.percentile(batch_s[1:], 95):.1f} s, "
+                f"max {max(batch_s[1:]):.1f} s",
+            ],
+        ]
+    figures += [
+        ["whole run", f"{sum(records) / run_s:,.0f} events/s ({sum(records):,} in {run_s:,.1f} s)"],
+        ["feature records written", f"{written:,}"],
+        ["driver peak RSS", f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB"],
+    ]
+    for name, value in figures:
+        print(f"{name + ':':24} {value}")
+    if not args.no_report:
+        report.write_section(
+            "features",
+            script=__file__,
+            tables=[
+                report.Table(
+                    ["figure", "value"],
+                    figures,
+                    notes=[f"Input: {produced.transactions:,} transactions, {produced.labels:,} labels."],
+                )
+            ],
+            settings={
+                **report.args_settings(args),
+                "spark_master": settings.spark_master,
+                "stack": "embedded Tansu (memory), Valkey",
+            },
         )
-        print(
-            f"micro-batch latency:    p50 {np.percentile(batch_s[1:], 50):.1f} s, "
-            f"p95 {np.percentile(batch_s[1:], 95):.1f} s, max {max(batch_s[1:]):.1f} s"
-        )
-    print(
-        f"whole run:              {sum(records) / run_s:10,.0f} events/s ({sum(records):,} in {run_s:,.1f} s)"
-    )
-    print(f"feature records written: {written:,}")
-    print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
 
 
 if __name__ == "__main__":

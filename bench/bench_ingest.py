@@ -1,7 +1,8 @@
 """Ingest throughput on the embedded stack: simulated transactions validated and produced to Kafka.
 
 Prints the settings, then the rate of each phase (tokenise + build + validate; produce and flush) and the
-peak memory. Run: .venv/bin/python bench/bench_ingest.py [--days 183] [--seed 0]
+peak memory, and writes them to the ``ingest`` section of docs/benchmarks.md.
+Run: .venv/bin/python bench/bench_ingest.py [--days 183] [--seed 0] [--no-report]
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+
+import report
 
 from infra.clients import Clients, ensure_topics, topic_counts
 from infra.embedded import temporary_stack
@@ -28,6 +31,7 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=183)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partitions", type=int, default=4)
+    report.add_flag(parser)
     args = parser.parse_args()
     config = SimulatorConfig(
         customers=args.customers, terminals=args.terminals, days=args.days, seed=args.seed
@@ -49,20 +53,39 @@ def main() -> None:
         result = produce_events(clients.producer(), settings.topics, batch)
         counts = topic_counts(clients, [settings.topics.transactions, settings.topics.labels])
     total_s = prepare_s + result.seconds
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    phases: list[tuple[str, float, float]] = [
+        ("prepare (clean, tokenise, build JSON, validate)", prepare_s, events / prepare_s),
+        ("produce (incl. flush)", result.seconds, result.events_per_second),
+        ("ingest end to end", total_s, events / total_s),
+    ]
     print(
         f"transactions: {result.transactions:,}  labels: {result.labels:,}  dead letters: {result.dead_letters.total}"
     )
     print(f"on the broker: {counts}")
-    print(
-        f"prepare (clean, tokenise, build JSON, validate): {prepare_s:6.2f} s  {events / prepare_s:10,.0f} events/s"
-    )
-    print(
-        f"produce (incl. flush):                           {result.seconds:6.2f} s  {result.events_per_second:10,.0f} events/s"
-    )
-    print(
-        f"ingest end to end:                               {total_s:6.2f} s  {events / total_s:10,.0f} events/s"
-    )
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    for name, seconds, rate in phases:
+        print(f"{name + ':':49} {seconds:6.2f} s  {rate:10,.0f} events/s")
+    print(f"peak RSS: {peak_mib:,.0f} MiB")
+    if not args.no_report:
+        report.write_section(
+            "ingest",
+            script=__file__,
+            tables=[
+                report.Table(
+                    ["phase", "seconds", "events/s"],
+                    [[name, f"{seconds:.2f}", f"{rate:,.0f}"] for name, seconds, rate in phases],
+                    notes=[
+                        f"{result.transactions:,} transactions and {result.labels:,} labels produced, "
+                        f"{result.dead_letters.total:,} dead letters; peak RSS {peak_mib:,.0f} MiB."
+                    ],
+                )
+            ],
+            settings={
+                **config.model_dump(mode="json"),
+                "partitions": args.partitions,
+                "broker": "embedded Tansu (memory)",
+            },
+        )
 
 
 if __name__ == "__main__":

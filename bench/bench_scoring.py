@@ -14,6 +14,7 @@ jobs, and the one-query pipeline (``fraud pipeline run``).
    in Redis (p50/p95/p99/max), the micro-batch durations, and the CPU each process group used meanwhile
    (of one core; the machine has 2). Each load starts with ``--warmup-s`` of the same pace, reported
    apart: a query's first micro-batches load its state.
+4. Writes the figures to the ``scoring`` section of docs/benchmarks.md (unless ``--no-report``).
 
 Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 52] [--paced-s 60] [--warmup-s 10]
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
+import report
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import TxColumns
@@ -141,8 +143,9 @@ def cpu_report(before: dict[int, tuple[float, str]], seconds: float) -> str:
     )
 
 
-def steady_rate(query: StreamingQuery, name: str) -> float:
-    """Records/s of a finished ``--once`` query over its micro-batches after the first (printed)."""
+def steady_rate(query: StreamingQuery, name: str) -> tuple[float, int, int]:
+    """Records/s of a finished ``--once`` query over its micro-batches after the first (printed), with the
+    records and micro-batches it counts."""
     batches = [p for p in query.recentProgress if records_read(p)][1:]
     records = sum(records_read(p) for p in batches)
     seconds = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
@@ -150,7 +153,7 @@ def steady_rate(query: StreamingQuery, name: str) -> float:
         f"{name}, unpaced steady: {records / seconds:10,.0f} records/s "
         f"({records:,} records in {len(batches)} micro-batches after the first)"
     )
-    return records / seconds
+    return records / seconds, records, len(batches)
 
 
 def run_paced(
@@ -161,10 +164,11 @@ def run_paced(
     rates: list[float],
     seconds: float,
     warmup: float,
-) -> None:
+) -> tuple[list[list[str]], list[str]]:
     """Stream ``later`` at each rate while ``queries`` run: ``warmup`` seconds first (reported apart: the
     first micro-batches of a query load its state and workers), then ``seconds`` measured; print alert
-    latency, micro-batch durations and CPU of the measured part."""
+    latency, micro-batch durations and CPU of the measured part. Returns them as table rows (one per
+    rate), and notes on what went short."""
     offset = 0
 
     def take(n: int) -> EventBatch:
@@ -177,6 +181,8 @@ def run_paced(
         offset += n
         return part
 
+    rows: list[list[str]] = []
+    notes: list[str] = []
     for rate in rates:
         seen: dict[int, float] = {}
         stop = threading.Event()
@@ -191,10 +197,14 @@ def run_paced(
         stop.set()
         watcher.join()
         if len(sent) < int(rate * seconds):
-            print(f"paced {rate:,.0f}/s: only {len(sent):,} transactions left to send (simulate more days)")
+            notes.append(
+                f"paced {rate:,.0f}/s: only {len(sent):,} transactions left to send (simulate more days)"
+            )
+            print(notes[-1])
         latencies = np.array([seen[tx] - at for tx, at in sent.items() if tx in seen])
         if not len(latencies):
-            print(f"paced {rate:,.0f}/s: no alerts seen in Redis")
+            notes.append(f"paced {rate:,.0f}/s: no alerts seen in Redis")
+            print(notes[-1])
             continue
         warm_latencies = [seen[tx] - at for tx, at in warm.items() if tx in seen]
         p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
@@ -204,6 +214,7 @@ def run_paced(
             f"p95 {p95:.2f} s, p99 {p99:.2f} s, max {latencies.max():.2f} s "
             f"(warm-up: {len(warm_latencies)} alerts, max {max(warm_latencies, default=0.0):.2f} s)"
         )
+        batches = []
         for query in queries:
             durations = [
                 p["durationMs"]["triggerExecution"] / 1000
@@ -211,11 +222,22 @@ def run_paced(
                 if p["batchId"] > last_warm[id(query)] and records_read(p)
             ]
             if durations:
-                print(
-                    f"  {query.name}: {len(durations)} micro-batches, duration p50 "
-                    f"{np.percentile(durations, 50):.2f} s, max {max(durations):.2f} s"
-                )
+                summary = f"duration p50 {np.percentile(durations, 50):.2f} s, max {max(durations):.2f} s"
+                print(f"  {query.name}: {len(durations)} micro-batches, {summary}")
+                batches.append(f"{query.name}: {len(durations)}, {summary}")
         print(f"  CPU while producing (of one core): {cpu}")
+        rows.append(
+            [
+                f"{rate:,.0f}/s",
+                f"{len(sent):,}",
+                f"{len(latencies):,}",
+                f"{p50:.2f} / {p95:.2f} / {p99:.2f} / {latencies.max():.2f} s",
+                f"{len(warm_latencies)} alerts, max {max(warm_latencies, default=0.0):.2f} s",
+                "; ".join(batches),
+                cpu,
+            ]
+        )
+    return rows, notes
 
 
 def main() -> None:
@@ -248,6 +270,7 @@ def main() -> None:
     parser.add_argument("--terminal-buckets", type=int, default=FeatureJobConfig.terminal_buckets)
     parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the paced jobs")
     parser.add_argument("--seed", type=int, default=0)
+    report.add_flag(parser)
     args = parser.parse_args()
     if args.pipeline_only and args.paced_jobs == "separate":
         parser.error("--pipeline-only runs no separate jobs: it cannot pace them")
@@ -326,15 +349,19 @@ def main() -> None:
                 *runs,
             ]
         rates_of = {}
+        unpaced: list[list[str]] = []
         for name, start_once in runs:
             query = start_once()
             query.awaitTermination()
-            rates_of[name] = steady_rate(query, name)
+            rate, records, batches = steady_rate(query, name)
+            rates_of[name] = rate
+            unpaced.append([name, f"{rate:,.0f}", f"{records:,} in {batches} micro-batches after the first"])
         if not args.pipeline_only:
             both = 1 / (1 / rates_of["feature job"] + 1 / rates_of["scoring job"])
             print(
                 f"feature job + scoring job:    {both:10,.0f} transactions/s (the two steady rates in series)"
             )
+            unpaced.append(["feature job + scoring job", f"{both:,.0f}", "the two steady rates in series"])
 
         # The paced jobs run in an application of their own, as `fraud pipeline run` does: in the session of
         # the unpaced runs, PySpark would hand their tasks to that session's idle Python workers in turn,
@@ -354,13 +381,52 @@ def main() -> None:
             ]
             alerts_key = recent_alerts_key()
         print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
-        run_paced(clients, alerts_key, queries, events_of(later), rates, args.paced_s, args.warmup_s)
+        paced_rows, notes = run_paced(
+            clients, alerts_key, queries, events_of(later), rates, args.paced_s, args.warmup_s
+        )
         for query in queries:
             if not query.isActive:
-                print(f"{query.name} stopped during the paced loads: {query.exception()}")
+                notes.append(f"{query.name} stopped during the paced loads: {query.exception()}")
+                print(notes[-1])
             query.stop()
         spark.stop()
-    print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"driver peak RSS: {peak_mib:,.0f} MiB")
+    if args.no_report:
+        return
+    report.write_section(
+        "scoring",
+        script=__file__,
+        tables=[
+            report.Table(
+                ["unpaced `--once` run", "steady records/s", "measured over"],
+                unpaced,
+                caption=f"Unpaced: {produced.transactions:,} transactions, {produced.labels:,} labels",
+            ),
+            report.Table(
+                [
+                    "paced",
+                    "transactions",
+                    "alerts",
+                    "produce -> alert in Redis p50 / p95 / p99 / max",
+                    "warm-up",
+                    "micro-batches (count, duration)",
+                    "CPU while producing (of one core)",
+                ],
+                paced_rows,
+                caption=(
+                    f"Paced ({args.paced_jobs}, {args.paced_s:.0f} s per rate after {args.warmup_s:.0f} s "
+                    f"of warm-up, trigger interval {interval} s)"
+                ),
+                notes=[*notes, f"Driver peak RSS {peak_mib:,.0f} MiB."],
+            ),
+        ],
+        settings={
+            **report.args_settings(args),
+            "spark_master": settings.spark_master,
+            "stack": "embedded Tansu (memory), Valkey, SQLite MLflow",
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ first ``--records`` of them and times, best of ``--repeats`` rounds:
 - the same with ``--dirty`` of the records damaged (a wrong type, an extra field, a bad token), to show
   the cost of records that go slow.
 
-It prints records per CPU-second and the speed-up; nothing is asserted. CPU time of this process is
-measured, and the variants take turns, because a shared machine's load moves wall-clock times a lot.
+It prints records per CPU-second and the speed-up, and writes them to the ``validation`` section of
+docs/benchmarks.md; nothing is asserted. CPU time of this process is measured, and the variants take
+turns, because a shared machine's load moves wall-clock times a lot.
 
-Run: .venv/bin/python bench/bench_validation.py [--records 100000] [--repeats 3] [--dirty 0.01]
+Run: .venv/bin/python bench/bench_validation.py [--records 100000] [--repeats 3] [--dirty 0.01] [--no-report]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
+import report
 
 from contracts.events import DeadLetter, TransactionEvent
 from ingest.columnar import validate_many
@@ -33,6 +35,8 @@ from ingest.validation import parse_event
 
 DAY_MS = 86_400_000
 MAX_BYTES = 16_384
+#: The simulation the records come from.
+SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=60, seed=0)
 
 
 def _best(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -84,9 +88,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000, help="transactions to validate")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each variant (best is shown)")
     parser.add_argument("--dirty", type=float, default=0.01, help="fraction damaged in the dirty run")
+    report.add_flag(parser)
     args = parser.parse_args()
 
-    frame = simulate(SimulatorConfig(customers=2000, terminals=4000, days=60, seed=0))
+    frame = simulate(SIMULATION)
     batch = events_from_table(clean_table(frame, "bench"), "bench", b"bench", 7 * DAY_MS, MAX_BYTES)
     values = batch.tx_values[: args.records]
     if len(values) < args.records:
@@ -110,14 +115,39 @@ def main() -> None:
         args.repeats,
     )
     print(f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run")
-    print(f"{'variant (CPU time, best of the rounds)':40} {'seconds':>8} {'records/s':>12} {'speed-up':>9}")
     baseline = {
         "clean": results["parse_event per record"],
         "dirty": results[f"parse_event, {args.dirty:.2%} dirty"],
     }
-    for name, seconds in results.items():
-        base = baseline["dirty" if "dirty" in name else "clean"]
-        print(f"{name:40} {seconds:8.3f} {len(values) / seconds:12,.0f} {base / seconds:8.1f}x")
+    rows = [
+        (name, seconds, len(values) / seconds, baseline["dirty" if "dirty" in name else "clean"] / seconds)
+        for name, seconds in results.items()
+    ]
+    print(f"{'variant (CPU time, best of the rounds)':40} {'seconds':>8} {'records/s':>12} {'speed-up':>9}")
+    for name, seconds, rate, speedup in rows:
+        print(f"{name:40} {seconds:8.3f} {rate:12,.0f} {speedup:8.1f}x")
+    if not args.no_report:
+        report.write_section(
+            "validation",
+            script=__file__,
+            tables=[
+                report.Table(
+                    ["variant (CPU time, best of the rounds)", "seconds", "records/s", "speed-up"],
+                    [[n, f"{s:.3f}", f"{r:,.0f}", f"{x:.1f}x"] for n, s, r, x in rows],
+                    notes=[
+                        f"{len(values):,} transactions, {size / len(values):.0f} bytes each on average; "
+                        f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run."
+                    ],
+                )
+            ],
+            settings={
+                "records": len(values),
+                "repeats": args.repeats,
+                "dirty": args.dirty,
+                **{f"simulation.{k}": v for k, v in SIMULATION.model_dump(mode="json").items()},
+                "pyarrow": pa.__version__,
+            },
+        )
 
 
 if __name__ == "__main__":
