@@ -80,6 +80,8 @@ class Reason(StrEnum):
     INVALID_VALUE = "invalid_value"
     UNEXPECTED_FIELD = "unexpected_field"
     OVERSIZED = "oversized"
+    #: A valid feature record the model could not score (a value out of the model's range, say).
+    UNSCORABLE = "unscorable"
 
 
 class DeadLetter(BaseModel):

@@ -11,11 +11,19 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contracts.errors import ConfigError
 
 ENV_PREFIX = "FRAUD_"
 NESTED_DELIMITER = "__"
+
+DAY_S = 86_400
+#: How long alerts, latest scores and latest features stay in Redis unless ``FRAUD_ALERT_RETENTION_S`` says.
+DEFAULT_RETENTION_S = 30 * DAY_S
+#: How often a scoring job re-reads where its model alias points, unless ``FRAUD_MODEL_CHECK_INTERVAL_S`` says.
+DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 
 
 class Topics(BaseModel):
@@ -78,17 +86,23 @@ class Settings(BaseSettings):
 
     # Alerts: the Redis lookup store and its API.
     alert_retention_s: int = Field(
-        30 * 86_400,
+        DEFAULT_RETENTION_S,
         ge=60,
-        description="Retention of alerts and latest scores in Redis: hashes expire this long after their last "
-        "write; alert sets keep this span of event time before their newest alert.",
+        description="Retention of alerts, latest scores and latest features in Redis: hashes expire this long "
+        "after their last write; alert sets keep this span of event time before their newest alert.",
+    )
+    model_check_interval_s: float = Field(
+        DEFAULT_MODEL_CHECK_INTERVAL_S,
+        ge=1.0,
+        le=86_400,
+        description="Seconds between a scoring job's checks of where its model alias points.",
     )
     api_host: str = Field("127.0.0.1", description="Address `fraud serve` listens on.")
     api_port: int = Field(8000, ge=1, le=65_535, description="Port `fraud serve` listens on.")
 
 
-class UnknownSettingError(ValueError):
-    """A ``FRAUD_*`` environment variable names no setting (most likely a typo)."""
+class SettingsError(ConfigError):
+    """A ``FRAUD_*`` environment variable names no setting (most likely a typo) or has an unusable value."""
 
 
 def _known_env_names() -> set[str]:
@@ -102,12 +116,31 @@ def _known_env_names() -> set[str]:
     return names
 
 
+def env_name(location: tuple[int | str, ...]) -> str:
+    """The environment variable of a setting's location (``("topics", "alerts")`` -> ``FRAUD_TOPICS__ALERTS``)."""
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(part) for part in location).upper()
+
+
 def load_settings() -> Settings:
-    """Build the settings from the environment, failing loudly on a mistyped ``FRAUD_*`` variable."""
+    """Build the settings from the environment.
+
+    Raises:
+        SettingsError: a ``FRAUD_*`` variable names no setting, or a value is unusable; the message names
+            the variable, the value and what is expected, on one line.
+    """
     known = _known_env_names()
     unknown = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
     if unknown:
-        raise UnknownSettingError(
+        raise SettingsError(
             f"unknown setting(s) {', '.join(unknown)}; known ones are: {', '.join(sorted(known))}"
         )
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = env_name(error["loc"])
+            secret = any(word in name for word in ("PASSWORD", "KEY", "SECRET", "TOKEN"))
+            shown = "***" if secret else repr(os.environ.get(name, error.get("input")))
+            problems.append(f"{name}={shown}: {error['msg']}")
+        raise SettingsError("invalid setting: " + "; ".join(problems)) from None

@@ -1,17 +1,24 @@
 """The ``fraud`` command: one entry point, a sub-command (group) per stage.
 
-Settings are read once here, from ``FRAUD_*`` environment variables, and passed down.
+Settings are read once here, from ``FRAUD_*`` environment variables, and passed down. Every error a user
+can act on (a ``contracts.errors.FraudError``, a wrong option, an unreachable Kafka, Redis or MLflow) ends
+the command with one line on stderr and the error kind's exit code, never a traceback.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Annotated
+import sys
 
 import typer
-from rich.table import Table
+from confluent_kafka import KafkaException
+from redis.exceptions import RedisError
 
-from contracts.settings import Settings, UnknownSettingError, load_settings
+# Typer ships its own copy of click; these two are not re-exported (typer.TyperException is their base).
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+from contracts.errors import FraudError, ServiceUnavailableError
+from contracts.settings import load_settings
+from fraud.commands import stack
 from fraud.commands.alerts import app as alerts_app
 from fraud.commands.alerts import card_command, serve_command
 from fraud.commands.features import app as features_app
@@ -20,14 +27,9 @@ from fraud.commands.models import app as models_app
 from fraud.commands.models import train_command
 from fraud.commands.score import app as score_app
 from fraud.commands.score import pipeline_app
-from fraud.console import console, counts_table, err_console, settings_of
+from fraud.console import err_console
 from fraud.demo import demo_command
-from infra.checkpoints import CheckpointLayoutError
-from infra.clients import Clients, NotConfiguredError, delete_topics, ensure_topics, topic_counts
-from infra.embedded import EmbeddedStack, StackError, StackInfo
-from ingest.files import InputFileError
-from models.dataset import DatasetError
-from models.registry import ModelNotFoundError
+from fraud.logs import quiet_client_libraries
 
 app = typer.Typer(
     name="fraud",
@@ -35,24 +37,24 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-topics_app = typer.Typer(help="Create, count and reset the project's Kafka topics.", no_args_is_help=True)
-app.add_typer(topics_app, name="topics")
+app.add_typer(stack.topics_app, name="topics")
 app.add_typer(features_app, name="features")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(models_app, name="models")
 app.add_typer(score_app, name="score")
 app.add_typer(pipeline_app, name="pipeline")
+app.command("up")(stack.up)
+app.command("down")(stack.down)
+app.command("status")(stack.status)
+app.command("simulate")(simulate_command)
+app.command("ingest")(ingest_command)
+app.command("demo")(demo_command)
+app.command("card")(card_command)
+app.command("serve")(serve_command)
+app.command("train")(train_command)
 
-#: Errors a user can act on: shown as one line, no traceback.
-USER_ERRORS = (
-    CheckpointLayoutError,
-    StackError,
-    NotConfiguredError,
-    InputFileError,
-    UnknownSettingError,
-    DatasetError,
-    ModelNotFoundError,
-)
+#: Exit code of a wrong command line (click's own).
+USAGE_EXIT = 2
 
 
 @app.callback()
@@ -61,120 +63,44 @@ def main(ctx: typer.Context) -> None:
 
     Unset FRAUD_* connection settings mean the embedded local stack (`fraud up`).
     """
+    quiet_client_libraries()
     ctx.obj = load_settings()
 
 
-@app.command()
-def up(
-    ctx: typer.Context,
-    broker_port: Annotated[
-        int | None, typer.Option(help="Broker port on 127.0.0.1 (default: a free one).")
-    ] = None,
-    redis_port: Annotated[
-        int | None, typer.Option(help="Redis port on 127.0.0.1 (default: a free one).")
-    ] = None,
-) -> None:
-    """Start the embedded stack: Tansu broker, Valkey (Redis) server, MLflow store; create the topics."""
-    settings = settings_of(ctx)
-    info = EmbeddedStack(settings.home).start(broker_port=broker_port, redis_port=redis_port)
-    created = _create_topics(settings)
-    console.print(_stack_table(info, "Embedded stack started"))
-    console.print(f"Created topics: {', '.join(created) or 'none (all existed)'}")
-    console.print("Stop it with [bold]fraud down[/bold].")
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
-@app.command()
-def down(ctx: typer.Context) -> None:
-    """Stop the embedded stack started by `fraud up` (only the processes it started)."""
-    stopped = EmbeddedStack(settings_of(ctx).home).stop()
-    console.print(f"Stopped: {', '.join(stopped)}" if stopped else "No embedded stack was running.")
+def fail(message: object, code: int) -> None:
+    """End the command: ``error: <message>`` on one line of stderr, exit ``code``."""
+    err_console.print(f"[bold red]error:[/bold red] {_one_line(message)}", highlight=False, soft_wrap=True)
+    raise SystemExit(code)
 
 
-@app.command()
-def status(ctx: typer.Context) -> None:
-    """Show the embedded stack and the record count of every topic."""
-    settings = settings_of(ctx)
-    info = EmbeddedStack(settings.home).running()
-    if info is None:
-        console.print(f"No embedded stack is running under {settings.home.resolve()}.")
-    else:
-        console.print(_stack_table(info, "Embedded stack"))
-    with contextlib.suppress(NotConfiguredError):
-        clients = Clients.from_settings(settings)
-        console.print(
-            counts_table("Topics", topic_counts(clients, _existing(clients, settings.topics.all())))
-        )
-
-
-@topics_app.command("create")
-def topics_create(ctx: typer.Context) -> None:
-    """Create the topics named in the settings (idempotent)."""
-    created = _create_topics(settings_of(ctx))
-    console.print(f"Created: {', '.join(created)}" if created else "All topics exist already.")
-
-
-@topics_app.command("list")
-def topics_list(ctx: typer.Context) -> None:
-    """Record count of every project topic."""
-    settings = settings_of(ctx)
-    clients = Clients.from_settings(settings)
-    console.print(counts_table("Topics", topic_counts(clients, _existing(clients, settings.topics.all()))))
-
-
-@topics_app.command("reset")
-def topics_reset(
-    ctx: typer.Context,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
-) -> None:
-    """Delete and re-create every project topic (all their records are lost)."""
-    settings = settings_of(ctx)
-    if not yes:
-        typer.confirm(f"Delete all records of {', '.join(settings.topics.all())}?", abort=True)
-    clients = Clients.from_settings(settings)
-    delete_topics(clients.admin(), settings.topics.all())
-    _create_topics(settings)
-    console.print("Topics reset.")
-
-
-app.command("simulate")(simulate_command)
-app.command("ingest")(ingest_command)
-app.command("demo")(demo_command)
-app.command("card")(card_command)
-app.command("serve")(serve_command)
-app.command("train")(train_command)
-
-
-def _create_topics(settings: Settings) -> list[str]:
-    clients = Clients.from_settings(settings)
-    return ensure_topics(
-        clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor
-    )
-
-
-def _existing(clients: Clients, names: list[str]) -> list[str]:
-    present = set(clients.admin().list_topics(timeout=10).topics)
-    return [name for name in names if name in present]
-
-
-def _stack_table(info: StackInfo, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("service")
-    table.add_column("address")
-    table.add_column("pid", justify="right")
-    table.add_row("Kafka broker (Tansu)", info.bootstrap_servers, str(info.broker.pid))
-    table.add_row("Redis (Valkey)", info.redis_url, str(info.redis.pid))
-    table.add_row("MLflow store", info.mlflow_tracking_uri, "")
-    return table
-
-
-def run() -> None:
-    """Console entry point: user errors print one line and exit 1."""
+def run(args: list[str] | None = None) -> None:
+    """Console entry point: each user error is one line on stderr and a non-zero exit, no traceback."""
     try:
-        app()
-    except USER_ERRORS as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
-        raise SystemExit(1) from None
+        code = app(args=args, prog_name="fraud", standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `fraud` or a group without a sub-command: its help
+        exc.show()
+        raise SystemExit(USAGE_EXIT) from None
+    except UsageError as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        fail(f"{exc.format_message()}{where}", USAGE_EXIT)
+    except typer.TyperException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except typer.Abort:
+        fail("aborted", 1)
+    except FraudError as exc:
+        fail(exc, exc.exit_code)
+    except KafkaException as exc:
+        fail(f"Kafka: {exc.args[0].str() if exc.args else exc}", ServiceUnavailableError.exit_code)
+    except RedisError as exc:
+        fail(f"Redis: {exc}", ServiceUnavailableError.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
-    run()
+    run(sys.argv[1:])

@@ -13,10 +13,12 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from contracts.errors import StateError
+
 LAYOUT_FILE = "layout.json"
 
 
-class CheckpointLayoutError(ValueError):
+class CheckpointLayoutError(StateError, ValueError):
     """A checkpoint was written with another layout than the one this run asks for."""
 
 

@@ -7,6 +7,7 @@ librdkafka's defaults are the opposite, so every client is made here.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,16 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
+from contracts.errors import NotFoundError, ServiceUnavailableError
 from contracts.settings import Settings
 from infra.embedded import EmbeddedStack, StackInfo
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20
+#: How long a metadata request (topics, partitions) may take before Kafka counts as unreachable.
+METADATA_TIMEOUT_S = 10.0
+#: librdkafka's own log lines (a refused connection, say) go to this logger, not straight to stderr.
+KAFKA_LOGGER = logging.getLogger("fraud.kafka")
 
 
-class NotConfiguredError(RuntimeError):
+class NotConfiguredError(ServiceUnavailableError):
     """A service is neither configured nor available from a running embedded stack."""
 
 
@@ -115,7 +121,7 @@ class Clients:
             "message.max.bytes": max(1_000_000, self.settings.max_event_bytes * 2),
             **overrides,
         }
-        return Producer(config)
+        return Producer(config, logger=KAFKA_LOGGER)
 
     def consumer(self, group_id: str = "fraud-tools", overrides: dict[str, Any] | None = None) -> Consumer:
         """A consumer for ``assign()`` use with offsets we manage: no auto-commit, read_committed."""
@@ -128,10 +134,10 @@ class Clients:
             "auto.offset.reset": "earliest",
             **(overrides or {}),
         }
-        return Consumer(config)
+        return Consumer(config, logger=KAFKA_LOGGER)
 
     def admin(self) -> AdminClient:
-        return AdminClient(self.kafka_config())
+        return AdminClient(self.kafka_config(), logger=KAFKA_LOGGER)
 
     def redis(self) -> Any:
         import redis
@@ -139,11 +145,32 @@ class Clients:
         return redis.Redis.from_url(self.endpoints.redis_url)
 
 
+def cluster_metadata(client: AdminClient | Consumer, topic: str | None = None) -> ClusterMetadata:
+    """The cluster's metadata (of one topic, if given).
+
+    Raises:
+        ServiceUnavailableError: Kafka did not answer within :data:`METADATA_TIMEOUT_S`.
+    """
+    try:
+        return client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka did not answer within {METADATA_TIMEOUT_S:.0f} s ({exc.args[0].str()}); "
+            "check FRAUD_BOOTSTRAP_SERVERS and the security settings, or start the embedded stack (`fraud up`)"
+        ) from None
+
+
+def existing_topics(admin: AdminClient, names: list[str]) -> list[str]:
+    """Those of ``names`` that exist, in their order."""
+    present = set(cluster_metadata(admin).topics)
+    return [name for name in names if name in present]
+
+
 def ensure_topics(
     admin: AdminClient, names: list[str], partitions: int, replication_factor: int
 ) -> list[str]:
     """Create the topics that do not exist yet; returns the names created. Idempotent."""
-    existing = set(admin.list_topics(timeout=10).topics)
+    existing = set(cluster_metadata(admin).topics)
     wanted = [NewTopic(name, partitions, replication_factor) for name in names if name not in existing]
     if not wanted:
         return []
@@ -161,19 +188,16 @@ def ensure_topics(
 
 def delete_topics(admin: AdminClient, names: list[str]) -> None:
     """Delete topics that exist (tests and `fraud topics reset`)."""
-    existing = set(admin.list_topics(timeout=10).topics)
-    doomed = [name for name in names if name in existing]
+    doomed = existing_topics(admin, names)
     if doomed:
         for future in admin.delete_topics(doomed, request_timeout=15).values():
             future.result()
 
 
 def partitions_of(consumer: Consumer, topic: str) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    metadata = cluster_metadata(consumer, topic).topics.get(topic)
     if metadata is None or metadata.error is not None:
-        raise NotConfiguredError(
-            f"topic {topic!r} does not exist; create the topics with `fraud topics create`"
-        )
+        raise NotFoundError(f"topic {topic!r} does not exist; create the topics with `fraud topics create`")
     return sorted(metadata.partitions)
 
 

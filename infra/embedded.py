@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from contracts.errors import FraudError
+
 HOST = "127.0.0.1"
 STACK_FILE = "stack.json"
 START_TIMEOUT_S = 30.0
 
 
-class StackError(RuntimeError):
+class StackError(FraudError):
     """The embedded stack cannot be started, found or stopped."""
 
 

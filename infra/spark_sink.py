@@ -101,6 +101,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from contracts.errors import ConfigError, FraudError, StateError
 from contracts.events import DeadLetter, to_record
 from infra.txn_lock import needs_locks, topic_locks, topics_of
 
@@ -165,15 +166,15 @@ TransactionEvent = Literal["opened", "committed"]
 WriteStatus = Literal["written", "already-written", "empty"]
 
 
-class SinkConfigError(ValueError):
+class SinkConfigError(ConfigError, ValueError):
     """The sink's options or the input schema are unusable."""
 
 
-class SinkIdReusedError(RuntimeError):
+class SinkIdReusedError(StateError):
     """The commit marker is ahead of the batch being written: ``sink.id`` belongs to another checkpoint."""
 
 
-class SinkWriteError(RuntimeError):
+class SinkWriteError(FraudError):
     """A Kafka transaction could not be committed; its rows were not written (the task fails)."""
 
 

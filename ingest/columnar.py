@@ -64,6 +64,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic.types import AllowInfNan, Strict
 
+from contracts.errors import FraudError
+
 Index = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
@@ -83,7 +85,7 @@ class Validated:
     slow: Index
 
 
-class UnsupportedModelError(TypeError):
+class UnsupportedModelError(FraudError, TypeError):
     """The model uses a feature the columnar fast path cannot reproduce exactly."""
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from contracts.errors import ConfigError
 from contracts.events import DeadLetter, Reason, TxColumns
 
 C = TxColumns
@@ -36,7 +37,7 @@ TABLE_SUFFIXES = {".csv", ".parquet", ".pq"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 
 
-class InputFileError(ValueError):
+class InputFileError(ConfigError, ValueError):
     """The file as a whole cannot be read (unknown format, missing required columns, bad mapping)."""
 
 

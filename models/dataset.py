@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from contracts.errors import FraudError
 from contracts.events import TxColumns
 from features.batch import transactions_features
 from features.core import compute_features, labels_from_fraud_flags
@@ -27,7 +28,7 @@ ROW_KEYS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, EVENT_TIME_MS)
 LABEL_TABLE_COLUMNS = (*LABEL_COLUMNS, C.CARD_ID)
 
 
-class DatasetError(ValueError):
+class DatasetError(FraudError, ValueError):
     """The data cannot give a training set (empty, too short for the split, no labels)."""
 
 

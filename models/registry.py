@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from contracts.errors import FraudError, NotFoundError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
@@ -37,6 +42,8 @@ THRESHOLD_TAG = "fraud.threshold"
 FEATURE_COLUMNS_TAG = "fraud.feature_columns"
 #: Where in its run the model is logged.
 MODEL_ARTIFACT_PATH = "model"
+#: How long an MLflow server may take to answer its health check before it counts as unreachable.
+MLFLOW_PROBE_TIMEOUT_S = 5.0
 #: Types beyond skops' defaults that the project's pipelines hold (checked on every load).
 TRUSTED_TYPES = (
     "sklearn.tree._tree.Tree",
@@ -44,11 +51,11 @@ TRUSTED_TYPES = (
 )
 
 
-class ModelNotFoundError(LookupError):
+class ModelNotFoundError(NotFoundError, LookupError):
     """The registered model, alias or version does not exist."""
 
 
-class MissingFeaturesError(ValueError):
+class MissingFeaturesError(FraudError, ValueError):
     """A frame to score lacks columns the model needs."""
 
     def __init__(self, missing: list[str]) -> None:
@@ -56,14 +63,42 @@ class MissingFeaturesError(ValueError):
         self.missing = missing
 
 
-class UntrustedModelError(RuntimeError):
+class UntrustedModelError(FraudError):
     """A model artifact holds types this project does not load."""
 
 
+def check_reachable(tracking_uri: str) -> None:
+    """Fail fast when an MLflow server does not answer its health check (MLflow's own client retries for
+    minutes). Local stores (``sqlite:``, files) are always there.
+
+    Raises:
+        ServiceUnavailableError: the server did not answer within :data:`MLFLOW_PROBE_TIMEOUT_S`.
+    """
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    shown = parts._replace(netloc=(parts.hostname or "") + (f":{parts.port}" if parts.port else "")).geturl()
+    try:
+        urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=MLFLOW_PROBE_TIMEOUT_S).close()  # noqa: S310 - http(s) only, checked above
+    except urllib.error.HTTPError:
+        return  # it answered (perhaps asking for credentials): reachable
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ServiceUnavailableError(
+            f"MLflow at {shown} did not answer within {MLFLOW_PROBE_TIMEOUT_S:.0f} s ({reason}); "
+            "check FRAUD_MLFLOW_TRACKING_URI"
+        ) from None
+
+
 def registry_client(tracking_uri: str) -> MlflowClient:
-    """A client for the tracking server and registry at ``tracking_uri`` (no global MLflow state)."""
+    """A client for the tracking server and registry at ``tracking_uri`` (no global MLflow state).
+
+    Raises:
+        ServiceUnavailableError: an MLflow server at ``tracking_uri`` does not answer.
+    """
     from mlflow.tracking import MlflowClient
 
+    check_reachable(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 

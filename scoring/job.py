@@ -61,7 +61,14 @@ from infra.spark_sink import register as register_sink
 from infra.spark_source import KafkaDataSource
 from ingest.columnar import validate_many
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
-from models.registry import CHAMPION, LoadedModel, ModelNotFoundError, load_model, resolve_version
+from models.registry import (
+    CHAMPION,
+    LoadedModel,
+    MissingFeaturesError,
+    ModelNotFoundError,
+    load_model,
+    resolve_version,
+)
 
 C = TxColumns
 _log = logging.getLogger(__name__)
@@ -310,17 +317,30 @@ def score_rows(
     """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
 
     ``event`` holds the records' event fields as columns, ``features`` their feature values and ``raws``
-    the feature records as they are on the features topic (the dead letters' content).
+    the feature records as they are on the features topic (the dead letters' content). A record the model
+    cannot score becomes a dead letter (``unscorable``) alone; the others are scored.
     """
     frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
+    source = f"kafka:{topics.features}"
     try:
-        scores = model.score(frame)
-    except ValueError as exc:  # missing features: every record becomes a dead letter
-        source = f"kafka:{topics.features}"
-        for raw in raws.to_pylist():
-            letter = DeadLetter(raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=str(exc))
+        scores, failed = score_each(model, frame)
+    except MissingFeaturesError as exc:  # the batch lacks a column: no record of it can be scored
+        scores, failed = np.full(len(frame), np.nan), dict.fromkeys(range(len(frame)), str(exc))
+    if failed:
+        for position, why in failed.items():
+            letter = DeadLetter(
+                raw=raws[position].as_py(),
+                source=source,
+                reason=Reason.UNSCORABLE,
+                detail=f"the model cannot score it: {why}"[:MAX_DETAIL_CHARS],
+            )
             others.add_dead_letter(letter, topics.dead_letter)
-        return None
+        kept = np.setdiff1d(np.arange(len(frame)), np.fromiter(failed, dtype=np.int64))
+        if not len(kept):
+            return None
+        taken = pa.array(kept)
+        event = {name: column.take(taken) for name, column in event.items()}
+        frame, scores = frame.iloc[kept].reset_index(drop=True), scores[kept]
     alerting = scores >= model.threshold
     values = score_values(
         event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
@@ -350,6 +370,41 @@ def score_rows(
         ],
         names=list(SinkRows.NAMES),
     )
+
+
+#: Model calls one batch may spend finding the rows the model cannot score (halving the rows each time).
+MAX_SCORE_CALLS = 256
+
+
+def score_each(model: LoadedModel, frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, str]]:
+    """Scores of the rows, and for those the model refuses (NaN in the scores), why, by position.
+
+    The whole frame is scored at once; only when the model raises are the rows halved until the ones it
+    refuses are found alone: a few bad rows cost a few dozen calls. Past :data:`MAX_SCORE_CALLS`, a part
+    that still fails is refused whole rather than spend more.
+    """
+    scores = np.full(len(frame), np.nan)
+    failed: dict[int, str] = {}
+    calls = 0
+    parts = [(0, len(frame))]
+    while parts:
+        start, stop = parts.pop()
+        calls += 1
+        try:
+            scores[start:stop] = model.score(frame.iloc[start:stop])
+            continue
+        except MissingFeaturesError:
+            raise
+        except Exception as exc:  # models raise ValueError, OverflowError, ... on values they cannot take
+            why = f"{type(exc).__name__}: {exc}"
+        if stop - start == 1 or calls >= MAX_SCORE_CALLS:
+            failed.update(dict.fromkeys(range(start, stop), why))
+            continue
+        middle = (start + stop) // 2
+        parts += [(middle, stop), (start, middle)]
+    for position in np.flatnonzero(~np.isfinite(scores)).tolist():
+        failed.setdefault(position, "the model gave no finite score")
+    return scores, dict(sorted(failed.items()))
 
 
 def score_values(

@@ -248,7 +248,9 @@ def serve_command(
     host: Annotated[
         str | None, typer.Option(help="Listen address (default: FRAUD_API_HOST, 127.0.0.1).")
     ] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default: FRAUD_API_PORT, 8000).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65_535, help="Port (default: FRAUD_API_PORT, 8000).")
+    ] = None,
     prefix: PrefixOption = "",
 ) -> None:
     """Serve the alert lookup API (OpenAPI at /docs) and the live alerts page at / (Ctrl-C stops)."""

@@ -76,7 +76,7 @@ def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> N
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     result = run_fraud(settings, "ingest", str(bad))
-    assert result.returncode == 1
+    assert result.returncode == 2  # a ConfigError: the user's file
     assert "missing column(s)" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -89,7 +89,7 @@ def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> N
         text=True,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "unknown setting(s) FRAUD_BOOTSTRAP_SERVER" in result.stderr
 
 
@@ -97,5 +97,5 @@ def test_without_stack_or_settings_says_how_to_start(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
     env["FRAUD_HOME"] = str(tmp_path / "empty")
     result = subprocess.run([FRAUD, "topics", "list"], env=env, capture_output=True, text=True, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 3  # a ServiceUnavailableError
     assert "fraud up" in result.stderr and "FRAUD_BOOTSTRAP_SERVERS" in result.stderr

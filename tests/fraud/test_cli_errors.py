@@ -1,0 +1,58 @@
+"""Wrong usage and unreachable services end the `fraud` command with one line of error and a non-zero exit,
+never a traceback: each case runs the installed console script in a process of its own."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FRAUD = str(Path(sys.executable).parent / "fraud")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def unreachable_services() -> dict[str, str]:
+    return {
+        "FRAUD_BOOTSTRAP_SERVERS": f"127.0.0.1:{closed_port()}",
+        "FRAUD_REDIS_URL": f"redis://:secret-pw@127.0.0.1:{closed_port()}/0",
+        "FRAUD_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{closed_port()}",
+    }
+
+
+CASES = {
+    "invalid number": ({"FRAUD_PARTITIONS": "0"}, ["topics", "list"], 2, "FRAUD_PARTITIONS='0'"),
+    "not a number": ({"FRAUD_PARTITIONS": "four"}, ["topics", "list"], 2, "FRAUD_PARTITIONS='four'"),
+    "mistyped setting": ({"FRAUD_PARTITONS": "4"}, ["topics", "list"], 2, "FRAUD_PARTITONS"),
+    "unknown choice": ({"FRAUD_SECURITY_PROTOCOL": "TLS"}, ["status"], 2, "FRAUD_SECURITY_PROTOCOL"),
+    "port out of range": ({}, ["serve", "--port", "99999"], 2, "--port"),
+    "unknown command": ({}, ["nosuch"], 2, "nosuch"),
+    "no stack, nothing set": ({}, ["topics", "list"], 3, "fraud up"),
+    "unreachable Kafka": (unreachable_services(), ["topics", "list"], 3, "Kafka did not answer"),
+    "unreachable Redis": (unreachable_services(), ["alerts", "get", "5"], 3, "Redis"),
+    "unreachable MLflow": (unreachable_services(), ["models", "list"], 3, "MLflow at http://127.0.0.1"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_line_of_error_and_an_exit_code(case: str, tmp_path: Path) -> None:
+    extra, args, code, expected = CASES[case]
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FRAUD_")}
+    env |= {"FRAUD_HOME": str(tmp_path), "COLUMNS": "200", **extra}
+    result = subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "secret-pw" not in result.stdout + result.stderr
