@@ -22,10 +22,10 @@ import report
 
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients, ensure_topics, topic_counts
 from infra.embedded import temporary_stack
-from infra.spark import spark_session
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -63,13 +63,13 @@ def main() -> None:
         print(f"input: {produced.transactions:,} transactions, {produced.labels:,} labels")
 
         started = time.perf_counter()
-        spark = spark_session(settings, app_name="bench-features")
+        spark = job_spark_session(settings, "bench-features")
         startup_s = time.perf_counter() - started
         config = FeatureJobConfig(
             kafka_config=clients.kafka_config(),
             topics=settings.topics,
             checkpoint=Path(home) / "checkpoint",
-            redis_url=info.redis_url,
+            redis=redis_target(settings, clients),
             params=FeatureParams(),
             max_event_bytes=settings.max_event_bytes,
             max_records_per_trigger=args.max_records,

@@ -42,12 +42,12 @@ from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from fraud.commands.models import Periods, TrainOptions, run_training
+from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
+from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, ensure_topics
 from infra.embedded import temporary_stack
 from infra.redis_store import recent_alerts_key
-from infra.spark import spark_session
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -314,12 +314,12 @@ def main() -> None:
         produced = produce_events(clients.producer(), topics, events_of(first))
         print(f"unpaced input: {produced.transactions:,} transactions, {produced.labels:,} labels")
 
-        spark = spark_session(settings, app_name="bench-scoring")
+        spark = job_spark_session(settings, "bench-scoring")
         feature_config = FeatureJobConfig(
             kafka_config=clients.kafka_config(),
             topics=topics,
             checkpoint=Path(home) / "features",
-            redis_url=info.redis_url,
+            redis=redis_target(settings, clients),
             params=params,
             max_event_bytes=MAX_EVENT_BYTES,
             max_records_per_trigger=args.max_records,
@@ -330,16 +330,21 @@ def main() -> None:
             kafka_config=clients.kafka_config(),
             topics=topics,
             checkpoint=Path(home) / "scoring",
-            redis_url=info.redis_url,
+            redis=redis_target(settings, clients),
             tracking_uri=info.mlflow_tracking_uri,
             max_event_bytes=MAX_EVENT_BYTES,
+            model_check_interval_s=settings.model_check_interval_s,
             max_records_per_trigger=args.max_records,
         )
         pipeline_config = PipelineConfig(
             features=replace(
-                feature_config, topics=piped, checkpoint=Path(home) / "pipeline", redis_prefix="pipeline-"
+                feature_config,
+                topics=piped,
+                checkpoint=Path(home) / "pipeline",
+                redis=redis_target(settings, clients, prefix="pipeline-"),
             ),
             tracking_uri=info.mlflow_tracking_uri,
+            model_check_interval_s=settings.model_check_interval_s,
         )
         runs = [("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True))]
         if not args.pipeline_only:
@@ -367,7 +372,7 @@ def main() -> None:
         # the unpaced runs, PySpark would hand their tasks to that session's idle Python workers in turn,
         # each with cold Kafka clients and no model loaded.
         spark.stop()
-        spark = spark_session(settings, app_name="bench-scoring-paced")
+        spark = job_spark_session(settings, "bench-scoring-paced")
         # Keep every micro-batch's progress of a paced load (Spark keeps the last 100 by default).
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
         interval = args.trigger_interval_s

@@ -12,7 +12,6 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from contracts.events import (
-    TxColumns,
-)
+from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.core import CardState, TerminalState
 from features.definitions import EVENT_TIME_MS, FeatureParams
@@ -41,7 +38,6 @@ from features.stream import (
     DecodeOptions,
     card_stage,
     card_stage_fields,
-    ddl,
     decode,
     empty_events,
     from_blob,
@@ -54,50 +50,34 @@ from features.stream import (
     unpack,
 )
 from infra.checkpoints import bind_layout
-from infra.redis_store import card_features_key, client_for, set_latest
+from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.kafka_sink.datasource import register as register_sink
+from infra.kafka_sink.datasource import write_stream
+from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
+from infra.kafka_source.config import KafkaSourceConfig
+from infra.kafka_source.datasource import read_stream
+from infra.kafka_source.splits import NO_FRONTIER, Split
+from infra.redis_store import RedisTarget, card_features_key, set_latest
+from infra.schemas import spark_ddl
 from infra.spark import start_stream
-from infra.spark_sink import (
-    OPTION_AFTER_COMMIT,
-    RECORDS_COLUMN,
-    SINK_NAME,
-    checkpoint_sink_id,
-    newest_per_key,
-    pack_records,
-    sink_options,
-)
-from infra.spark_sink import register as register_sink
-from infra.spark_source import KafkaDataSource, Split
 
 C = TxColumns
 
 
+@dataclass(frozen=True)
 class EventDecoder:
-    """Decoder for ``fraud-kafka``: transactions and labels to events packed per card bucket, and ticks."""
+    """The Kafka source's decoder: transactions and labels to events packed per card bucket, and ticks."""
 
-    schema = ddl(PACKED_FIELDS)
+    options: DecodeOptions
+    schema: str = spark_ddl(PACKED_FIELDS)
 
-    def decode(
-        self, records: pa.RecordBatch, split: Split, options: dict[str, str]
-    ) -> Iterator[pa.RecordBatch]:
-        yield pack(decode(records, _decode_options(options)), CARD_BUCKET)
+    def decode(self, records: pa.RecordBatch, split: Split) -> Iterator[pa.RecordBatch]:
+        yield pack(decode(records, self.options), CARD_BUCKET)
 
-    def heartbeat(self, split: Split, options: dict[str, str]) -> Iterator[pa.RecordBatch]:
-        yield pack(ticks(split.frontier_ms, int(options["cardbuckets"]), split.final), CARD_BUCKET)
-
-
-DECODER = EventDecoder()
+    def heartbeat(self, split: Split) -> Iterator[pa.RecordBatch]:
+        yield pack(ticks(split.frontier_ms, self.options.card_buckets, split.final), CARD_BUCKET)
 
 
-def _decode_options(options: dict[str, str]) -> DecodeOptions:
-    return DecodeOptions(
-        transactions_topic=options["topic.transactions"],
-        labels_topic=options["topic.labels"],
-        card_buckets=int(options["cardbuckets"]),
-        max_event_bytes=int(options["maxeventbytes"]),
-    )
-
-
-NO_FRONTIER = -(2**62)
 #: State of a card bucket: card history, events waiting for the frontier (Arrow IPC blobs), the frontier.
 CARD_STATE = "history binary, pending binary, frontier bigint"
 #: State of a terminal bucket: terminal transactions and labels (Arrow IPC blobs).
@@ -191,11 +171,9 @@ class FeatureJobConfig:
     kafka_config: dict[str, Any]
     topics: Topics
     checkpoint: Path
-    redis_url: str
+    redis: RedisTarget
     params: FeatureParams
     max_event_bytes: int
-    redis_prefix: str = ""
-    redis_ttl_s: int = 30 * 86_400
     max_records_per_trigger: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
@@ -208,32 +186,35 @@ class FeatureJobConfig:
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
     """The streaming job's output: feature records and dead letters, packed for the Kafka sink."""
-    spark.dataSource.register(KafkaDataSource)
-    reader = (
-        spark.readStream.format("fraud-kafka")
-        .option("kafka.config", json.dumps(config.kafka_config))
-        .option("topics", f"{config.topics.transactions},{config.topics.labels}")
-        .option("topic.transactions", config.topics.transactions)
-        .option("topic.labels", config.topics.labels)
-        .option("startingOffsets", "earliest")
-        .option("readTasks", str(spark.sparkContext.defaultParallelism))  # one task per core
-        .option("allowedLatenessMs", str(config.params.max_lateness_ms))
-        .option("decoder", "features.job:DECODER")
-        .option("cardBuckets", str(config.card_buckets))
-        .option("maxEventBytes", str(config.max_event_bytes))
+    decoder = EventDecoder(
+        DecodeOptions(
+            transactions_topic=config.topics.transactions,
+            labels_topic=config.topics.labels,
+            card_buckets=config.card_buckets,
+            max_event_bytes=config.max_event_bytes,
+        )
     )
-    if config.max_records_per_trigger:
-        reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
-    events = reader.load()
-    card = events.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=CardStage(config.params, config.terminal_buckets),
-        outputStructType=ddl(PACKED_FIELDS),
-        outputMode="Append",
-        timeMode="None",
+    source = KafkaSourceConfig(
+        kafka_config=config.kafka_config,
+        topics=(config.topics.transactions, config.topics.labels),
+        max_records_per_trigger=config.max_records_per_trigger,
+        allowed_lateness_ms=config.params.max_lateness_ms,
+        read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
+        decoder=decoder,
+    )
+    card = (
+        read_stream(spark, source)
+        .groupBy(KEY)
+        .transformWithStateInPandas(
+            statefulProcessor=CardStage(config.params, config.terminal_buckets),
+            outputStructType=spark_ddl(PACKED_FIELDS),
+            outputMode="Append",
+            timeMode="None",
+        )
     )
     return card.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=TerminalStage(config.params, config.topics, config.hook),
-        outputStructType=f"{RECORDS_COLUMN} binary",
+        outputStructType=PACKED_DDL,
         outputMode="Append",
         timeMode="None",
     )
@@ -242,35 +223,39 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
 # --- Redis: the latest features of each card, written after each committed Kafka transaction ----------
 
 
-def write_latest_features(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
-    """``after.commit`` hook of the sink: ``card:{card_id}:features`` gets each card's newest record."""
-    latest: dict[str, dict[str, Any]] = {}
-    for value in newest_per_key(batches, options["redis.topic"]):
-        record = orjson.loads(value)
-        order = (record[EVENT_TIME_MS], record[C.TX_ID])
-        known = latest.get(record[C.CARD_ID])
-        if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
-            latest[record[C.CARD_ID]] = record
-    client = client_for(options["redis.url"])
-    prefix = options.get("redis.prefix", "")
-    set_latest(
-        client,
-        (
+@dataclass(frozen=True)
+class LatestFeaturesToRedis:
+    """The sink's after-commit hook: ``card:{card_id}:features`` gets each card's newest feature record."""
+
+    redis: RedisTarget
+    topic: str
+
+    def __call__(self, batches: list[pa.RecordBatch]) -> None:
+        latest: dict[str, dict[str, Any]] = {}
+        for value in newest_per_key(batches, self.topic):
+            record = orjson.loads(value)
+            order = (record[EVENT_TIME_MS], record[C.TX_ID])
+            known = latest.get(record[C.CARD_ID])
+            if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
+                latest[record[C.CARD_ID]] = record
+        set_latest(
+            self.redis.client(),
             (
-                card_features_key(card, prefix),
-                record[EVENT_TIME_MS],
-                record[C.TX_ID],
-                {
-                    C.TERMINAL_ID: record[C.TERMINAL_ID],
-                    C.AMOUNT: record[C.AMOUNT],
-                    LATE: int(record["late"]),
-                    **record["features"],
-                },
-            )
-            for card, record in latest.items()
-        ),
-        int(options["redis.ttl"]),
-    )
+                (
+                    card_features_key(card, self.redis.prefix),
+                    record[EVENT_TIME_MS],
+                    record[C.TX_ID],
+                    {
+                        C.TERMINAL_ID: record[C.TERMINAL_ID],
+                        C.AMOUNT: record[C.AMOUNT],
+                        LATE: int(record["late"]),
+                        **record["features"],
+                    },
+                )
+                for card, record in latest.items()
+            ),
+            self.redis.retention_s,
+        )
 
 
 def prepare_checkpoint(config: FeatureJobConfig) -> None:
@@ -282,20 +267,14 @@ def prepare_checkpoint(config: FeatureJobConfig) -> None:
     )
 
 
-def feature_sink_options(config: FeatureJobConfig) -> dict[str, str]:
-    """Options of the exactly-once Kafka sink of the feature records, with the Redis hook after commit."""
-    return {
-        **sink_options(
-            config.kafka_config,
-            checkpoint_sink_id(config.checkpoint, "features"),
-            marker_topic=config.topics.features,
-        ),
-        OPTION_AFTER_COMMIT: "features.job:write_latest_features",
-        "redis.url": config.redis_url,
-        "redis.prefix": config.redis_prefix,
-        "redis.ttl": str(config.redis_ttl_s),
-        "redis.topic": config.topics.features,
-    }
+def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:
+    """The exactly-once Kafka sink of the feature records, with the latest features to Redis after commit."""
+    return KafkaSinkConfig(
+        kafka_config=config.kafka_config,
+        sink_id=checkpoint_sink_id(config.checkpoint, "features"),
+        marker_topic=config.topics.features,
+        after_commit=LatestFeaturesToRedis(config.redis, config.topics.features),
+    )
 
 
 def start_feature_job(
@@ -305,9 +284,7 @@ def start_feature_job(
     register_sink(spark)
     prepare_checkpoint(config)
     writer = (
-        feature_stream(spark, config)
-        .writeStream.format(SINK_NAME)
-        .options(**feature_sink_options(config))
+        write_stream(feature_stream(spark, config), feature_sink(config))
         .option("checkpointLocation", str(config.checkpoint / "query"))
         .queryName(f"features-{config.topics.features}")
     )

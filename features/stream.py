@@ -40,7 +40,7 @@ from contracts.events import (
 from features.core import CardState, TerminalState, card_step, terminal_step, time_features
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
 from infra.arrow_json import json_objects
-from infra.spark_sink import HEADERS_ARROW_TYPE, SinkRows, pack_records
+from infra.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows, pack_records
 from ingest.columnar import validate_many
 from ingest.validation import parse_event
 
@@ -76,20 +76,6 @@ EVENT_FIELDS: list[tuple[str, pa.DataType]] = [
     (REASON, pa.string()),
     (DETAIL, pa.string()),
 ]
-
-_DDL_TYPES = {
-    pa.string(): "string",
-    pa.int64(): "bigint",
-    pa.int32(): "int",
-    pa.float64(): "double",
-    pa.bool_(): "boolean",
-    pa.binary(): "binary",
-}
-
-
-def ddl(fields: list[tuple[str, pa.DataType]]) -> str:
-    """Spark DDL of a field list."""
-    return ", ".join(f"{name} {_DDL_TYPES[kind]}" for name, kind in fields)
 
 
 def decoded_fields() -> list[tuple[str, pa.DataType]]:
@@ -339,7 +325,7 @@ def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
     """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
-    of an availableNow run (``infra.spark_source.Split.final``), and the buckets release every event."""
+    of an availableNow run (``infra.kafka_source.splits.Split.final``), and the buckets release every event."""
     n = card_buckets
     kind = FINAL_TICK if final else TICK
     return _batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})
@@ -481,7 +467,7 @@ def kafka_records(
     params: FeatureParams,
     hook: Callable[[pd.DataFrame, pa.Array], pa.Table | None] | None = None,
 ) -> pa.Table:
-    """The sink's records of terminal-stage rows (``infra.spark_sink.COLUMNS``).
+    """The sink's records of terminal-stage rows (``infra.kafka_sink.records.COLUMNS``).
 
     Feature rows become ``FeatureRecord`` JSON keyed by card, with the event time as Kafka timestamp;
     dead rows become dead-letter records (original bytes, the reason in ``dlq.*`` headers). ``hook``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -77,3 +78,8 @@ def dead_letter_table(summary: DeadLetterSummary) -> Table:
         example = summary.examples[reason]
         table.add_row(reason, f"{count:,}", re.sub(r"[^:]*/", "", example.source), example.detail)
     return table
+
+
+def fmt_metric(value: float | None, digits: int = 3) -> str:
+    """A metric for a table: ``n/a`` when it has no value."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"

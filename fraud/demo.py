@@ -35,18 +35,19 @@ from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings
 from features.definitions import FeatureParams
-from fraud.commands.features import run_feature_job
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
-from fraud.commands.score import run_scoring_job
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import EmbeddedStack
 from infra.redis_store import card_features_key
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
-from ingest.produce import events_from_jsonl
+from ingest.produce import events_from_jsonl, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
+from models.estimators import ModelSpec
+from models.metrics import DEFAULT_ALERTS_PER_DAY
+from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent.parent / "examples" / "bad_events.jsonl"
@@ -94,6 +95,8 @@ def demo_command(
     ] = 200.0,
 ) -> None:
     """Run the pipeline end to end on the embedded stack: simulate, ingest, features, train, score, alerts."""
+    from fraud import jobs  # heavy: PySpark and the jobs
+
     settings = settings_of(ctx)
     extra_days = FOLLOW_DAYS if follow else 0
     config = SimulatorConfig(
@@ -129,7 +132,10 @@ def demo_command(
 
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
         checkpoints = (settings.home / "checkpoints" / f"demo-{run}").resolve()
-        run_feature_job(settings, settings.topics, checkpoints / "features", FeatureParams(), once=True)
+        features = jobs.feature_job_config(
+            settings, settings.topics, checkpoints / "features", FeatureParams()
+        )
+        jobs.run_feature_job(settings, features, once=True)
 
         console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
         train_demo_model(settings)
@@ -137,7 +143,8 @@ def demo_command(
         console.rule(
             "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
         )
-        run_scoring_job(settings, settings.topics, checkpoints / "scoring", once=True)
+        scoring = jobs.scoring_job_config(settings, settings.topics, checkpoints / "scoring")
+        jobs.run_scoring_job(settings, scoring, once=True)
 
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
@@ -196,13 +203,7 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     until Ctrl-C; then stop what was started here."""
     import uvicorn
 
-    from features.job import start_feature_job
-    from fraud.commands.features import feature_job_config
-    from fraud.commands.score import scoring_job_config
-    from infra.spark import spark_session, stop_between_batches
-    from ingest.produce import produce_events
-    from scoring.api import create_app
-    from scoring.job import start_scoring_job
+    from fraud import jobs  # heavy: PySpark and the jobs
 
     clients = Clients.from_settings(settings)
     source = "simulator:live"
@@ -224,18 +225,17 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
         daemon=True,
     )
     with console.status("Starting the live jobs..."):
-        spark = spark_session(settings, app_name="fraud-demo-live")
+        spark = jobs.job_spark_session(settings, "fraud-demo-live")
         # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
         # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        features = feature_job_config(
+        features = jobs.feature_job_config(
             settings, settings.topics, checkpoints / "features", FeatureParams(), max_records=20_000
         )
-        scoring = scoring_job_config(settings, settings.topics, checkpoints / "scoring", max_records=20_000)
-        queries = [
-            start_feature_job(spark, features, once=False, trigger_interval_s=0.5),
-            start_scoring_job(spark, scoring, once=False, trigger_interval_s=0.5),
-        ]
+        scoring = jobs.scoring_job_config(
+            settings, settings.topics, checkpoints / "scoring", max_records=20_000
+        )
+        queries = jobs.start_live_jobs(spark, features, scoring, trigger_interval_s=0.5)
     producer.start()
     console.rule("Live")
     console.print(
@@ -257,36 +257,23 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
         # before the scoring job that reads its output.
         stop_producing.set()
         producer.join(timeout=70)
-        try:
-            for query in queries:
-                stop_between_batches(query, timeout_s=60)
-        except KeyboardInterrupt:
-            for query in queries:
-                query.stop()
+        jobs.stop_live_jobs(queries)
         server.should_exit = True
         spark.stop()
 
 
 def train_demo_model(settings: Settings) -> None:
     """Gradient boosting on every feature, trained on the latest week the replayed topics allow."""
-    from fraud.commands.models import (
-        Periods,
-        TrainOptions,
-        print_result,
-        run_training,
-        topics_training_set,
-        tracking_target,
-    )
-    from models.estimators import ModelSpec
-    from models.metrics import DEFAULT_ALERTS_PER_DAY
+    from fraud import training  # heavy: scikit-learn and MLflow
 
     started = time.monotonic()
     params = FeatureParams()
-    tracking_uri, artifacts = tracking_target(settings)
-    dataset, plans = topics_training_set(settings, params, Periods())
-    options = TrainOptions(ModelSpec("hist_gradient_boosting"), "all", params, plans, DEFAULT_ALERTS_PER_DAY)
-    result, logged = run_training(dataset, options, tracking_uri, artifacts, register=True)
-    print_result(result, logged, tracking_uri)
+    tracking_uri, artifacts = training.tracking_target(settings)
+    dataset, plans = training.topics_training_set(settings, params, training.Periods())
+    spec = ModelSpec("hist_gradient_boosting")
+    options = training.TrainOptions(spec, "all", params, plans, DEFAULT_ALERTS_PER_DAY)
+    result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
+    training.print_result(result, logged, tracking_uri)
     console.print(f"Replay, features, training and logging took {time.monotonic() - started:,.0f} s.")
 
 

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.settings import Settings
+from contracts.errors import FraudError
 from fraud.console import console
+
+
+class JobFailedError(FraudError):
+    """A streaming query stopped with an error; the message is the first line of Spark's report."""
+
+    def __init__(self, failure: object) -> None:
+        lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
+        super().__init__(f"the streaming query failed: {lines[0] if lines else failure}")
 
 
 @dataclass
@@ -58,8 +64,9 @@ def watch_query(query: StreamingQuery, poll_s: int = 1) -> QueryReport:
         console.print("Stopping...")
         query.stop()
     report.seconds = time.monotonic() - started
-    if query.exception() is not None:
-        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    failure = query.exception()
+    if failure is not None:
+        raise JobFailedError(failure)
     return report
 
 
@@ -71,28 +78,3 @@ def _report_batch(report: QueryReport, progress: dict[str, Any]) -> None:
     if records:
         rate = f" ({records / duration_s:,.0f}/s)" if duration_s else ""
         console.print(f"  batch {progress['batchId']}: {records:,} records in {duration_s:,.1f} s{rate}")
-
-
-def run_streaming_job(
-    settings: Settings,
-    app_name: str,
-    start: Callable[[SparkSession], tuple[StreamingQuery, str]],
-    once: bool,
-) -> QueryReport:
-    """Start Spark and a query (``start`` returns it and a line saying what runs), show its progress until
-    it stops, stop Spark, and print a summary."""
-    from infra.spark import spark_session
-
-    with console.status("Starting Spark..."):
-        spark = spark_session(settings, app_name=app_name)
-    try:
-        query, what = start(spark)
-        console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
-        report = watch_query(query)
-    finally:
-        spark.stop()  # also stops the Python workers and their Kafka consumers
-    console.print(
-        f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
-        f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
-    )
-    return report

@@ -23,6 +23,10 @@ from infra.embedded import EmbeddedStack, StackInfo
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20
+#: How long the broker keeps a transaction open before aborting it (``transaction.timeout.ms`` of the
+#: project's transactional producers); a crashed writer that is not restarted holds back read_committed
+#: consumers of its partitions this long, so readers wait at least as long for records they planned.
+TRANSACTION_TIMEOUT_MS = 120_000
 #: How long a metadata request (topics, partitions) may take before Kafka counts as unreachable.
 METADATA_TIMEOUT_S = 10.0
 #: librdkafka's own log lines (a refused connection, say) go to this logger, not straight to stderr.
@@ -69,6 +73,24 @@ def resolve_endpoints(settings: Settings) -> Endpoints:
         mlflow_tracking_uri=settings.mlflow_tracking_uri or info.mlflow_tracking_uri,
         mlflow_artifacts=None if settings.mlflow_tracking_uri else info.mlflow_artifacts,
     )
+
+
+def mlflow_store(settings: Settings) -> tuple[str, str | None]:
+    """The MLflow tracking URI (the setting, else the running embedded stack's store), and where the
+    embedded store keeps artifacts (None for a configured one: the server decides).
+
+    Raises:
+        NotConfiguredError: no URI is set and no embedded stack runs.
+    """
+    if settings.mlflow_tracking_uri is not None:
+        return settings.mlflow_tracking_uri, None
+    info = EmbeddedStack(settings.home).running()
+    if info is None:
+        raise NotConfiguredError(
+            f"no embedded stack is running under {settings.home.resolve()}: start one with `fraud up`, "
+            "or set FRAUD_MLFLOW_TRACKING_URI"
+        )
+    return info.mlflow_tracking_uri, info.mlflow_artifacts
 
 
 class Clients:

@@ -13,6 +13,7 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -45,6 +46,20 @@ return set
 """
 #: Records per script call: one call blocks Redis while it runs, so a large batch is sent in slices.
 _SET_IF_NEWER_SLICE = 500
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where a job keeps its lookups: the server, the key prefix of its namespace (empty for the live
+    pipeline) and how long what it writes is kept (``Settings.alert_retention_s``)."""
+
+    url: str
+    prefix: str
+    retention_s: int
+
+    def client(self) -> Any:
+        """This process's client of the server (Spark workers reuse it across micro-batches)."""
+        return client_for(self.url)
 
 
 _CLIENTS: dict[str, Any] = {}

@@ -25,6 +25,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts.settings import Settings
+from infra import spark_daemon
+from infra.spark_daemon import PRELOAD_ENV
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's
@@ -89,10 +91,14 @@ def local_file_system_jar(cache: Path | None = None) -> Path | None:
     return jar
 
 
-def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2) -> SparkSession:
-    """Get or create the session for ``settings.spark_master``."""
+def spark_session(
+    settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
+) -> SparkSession:
+    """Get or create the session for ``settings.spark_master``; its Python workers start with the
+    ``preload`` modules imported (``infra.spark_daemon``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ[PRELOAD_ENV] = ",".join(preload)
     # Python workers inherit this: pandas FutureWarnings from PySpark's own row conversion are noise.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     builder = (
@@ -106,7 +112,8 @@ def spark_session(settings: Settings, app_name: str = "fraud", shuffle_partition
         .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "infra.spark_daemon")
+        .config("spark.python.daemon.module", spark_daemon.__name__)
+        .config(f"spark.executorEnv.{PRELOAD_ENV}", ",".join(preload))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
     )

@@ -2,10 +2,11 @@
 
 Spark starts this module (``spark.python.daemon.module``) and it forks one Python worker per task. A stock
 worker imports PySpark (from ``pyspark.zip``, compiled from source every time), pandas, PyArrow and the
-project's stages after the fork: seconds of CPU per worker, and a streaming query starts several workers
-per micro-batch. Here the daemon imports all of that before serving, so every forked worker starts with
-it in memory, and freezes it (``gc.freeze``): PySpark runs a full garbage collection in each reused worker
-after every task, which would otherwise walk all those modules' objects every time.
+project's modules after the fork: seconds of CPU per worker, and a streaming query starts several workers
+per micro-batch. Here the daemon imports all of that before serving (the jobs name their own modules
+through ``PRELOAD_ENV``), so every forked worker starts with it in memory, and freezes it (``gc.freeze``):
+PySpark runs a full garbage collection in each reused worker after every task, which would otherwise walk
+all those modules' objects every time.
 
 Forking is only safe from a single-threaded process: importing numpy starts OpenBLAS threads unless told
 not to, and PyArrow's jemalloc starts a background purge thread; the daemon asks for one BLAS thread (the
@@ -15,22 +16,19 @@ has exactly one thread.
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
 
-#: Environment that keeps the imports below from starting threads (set before they run).
+from pyspark import daemon
+
+#: Environment that keeps the preloaded imports from starting threads (set before they run).
 SINGLE_THREADED_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "JE_ARROW_MALLOC_CONF": "background_thread:false",
 }
-for _name, _value in SINGLE_THREADED_ENV.items():
-    os.environ.setdefault(_name, _value)
-
-import gc  # noqa: E402
-import importlib  # noqa: E402
-
-from pyspark import daemon  # noqa: E402
 
 #: Imported by the daemon, in order; each is in every worker's memory after the fork.
 PRELOAD = (
@@ -41,15 +39,20 @@ PRELOAD = (
     "pyspark.sql.streaming.stateful_processor_api_client",
     "pandas",
     "pyarrow",
-    "infra.spark_source",
-    "infra.spark_sink",
-    "features.job",
+    "infra.kafka_source.datasource",
+    "infra.kafka_sink.datasource",
 )
+#: Environment variable with more modules to import, comma-separated: the jobs' own (``spark_session``
+#: sets it from its ``preload`` argument, for the driver's workers and the executors').
+PRELOAD_ENV = "KAPPA_FRAUD_SPARK_PRELOAD"
 
 
 def preload() -> None:
-    """Import ``PRELOAD``."""
-    for name in PRELOAD:
+    """Import ``PRELOAD``, then the modules named in ``PRELOAD_ENV``, single-threaded."""
+    for name, value in SINGLE_THREADED_ENV.items():
+        os.environ.setdefault(name, value)
+    extra = [name.strip() for name in os.environ.get(PRELOAD_ENV, "").split(",") if name.strip()]
+    for name in (*PRELOAD, *extra):
         importlib.import_module(name)
 
 

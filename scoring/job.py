@@ -36,29 +36,27 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import BinaryType, StructField, StructType
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
-from infra.redis_store import client_for, write_alerts, write_scores
-from infra.spark import start_stream
-from infra.spark_sink import (
+from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.kafka_sink.datasource import register as register_sink
+from infra.kafka_sink.datasource import write_micro_batch
+from infra.kafka_sink.records import (
     HEADERS_ARROW_TYPE,
-    OPTION_AFTER_COMMIT,
-    OPTION_BATCH_ID,
+    PACKED_DDL,
     RECORDS_COLUMN,
-    SINK_NAME,
     SinkRows,
-    checkpoint_sink_id,
     newest_per_key,
     pack_records,
-    sink_options,
 )
-from infra.spark_sink import register as register_sink
-from infra.spark_source import KafkaDataSource
+from infra.kafka_source.config import KafkaSourceConfig
+from infra.kafka_source.datasource import read_stream
+from infra.redis_store import RedisTarget, write_alerts, write_scores
+from infra.spark import start_stream
 from ingest.columnar import validate_many
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
 from models.registry import (
@@ -73,8 +71,6 @@ from models.registry import (
 C = TxColumns
 _log = logging.getLogger(__name__)
 
-#: Rows the scorer hands to the sink: its records, packed.
-SINK_SCHEMA = StructType([StructField(RECORDS_COLUMN, BinaryType())])
 #: Event fields of a feature record that its score record repeats.
 SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
 #: How many features an alert names as having driven its score.
@@ -88,14 +84,12 @@ class ScoringJobConfig:
     kafka_config: dict[str, Any]
     topics: Topics
     checkpoint: Path
-    redis_url: str
+    redis: RedisTarget
     tracking_uri: str
     max_event_bytes: int
+    model_check_interval_s: float
     alias: str = CHAMPION
-    redis_prefix: str = ""
-    retention_s: int = 30 * 86_400
     max_records_per_trigger: int | None = None
-    model_check_interval_s: float = 30.0
 
 
 # --- The model of each micro-batch (driver) ------------------------------------------------------------
@@ -235,7 +229,7 @@ class Scorer:
                 yield pa.RecordBatch.from_arrays([pa.array([packed], pa.binary())], names=[RECORDS_COLUMN])
 
     def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.Table:
-        """The sink records (``infra.spark_sink.COLUMNS``) for a batch of raw feature records.
+        """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records.
 
         Records are validated in bulk (``ingest.columnar``); the few it cannot decide go through
         ``parse_event`` one by one, which also gives dead letters their reasons.
@@ -427,26 +421,32 @@ def score_values(
 # --- Redis, after each committed Kafka transaction ------------------------------------------------------
 
 
-def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
-    """``after.commit`` hook of the sink: alerts, then the newest score of each card, into Redis.
+@dataclass(frozen=True)
+class ScoresToRedis:
+    """The sink's after-commit hook: alerts, then the newest score of each card, into Redis.
 
     Alerts go first: they are few and what alert consumers wait for; the scores are one per card.
     """
-    alerts = [
-        AlertRecord.model_validate_json(value)
-        for batch in batches
-        for topic, value in zip(
-            batch.column("topic").to_pylist(), batch.column("value").to_pylist(), strict=True
-        )
-        if topic == options["redis.alerts"]
-    ]
-    # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
-    client = client_for(options["redis.url"])
-    prefix, retention_s = options.get("redis.prefix", ""), int(options["redis.retention"])
-    if alerts:
-        write_alerts(client, alerts, prefix, retention_s)
-    scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, options["redis.scores"])]
-    write_scores(client, scores, prefix, retention_s)
+
+    redis: RedisTarget
+    alerts_topic: str
+    scores_topic: str
+
+    def __call__(self, batches: list[pa.RecordBatch]) -> None:
+        alerts = [
+            AlertRecord.model_validate_json(value)
+            for batch in batches
+            for topic, value in zip(
+                batch.column("topic").to_pylist(), batch.column("value").to_pylist(), strict=True
+            )
+            if topic == self.alerts_topic
+        ]
+        client, prefix, retention_s = self.redis.client(), self.redis.prefix, self.redis.retention_s
+        if alerts:
+            write_alerts(client, alerts, prefix, retention_s)
+        # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
+        newest = newest_per_key(batches, self.scores_topic)
+        write_scores(client, [ScoreRecord.model_validate_json(v) for v in newest], prefix, retention_s)
 
 
 # --- The query -------------------------------------------------------------------------------------------
@@ -454,17 +454,13 @@ def write_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> No
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
     """The raw records of the features topic, as a stream."""
-    spark.dataSource.register(KafkaDataSource)
-    reader = (
-        spark.readStream.format("fraud-kafka")
-        .option("kafka.config", json.dumps(config.kafka_config))
-        .option("topics", config.topics.features)
-        .option("startingOffsets", "earliest")
-        .option("readTasks", str(spark.sparkContext.defaultParallelism))  # one task per core
+    source = KafkaSourceConfig(
+        kafka_config=config.kafka_config,
+        topics=(config.topics.features,),
+        max_records_per_trigger=config.max_records_per_trigger,
+        read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
     )
-    if config.max_records_per_trigger:
-        reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
-    return reader.load()
+    return read_stream(spark, source)
 
 
 def model_chooser(tracking_uri: str, alias: str, interval_s: float, checkpoint: Path) -> ModelChooser:
@@ -480,26 +476,6 @@ def model_chooser(tracking_uri: str, alias: str, interval_s: float, checkpoint: 
     return chooser
 
 
-def redis_scoring_options(topics: Topics, retention_s: int) -> dict[str, str]:
-    """Sink options that ``write_to_redis`` reads (besides ``redis.url`` and ``redis.prefix``)."""
-    return {
-        "redis.retention": str(retention_s),
-        "redis.alerts": topics.alerts,
-        "redis.scores": topics.scores,
-    }
-
-
-def write_micro_batch(frame: DataFrame, options: dict[str, str], batch_id: int) -> None:
-    """Write a ``foreachBatch`` micro-batch exactly once: the sink's commit markers under its batch id."""
-    (
-        frame.write.format(SINK_NAME)
-        .options(**options)
-        .option(OPTION_BATCH_ID, str(batch_id))
-        .mode("append")
-        .save()
-    )
-
-
 def start_scoring_job(
     spark: SparkSession, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
 ) -> StreamingQuery:
@@ -512,23 +488,18 @@ def start_scoring_job(
     chooser = model_chooser(
         config.tracking_uri, config.alias, config.model_check_interval_s, config.checkpoint
     )
-    options = {
-        **sink_options(
-            config.kafka_config,
-            checkpoint_sink_id(config.checkpoint, "scores"),
-            marker_topic=config.topics.scores,
-        ),
-        OPTION_AFTER_COMMIT: "scoring.job:write_to_redis",
-        "redis.url": config.redis_url,
-        "redis.prefix": config.redis_prefix,
-        **redis_scoring_options(config.topics, config.retention_s),
-    }
+    sink = KafkaSinkConfig(
+        kafka_config=config.kafka_config,
+        sink_id=checkpoint_sink_id(config.checkpoint, "scores"),
+        marker_topic=config.topics.scores,
+        after_commit=ScoresToRedis(config.redis, config.topics.alerts, config.topics.scores),
+    )
 
     def score_batch(records: DataFrame, batch_id: int) -> None:
         scorer = Scorer(
             config.tracking_uri, chooser.version_for(batch_id), config.topics, config.max_event_bytes
         )
-        write_micro_batch(records.mapInArrow(scorer, SINK_SCHEMA), options, batch_id)
+        write_micro_batch(records.mapInArrow(scorer, PACKED_DDL), sink, batch_id)
 
     writer = (
         feature_records(spark, config)

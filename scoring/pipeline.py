@@ -30,24 +30,18 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import Topics
 from features.job import (
     FeatureJobConfig,
-    feature_sink_options,
+    LatestFeaturesToRedis,
+    feature_sink,
     feature_stream,
     prepare_checkpoint,
-    write_latest_features,
 )
+from infra.kafka_sink.config import AfterCommitAll
+from infra.kafka_sink.datasource import register as register_sink
+from infra.kafka_sink.datasource import write_micro_batch
+from infra.kafka_sink.records import SinkRows
 from infra.spark import start_stream
-from infra.spark_sink import OPTION_AFTER_COMMIT, SinkRows
-from infra.spark_sink import register as register_sink
 from models.registry import CHAMPION
-from scoring.job import (
-    SCORED_EVENT_FIELDS,
-    model_chooser,
-    redis_scoring_options,
-    score_rows,
-    worker_model,
-    write_micro_batch,
-    write_to_redis,
-)
+from scoring.job import SCORED_EVENT_FIELDS, ScoresToRedis, model_chooser, score_rows, worker_model
 
 #: Spark local property carrying the model version of a micro-batch to its tasks.
 MODEL_VERSION_PROPERTY = "fraud.model.version"
@@ -59,9 +53,8 @@ class PipelineConfig:
 
     features: FeatureJobConfig
     tracking_uri: str
+    model_check_interval_s: float
     alias: str = CHAMPION
-    retention_s: int = 30 * 86_400
-    model_check_interval_s: float = 30.0
 
     @property
     def topics(self) -> Topics:
@@ -95,13 +88,6 @@ class RowScorer:
         return pa.Table.from_batches(batches) if batches else None
 
 
-def write_all_to_redis(batches: list[pa.RecordBatch], options: dict[str, str]) -> None:
-    """``after.commit`` hook: alerts and the latest score of each card, then its latest features (alerts
-    first: they are what alert consumers wait for)."""
-    write_to_redis(batches, options)
-    write_latest_features(batches, options)
-
-
 def start_pipeline(
     spark: SparkSession, config: PipelineConfig, once: bool, trigger_interval_s: float = 1.0
 ) -> StreamingQuery:
@@ -117,16 +103,19 @@ def start_pipeline(
     )
     scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
     features = replace(config.features, hook=scorer)
-    options = {
-        **feature_sink_options(features),
-        OPTION_AFTER_COMMIT: "scoring.pipeline:write_all_to_redis",
-        **redis_scoring_options(config.topics, config.retention_s),
-    }
+    # Alerts and the latest score of each card first (what alert consumers wait for), then its features.
+    to_redis = AfterCommitAll(
+        (
+            ScoresToRedis(features.redis, config.topics.alerts, config.topics.scores),
+            LatestFeaturesToRedis(features.redis, config.topics.features),
+        )
+    )
+    sink = replace(feature_sink(features), after_commit=to_redis)
 
     def write_batch(records: DataFrame, batch_id: int) -> None:
         version = chooser.version_for(batch_id)
         records.sparkSession.sparkContext.setLocalProperty(MODEL_VERSION_PROPERTY, str(version))
-        write_micro_batch(records, options, batch_id)
+        write_micro_batch(records, sink, batch_id)
 
     writer = (
         feature_stream(spark, features)

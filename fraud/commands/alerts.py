@@ -19,17 +19,15 @@ from rich.table import Table
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
+from fraud.options import PrefixOption
 from infra.clients import Clients, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
+from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-PrefixOption = Annotated[
-    str, typer.Option(help="Redis key prefix (empty for the live pipeline; an isolated run's own prefix).")
-]
 
 
 def parse_time(text: str, now: datetime | None = None) -> int:
@@ -255,8 +253,6 @@ def serve_command(
 ) -> None:
     """Serve the alert lookup API (OpenAPI at /docs) and the live alerts page at / (Ctrl-C stops)."""
     import uvicorn
-
-    from scoring.api import create_app
 
     settings = settings_of(ctx)
     app_ = create_app(Clients.from_settings(settings).redis(), prefix)

@@ -30,7 +30,8 @@ from features.stream import (
     ticks,
     to_blob,
 )
-from infra.spark_source import NO_FRONTIER, _end_offset, _release_without_records
+from infra.kafka_source.planner import end_offset, release_without_records
+from infra.kafka_source.splits import NO_FRONTIER
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 
@@ -281,7 +282,7 @@ def run_stream(
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
     Transactions and labels are two partitions; each micro-batch's end offset and its frontier are
-    planned by the source's own ``_end_offset``. ``available_now=False``: a continuous run reads all the
+    planned by the source's own ``end_offset``. ``available_now=False``: a continuous run reads all the
     micro-batches, then an availableNow run that finds nothing new plans its record-less final batch.
     """
     raw = [
@@ -336,12 +337,12 @@ def run_stream(
             if chosen[name] > begin[name]
         }
         lagging = [name for name in ends if chosen[name] < ends[name]]
-        offset = _end_offset(offset, begin, chosen, lagging, last_read, params.max_lateness_ms, available_now)
+        offset = end_offset(offset, begin, chosen, lagging, last_read, params.max_lateness_ms, available_now)
         micro_batch(chunk, offset)
     if not available_now:
-        assert not offset["final"] and _release_without_records(offset, True, heartbeats=True)
+        assert not offset["final"] and release_without_records(offset, True, heartbeats=True)
         begin = dict(offset["offsets"])
-        offset = _end_offset(offset, begin, begin, [], {}, params.max_lateness_ms, available_now=True)
+        offset = end_offset(offset, begin, begin, [], {}, params.max_lateness_ms, available_now=True)
         micro_batch(np.arange(0), offset)
     assert offset["final"]
     return pd.concat(outputs, ignore_index=True)

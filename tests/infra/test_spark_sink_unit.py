@@ -1,8 +1,8 @@
-"""The sink's pure logic: options, schema checks, marker decisions, row-to-record mapping (no broker, no Spark)."""
+"""The sink's pure logic: its config, schema checks, marker decisions, row-to-record mapping (no broker, no Spark)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,101 +10,101 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
 
-from infra import spark_sink
-from infra.spark_sink import (
-    HEADERS_ARROW_TYPE,
-    OPTION_KAFKA_CONFIG,
-    OPTION_MARKER_TOPIC,
-    OPTION_SINK_ID,
-    OPTION_TOPIC,
-    RECORDS_COLUMN,
+from contracts.errors import ConfigError
+from infra.clients import TRANSACTION_TIMEOUT_MS
+from infra.kafka_sink import records, transactions
+from infra.kafka_sink.config import (
+    AfterCommitAll,
+    KafkaSinkConfig,
     SinkConfigError,
     SinkIdReusedError,
-    SinkOptions,
+    SinkWriteError,
     checkpoint_sink_id,
+)
+from infra.kafka_sink.datasource import sink_options
+from infra.kafka_sink.records import (
+    HEADERS_ARROW_TYPE,
+    RECORDS_COLUMN,
     kafka_headers,
-    marker_decision,
     newest_per_key,
     pack_records,
-    sink_options,
     validate_schema,
 )
+from infra.kafka_sink.transactions import marker_decision
+from infra.spark_config import config_from
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
 HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
 
 
-def options(**extra: str) -> dict[str, str]:
-    return {OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: "alerts-sink", **extra}
-
-
-def test_options_parse_with_marker_topic_defaulting_to_topic() -> None:
-    parsed = SinkOptions.parse(options(**{OPTION_TOPIC: "alerts"}))
-    assert parsed == SinkOptions(
-        kafka_config=KAFKA, sink_id="alerts-sink", topic="alerts", marker_topic="alerts"
-    )
-    explicit = SinkOptions.parse(options(**{OPTION_MARKER_TOPIC: "markers"}))
-    assert (explicit.topic, explicit.marker_topic) == (None, "markers")
+def test_marker_topic_defaults_to_the_topic() -> None:
+    config = KafkaSinkConfig(KAFKA, "alerts-sink", topic="alerts")
+    assert config.markers == "alerts"
+    explicit = KafkaSinkConfig(KAFKA, "alerts-sink", marker_topic="markers")
+    assert (explicit.topic, explicit.markers) == (None, "markers")
     assert explicit.transactional_id(3) == "alerts-sink-3"
 
 
-def test_option_keys_are_case_insensitive_like_spark() -> None:
-    raw = {"KAFKA.CONFIG": json.dumps(KAFKA), "Sink.Id": "s", "Topic": "t"}
-    assert SinkOptions.parse(raw).marker_topic == "t"
+@dataclass(frozen=True)
+class Collect:
+    """An after-commit hook of a module-level class, as the jobs' are."""
+
+    name: str
+
+    def __call__(self, batches: list[pa.RecordBatch]) -> None:
+        SEEN.append((self.name, sum(batch.num_rows for batch in batches)))
+
+
+SEEN: list[tuple[str, int]] = []
+
+
+def test_the_config_travels_whole_through_spark_options_hook_included() -> None:
+    hook = AfterCommitAll((Collect("a"), Collect("b")))
+    config = KafkaSinkConfig(KAFKA, "s", topic="t", after_commit=hook)
+    options = sink_options(config)
+    assert all(isinstance(value, str) for value in options.values())
+    upper = {key.upper(): value for key, value in options.items()}  # Spark's option keys ignore case
+    back = config_from(upper, KafkaSinkConfig)
+    assert back == config
+    SEEN.clear()
+    back.run_after_commit([pa.record_batch({"value": pa.array([b"1", b"2"])})])
+    assert SEEN == [("a", 2), ("b", 2)]
+    with pytest.raises(ConfigError, match="missing"):
+        config_from({}, KafkaSinkConfig)
 
 
 @pytest.mark.parametrize(
-    ("raw", "message"),
+    ("kwargs", "message"),
     [
-        ({OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "'kafka.config'.*required"),
-        ({OPTION_KAFKA_CONFIG: "{not json", OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "not valid JSON"),
-        ({OPTION_KAFKA_CONFIG: "[1]", OPTION_SINK_ID: "s", OPTION_TOPIC: "t"}, "bootstrap.servers"),
-        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_TOPIC: "t"}, "'sink.id'.*required"),
-        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: " "}, "'sink.id'.*required"),
-        ({OPTION_KAFKA_CONFIG: json.dumps(KAFKA), OPTION_SINK_ID: "s"}, "marker.topic"),
+        ({"kafka_config": {}, "sink_id": "s", "topic": "t"}, "bootstrap.servers"),
+        ({"kafka_config": KAFKA, "sink_id": " ", "topic": "t"}, "sink_id"),
+        ({"kafka_config": KAFKA, "sink_id": "s"}, "marker_topic or topic"),
+        ({"kafka_config": KAFKA, "sink_id": "s", "topic": "t", "batch_id": -1}, "batch_id"),
         (
-            {
-                OPTION_KAFKA_CONFIG: json.dumps({**KAFKA, "transactional.id": "x", "acks": "1"}),
-                OPTION_SINK_ID: "s",
-                OPTION_TOPIC: "t",
-            },
+            {"kafka_config": {**KAFKA, "transactional.id": "x", "acks": "1"}, "sink_id": "s", "topic": "t"},
             "may not set acks, transactional.id",
         ),
     ],
 )
-def test_bad_options_fail_with_a_clear_message(raw: dict[str, str], message: str) -> None:
+def test_bad_configs_fail_with_a_clear_message(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(SinkConfigError, match=message):
-        SinkOptions.parse(raw)
+        KafkaSinkConfig(**kwargs)
 
 
 def test_producer_config_user_settings_win_except_the_owned_ones() -> None:
-    parsed = SinkOptions.parse(
-        {
-            OPTION_KAFKA_CONFIG: json.dumps({**KAFKA, "linger.ms": 5, "compression.type": "lz4"}),
-            OPTION_SINK_ID: "s",
-            OPTION_TOPIC: "t",
-        }
+    config = KafkaSinkConfig({**KAFKA, "linger.ms": 5, "compression.type": "lz4"}, "s", topic="t")
+    producer = config.producer_config("s-1")
+    assert producer["linger.ms"] == 5
+    assert producer["compression.type"] == "lz4"
+    assert producer["transaction.timeout.ms"] == TRANSACTION_TIMEOUT_MS
+    assert (producer["enable.idempotence"], producer["acks"], producer["transactional.id"]) == (
+        True,
+        "all",
+        "s-1",
     )
-    config = parsed.producer_config("s-1")
-    assert config["linger.ms"] == 5
-    assert config["compression.type"] == "lz4"
-    assert config["transaction.timeout.ms"] == spark_sink.DEFAULT_TRANSACTION_TIMEOUT_MS
-    assert (config["enable.idempotence"], config["acks"], config["transactional.id"]) == (True, "all", "s-1")
-    consumer = parsed.marker_consumer_config("s-1")
+    consumer = config.marker_consumer_config("s-1")
     assert (consumer["group.id"], consumer["enable.auto.commit"]) == ("s-1", False)
     assert consumer["isolation.level"] == "read_committed"
-
-
-def test_sink_options_builds_spark_options_from_a_client_config() -> None:
-    built = sink_options(KAFKA, "q1-alerts", topic="alerts")
-    assert built == {
-        OPTION_KAFKA_CONFIG: json.dumps(KAFKA),
-        OPTION_SINK_ID: "q1-alerts",
-        OPTION_TOPIC: "alerts",
-    }
-    assert all(isinstance(value, str) for value in built.values())
-    with pytest.raises(SinkConfigError):
-        sink_options(KAFKA, "q1-alerts")
 
 
 def test_full_schema_is_accepted() -> None:
@@ -160,7 +160,7 @@ def test_packed_records_unpack_into_their_rows_in_order() -> None:
         {RECORDS_COLUMN: pa.array([pack_records(first), None, pack_records(second)], pa.binary())}
     )
 
-    rows = [row for batch in spark_sink._unpacked(iter([packed, plain])) for row in batch.to_pylist()]
+    rows = [row for batch in records.unpacked(iter([packed, plain])) for row in batch.to_pylist()]
 
     assert [row["value"] for row in rows] == [b"1", b"2", b"3", b"4"]
     assert rows[1]["headers"] == [{"key": "h", "value": b"x"}]
@@ -169,8 +169,8 @@ def test_packed_records_unpack_into_their_rows_in_order() -> None:
 def test_a_packed_cell_with_unknown_columns_fails_the_write() -> None:
     bad = pa.record_batch({"value": pa.array([b"1"]), "colour": pa.array(["red"])})
     packed = pa.record_batch({RECORDS_COLUMN: pa.array([pack_records(bad)], pa.binary())})
-    with pytest.raises(spark_sink.SinkWriteError, match="colour"):
-        list(spark_sink._unpacked(iter([packed])))
+    with pytest.raises(SinkWriteError, match="colour"):
+        list(records.unpacked(iter([packed])))
 
 
 def test_marker_decides_write_skip_or_reuse_error() -> None:
@@ -232,7 +232,7 @@ def test_arrow_rows_map_to_kafka_records() -> None:
         }
     )
     producer = FakeProducer()
-    assert spark_sink._produce(producer, batch, default_topic="fallback") == 2  # type: ignore[arg-type]
+    assert transactions.produce(producer, batch, default_topic="fallback") == 2  # type: ignore[arg-type]
     assert producer.records == [
         ("alerts", b"{}", b"card-1", -1, 1_700_000_000_000, [("v", b"1")]),
         ("fallback", b"[]", None, 2, 0, None),
@@ -244,8 +244,8 @@ def test_a_row_without_any_topic_fails_the_write() -> None:
     batch = pa.record_batch({"value": pa.array([b"x"], pa.binary())})
     producer = FakeProducer()
     producer.full_once = False
-    with pytest.raises(spark_sink.SinkWriteError, match="no topic"):
-        spark_sink._produce(producer, batch, default_topic=None)  # type: ignore[arg-type]
+    with pytest.raises(SinkWriteError, match="no topic"):
+        transactions.produce(producer, batch, default_topic=None)  # type: ignore[arg-type]
 
 
 def test_newest_per_key_keeps_each_keys_newest_values_of_the_topic() -> None:

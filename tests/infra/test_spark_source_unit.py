@@ -1,16 +1,16 @@
 import pytest
 
-from infra.spark_source import (
-    NO_FRONTIER,
-    KafkaStreamReader,
-    Split,
-    SplitGroup,
-    _end_offset,
-    _frontier,
-    _release_without_records,
-    _share,
-    group_splits,
-)
+from contracts.errors import ConfigError
+from infra.kafka_source.config import KafkaSourceConfig, at_time
+from infra.kafka_source.datasource import KafkaStreamReader
+from infra.kafka_source.planner import _frontier, end_offset, release_without_records, share
+from infra.kafka_source.splits import NO_FRONTIER, Split, SplitGroup, group_splits
+
+KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def reader(*topics: str, read_tasks: int | None = None) -> KafkaStreamReader:
+    return KafkaStreamReader(KafkaSourceConfig(KAFKA, topics, read_tasks=read_tasks))
 
 
 def test_frontier_is_the_slowest_partition_that_still_has_records() -> None:
@@ -33,10 +33,10 @@ def test_a_partition_never_read_holds_the_frontier_back() -> None:
 def test_admission_shares_the_budget_by_backlog() -> None:
     begin = {"a/0": 10, "a/1": 0, "a/2": 5}
     available = {"a/0": 300, "a/1": 100, "a/2": 0}
-    chosen = _share(begin, available, budget=100)
+    chosen = share(begin, available, budget=100)
     assert chosen == {"a/0": 10 + 75, "a/1": 25, "a/2": 5}
     assert sum(chosen[k] - begin[k] for k in begin) <= 100
-    assert _share({"a/0": 0, "a/1": 0}, {"a/0": 1000, "a/1": 1}, budget=10) == {"a/0": 9, "a/1": 1}
+    assert share({"a/0": 0, "a/1": 0}, {"a/0": 1000, "a/1": 1}, budget=10) == {"a/0": 9, "a/1": 1}
 
 
 def test_the_last_batch_of_an_available_now_run_is_final() -> None:
@@ -44,7 +44,7 @@ def test_the_last_batch_of_an_available_now_run_is_final() -> None:
     frontier, 2001, below the newest record: only the final mark tells the job to release it too."""
     start = {"offsets": {"tx/0": 0}, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
     ends = {"tx/0": 3}
-    final = _end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=True)
+    final = end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=True)
     assert final == {
         "offsets": {"tx/0": 3},
         "progress": {"tx/0": 2_000},
@@ -52,7 +52,7 @@ def test_the_last_batch_of_an_available_now_run_is_final() -> None:
         "read": 3,
         "final": True,
     }
-    continuous = _end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=False)
+    continuous = end_offset(start, {"tx/0": 0}, ends, [], {"tx/0": 2_000}, 1_500, available_now=False)
     assert (continuous["frontier"], continuous["final"]) == (501, False)
 
 
@@ -60,7 +60,7 @@ def test_an_available_now_batch_that_leaves_records_behind_is_not_final() -> Non
     start = {"offsets": {"tx/0": 0, "tx/1": 10}, "progress": {"tx/1": 900}, "frontier": 100, "read": 10}
     begin = dict(start["offsets"])
     chosen = {"tx/0": 30, "tx/1": 20}  # admission control: tx/0 has 20 more records
-    offset = _end_offset(start, begin, chosen, ["tx/0"], {"tx/0": 700, "tx/1": 1_000}, 50, available_now=True)
+    offset = end_offset(start, begin, chosen, ["tx/0"], {"tx/0": 700, "tx/1": 1_000}, 50, available_now=True)
     assert offset == {
         "offsets": chosen,
         "progress": {"tx/0": 700, "tx/1": 1_000},
@@ -68,22 +68,20 @@ def test_an_available_now_batch_that_leaves_records_behind_is_not_final() -> Non
         "read": 10 + 30 + 10,
         "final": False,
     }
-    behind = _end_offset({**start, "frontier": 800}, begin, chosen, ["tx/0"], {"tx/0": 700}, 50, True)
+    behind = end_offset({**start, "frontier": 800}, begin, chosen, ["tx/0"], {"tx/0": 700}, 50, True)
     assert behind["frontier"] == 800, "the frontier never moves back"
 
 
 def test_offsets_from_before_the_final_mark_read_as_not_final() -> None:
     old = {"offsets": {"tx/0": 5}, "progress": {"tx/0": 1_000}, "frontier": 1_001, "read": 5}
-    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
-    splits = reader.partitions({"offsets": {"tx/0": 0}}, old)
+    splits = reader("tx").partitions({"offsets": {"tx/0": 0}}, old)
     assert splits == [SplitGroup((Split("tx", 0, 0, 5, 1_001, heartbeat=True, final=False),))]
-    assert _release_without_records(old, available_now=True, heartbeats=True)
+    assert release_without_records(old, available_now=True, heartbeats=True)
 
 
 def test_splits_carry_the_final_mark() -> None:
     end = {"offsets": {"tx/0": 5, "tx/1": 7}, "progress": {}, "frontier": 9, "read": 12, "final": True}
-    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"})
-    splits = reader.splits({"offsets": {"tx/0": 5, "tx/1": 0}}, end)
+    splits = reader("tx").splits({"offsets": {"tx/0": 5, "tx/1": 0}}, end)
     assert splits == [
         Split("tx", 0, 5, 5, 9, heartbeat=True, final=True),
         Split("tx", 1, 0, 7, 9, heartbeat=False, final=True),
@@ -93,31 +91,45 @@ def test_splits_carry_the_final_mark() -> None:
 def test_read_tasks_group_the_splits_the_same_way_in_every_micro_batch() -> None:
     offsets = {f"{topic}/{p}": 10 for topic in ("labels", "tx") for p in range(4)}
     end = {"offsets": offsets, "progress": {}, "frontier": 9, "read": 0}
-    reader = KafkaStreamReader({"kafka.config": "{}", "topics": "tx,labels", "readtasks": "2"})
-    groups = reader.partitions({"offsets": dict.fromkeys(offsets, 0)}, end)
+    two = reader("tx", "labels", read_tasks=2)
+    groups = two.partitions({"offsets": dict.fromkeys(offsets, 0)}, end)
     assert [[f"{s.topic}/{s.partition}" for s in g.splits] for g in groups] == [
         ["labels/0", "labels/2", "tx/0", "tx/2"],
         ["labels/1", "labels/3", "tx/1", "tx/3"],
     ]
     assert [s.heartbeat for g in groups for s in g.splits] == [True] + [False] * 7
-    one_each = KafkaStreamReader({"kafka.config": "{}", "topics": "tx"}).partitions({"offsets": {}}, end)
+    one_each = reader("tx").partitions({"offsets": {}}, end)
     assert [len(g.splits) for g in one_each] == [1] * 8
-    assert len(group_splits(reader.splits({"offsets": {}}, end)[:1], 4)) == 1
-    with pytest.raises(ValueError, match="readTasks"):
-        KafkaStreamReader({"kafka.config": "{}", "topics": "tx", "readtasks": "0"}).partitions(
-            {"offsets": {}}, end
-        )
+    assert len(group_splits(two.splits({"offsets": {}}, end)[:1], 4)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"read_tasks": 0}, "read_tasks must be at least 1"),
+        ({"max_records_per_trigger": 0}, "max_records_per_trigger"),
+        ({"starting_offsets": "first"}, "starting_offsets 'first'"),
+        ({"ending_offsets": "earliest"}, "ending_offsets 'earliest'"),
+        ({"allowed_lateness_ms": -1}, "allowed_lateness_ms"),
+    ],
+)
+def test_bad_source_configs_fail_with_a_clear_message(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        KafkaSourceConfig(KAFKA, ("tx",), **kwargs)  # type: ignore[arg-type]
+    assert KafkaSourceConfig(KAFKA, ("tx",), starting_offsets=at_time(1_522_540_800_000)).schema.startswith(
+        "topic string"
+    )
 
 
 def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_left() -> None:
     """Nothing new to read: a final micro-batch without records only when records were read before, the
     batch that read the last of them was not final, the run is availableNow and the job has heartbeats."""
     read = {"offsets": {"tx/0": 5}, "progress": {"tx/0": 1_000}, "frontier": 500, "read": 5, "final": False}
-    assert _release_without_records(read, available_now=True, heartbeats=True)
-    assert not _release_without_records({**read, "final": True}, available_now=True, heartbeats=True)
-    assert not _release_without_records(read, available_now=False, heartbeats=True)
-    assert not _release_without_records(read, available_now=True, heartbeats=False)
-    assert not _release_without_records({**read, "progress": {}}, available_now=True, heartbeats=True)
+    assert release_without_records(read, available_now=True, heartbeats=True)
+    assert not release_without_records({**read, "final": True}, available_now=True, heartbeats=True)
+    assert not release_without_records(read, available_now=False, heartbeats=True)
+    assert not release_without_records(read, available_now=True, heartbeats=False)
+    assert not release_without_records({**read, "progress": {}}, available_now=True, heartbeats=True)
     begin = read["offsets"]
-    final = _end_offset(read, begin, begin, [], {}, 300, available_now=True)
+    final = end_offset(read, begin, begin, [], {}, 300, available_now=True)
     assert final == {**read, "frontier": 1_001, "final": True}

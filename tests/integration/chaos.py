@@ -23,11 +23,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark import cloudpickle
 
-from infra.spark_sink import (
+from infra.kafka_sink.config import KafkaSinkConfig
+from infra.kafka_sink.datasource import (
     FraudKafkaSink,
     FraudKafkaStreamWriter,
     KafkaSinkCommit,
-    SinkOptions,
     TransactionEvent,
 )
 
@@ -47,8 +47,8 @@ class ChaosWriter(FraudKafkaStreamWriter):
     SIGKILLs the application, so kills can land at exact points of the sink's protocol.
     """
 
-    def __init__(self, options: SinkOptions, control: Path, pauses: set[Pause]) -> None:
-        super().__init__(options)
+    def __init__(self, config: KafkaSinkConfig, control: Path, pauses: set[Pause]) -> None:
+        super().__init__(config)
         self.control = control
         self.pauses = pauses
 

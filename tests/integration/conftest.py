@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
+from fraud.jobs import SPARK_PRELOAD
 from infra.spark import spark_session
 
 
@@ -19,7 +20,9 @@ from infra.spark import spark_session
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """Spark in local[2] mode: 2 shuffle partitions, Python workers on this interpreter, no UI, RocksDB state."""
     settings = Settings(spark_master="local[2]", home=tmp_path_factory.mktemp("spark-home"))
-    session = spark_session(settings, app_name="fraud-integration-tests", shuffle_partitions=2)
+    session = spark_session(
+        settings, app_name="fraud-integration-tests", shuffle_partitions=2, preload=SPARK_PRELOAD
+    )
     try:
         yield session
     finally:

@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contracts.settings import Settings, Topics
+from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from fraud.jobs import SPARK_PRELOAD
 from fraud.progress import records_read
+from infra.redis_store import RedisTarget
 from infra.spark import spark_session
 from tests.integration.chaos import chaos_sink, parse_pauses, ship_by_value
 
@@ -87,15 +89,15 @@ def main(argv: list[str] | None = None) -> None:
         Settings(spark_master=f"local[{SHUFFLE_PARTITIONS}]", home=args.home),
         app_name="feature-job-runner",
         shuffle_partitions=SHUFFLE_PARTITIONS,
+        preload=SPARK_PRELOAD,
     )
     config = FeatureJobConfig(
         kafka_config={"bootstrap.servers": args.bootstrap},
         topics=Topics().with_prefix(args.prefix),
         checkpoint=args.checkpoint,
-        redis_url=args.redis,
+        redis=RedisTarget(args.redis, args.prefix, DEFAULT_RETENTION_S),
         params=FeatureParams(max_lateness_ms=args.allowed_lateness_ms),
         max_event_bytes=MAX_EVENT_BYTES,
-        redis_prefix=args.prefix,
         max_records_per_trigger=args.max_records,
     )
     started = time.monotonic()

@@ -46,15 +46,15 @@ from contracts.events import (
     from_message,
 )
 from contracts.records import FeatureRecord
-from contracts.settings import Settings, Topics
+from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from fraud.progress import records_read
 from infra.clients import Clients, Endpoints, ensure_topics, read_topic
 from infra.embedded import StackInfo
-from infra.redis_store import card_features_key
-from infra.spark_sink import register as register_sink
+from infra.kafka_sink.datasource import register as register_sink
+from infra.redis_store import RedisTarget, card_features_key
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -192,10 +192,9 @@ def job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis_url=clients.endpoints.redis_url,
+        redis=RedisTarget(clients.endpoints.redis_url, prefix_of(topics), DEFAULT_RETENTION_S),
         params=params or FeatureParams(),
         max_event_bytes=MAX_EVENT_BYTES,
-        redis_prefix=prefix_of(topics),
         max_records_per_trigger=max_records,
     )
 
@@ -442,7 +441,7 @@ def test_redis_holds_each_cards_latest_features(parity: Parity) -> None:
     (by event time, then tx_id), for every card, after both runs."""
     client = redis.Redis.from_url(parity.clients.endpoints.redis_url)
     for run in parity.runs.values():
-        assert_redis_holds_latest(client, run.config.redis_prefix, parity.sim, run.config.params)
+        assert_redis_holds_latest(client, run.config.redis.prefix, parity.sim, run.config.params)
     assert len(latest_per_card(parity.sim)) > 1_500
 
 

@@ -23,12 +23,12 @@ from pyspark.sql import SparkSession
 
 from contracts.events import Reason, TxColumns, from_message
 from contracts.records import AlertRecord, ScoreRecord
-from contracts.settings import Topics
+from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
-from fraud.commands.models import Periods, TrainOptions, run_training
+from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import StackInfo
-from infra.redis_store import card_features_key, card_score_key, get_alert
+from infra.redis_store import RedisTarget, card_features_key, card_score_key, get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
@@ -120,10 +120,9 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis_url=clients.endpoints.redis_url,
+        redis=RedisTarget(clients.endpoints.redis_url, prefix_of(topics), DEFAULT_RETENTION_S),
         tracking_uri=tracking_uri,
         max_event_bytes=MAX_EVENT_BYTES,
-        redis_prefix=prefix_of(topics),
         max_records_per_trigger=MAX_RECORDS,
         model_check_interval_s=1.0,
     )
@@ -241,9 +240,11 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
     config = PipelineConfig(
         features=replace(
-            job_config(clients, topics, home / "checkpoint", MAX_RECORDS), redis_prefix=prefix_of(own)
+            job_config(clients, topics, home / "checkpoint", MAX_RECORDS),
+            redis=RedisTarget(clients.endpoints.redis_url, prefix_of(own), DEFAULT_RETENTION_S),
         ),
         tracking_uri=scored.tracking_uri,
+        model_check_interval_s=DEFAULT_MODEL_CHECK_INTERVAL_S,
     )
     query = start_pipeline(spark, config, once=True)
     try:

@@ -30,16 +30,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from contracts.settings import Settings
-from infra import spark_sink
 from infra.clients import Clients, partitions_of
-from infra.spark_sink import (
-    MARKER_PARTITION,
+from infra.kafka_sink import datasource, transactions
+from infra.kafka_sink.config import MARKER_PARTITION, KafkaSinkConfig, SinkIdReusedError, checkpoint_sink_id
+from infra.kafka_sink.datasource import (
     SINK_NAME,
     FraudKafkaStreamWriter,
     KafkaSinkCommit,
-    SinkIdReusedError,
-    SinkOptions,
-    checkpoint_sink_id,
     register,
     sink_options,
 )
@@ -222,11 +219,11 @@ def registered(spark: SparkSession) -> None:
 @pytest.fixture
 def writer(clients: Clients, settings: Settings) -> Iterator[FraudKafkaStreamWriter]:
     """A stream writer used directly, outside Spark, as one Python worker would."""
-    options = sink_options(
+    config = KafkaSinkConfig(
         clients.kafka_config(), f"direct-{uuid.uuid4().hex[:8]}", topic=settings.topics.alerts
     )
-    yield FraudKafkaStreamWriter(SinkOptions.parse(options))
-    spark_sink.close_cached_writers()
+    yield FraudKafkaStreamWriter(config)
+    transactions.close_cached_writers()
 
 
 # --- streaming queries in this process ----------------------------------------------------------------
@@ -239,7 +236,9 @@ def test_streaming_query_writes_every_row_once(
     expected = write_inputs(tmp_path / "in", files=3, rows_per_file=200)
     topics = (settings.topics.alerts, settings.topics.scores)
     sink_id = f"q-{uuid.uuid4().hex[:8]}"
-    options = sink_options(clients.kafka_config(), sink_id, marker_topic=settings.topics.alerts)
+    options = sink_options(
+        KafkaSinkConfig(clients.kafka_config(), sink_id, marker_topic=settings.topics.alerts)
+    )
 
     progress = run_to_end(sink_frame(spark, tmp_path / "in", topics), options, tmp_path / "cp", sink_id)
 
@@ -265,7 +264,7 @@ def test_rerun_of_a_written_batch_writes_nothing_again(
     expected = write_inputs(tmp_path / "in", files=2, rows_per_file=150)
     checkpoint = tmp_path / "cp"
     sink_id = checkpoint_sink_id(checkpoint, "alerts")
-    options = sink_options(clients.kafka_config(), sink_id, topic=settings.topics.alerts)
+    options = sink_options(KafkaSinkConfig(clients.kafka_config(), sink_id, topic=settings.topics.alerts))
     run_to_end(sink_frame(spark, tmp_path / "in"), options, checkpoint, sink_id)
     assert len(read_committed(clients, settings.topics.alerts)) == expected
 
@@ -287,7 +286,10 @@ def test_batch_write_puts_each_task_in_one_transaction(
         F.col("id").cast("string").cast("binary").alias("key"),
         F.to_json(F.struct("id")).cast("binary").alias("value"),
     )
-    options = sink_options(clients.kafka_config(), f"b-{uuid.uuid4().hex[:8]}", topic=settings.topics.scores)
+    config = KafkaSinkConfig(
+        clients.kafka_config(), f"b-{uuid.uuid4().hex[:8]}", topic=settings.topics.scores
+    )
+    options = sink_options(config)
     rows.write.format(SINK_NAME).options(**options).mode("append").save()
     assert_each_id_once(read_committed(clients, settings.topics.scores), 500)
     with pytest.raises(Exception, match="overwrite mode is not possible"):
@@ -309,9 +311,9 @@ def test_same_batch_and_partition_written_twice_is_written_once(
     assert (first.status, first.rows) == ("written", 100)
     assert (again.status, again.rows) == ("already-written", 100)
     assert (later.status, later.rows) == ("written", 50)
-    assert empty == KafkaSinkCommit(writer.options.sink_id, 2, 0, 0, "empty")
+    assert empty == KafkaSinkCommit(writer.config.sink_id, 2, 0, 0, "empty")
     assert_each_id_once(read_committed(clients, settings.topics.alerts), 150)
-    assert markers(clients, writer.options.sink_id, settings.topics.alerts, partitions=1) == [2]
+    assert markers(clients, writer.config.sink_id, settings.topics.alerts, partitions=1) == [2]
 
 
 def test_partition_moving_between_workers_keeps_exactly_once(
@@ -321,13 +323,13 @@ def test_partition_moving_between_workers_keeps_exactly_once(
     writes the next batch (fencing A); A's next batch must take the transactional id back, not fail.
     Then B starts a producer (fencing A) without writing: A finds out at its marker, before any row."""
     writer.write_partition(iter(arrow_rows(range(0, 10))), batch_id=0, partition_id=0)
-    (key,) = [key for key in spark_sink._WRITERS if key[1] == writer.options.transactional_id(0)]
-    worker_a = spark_sink._WRITERS.pop(key)  # "worker B" starts with an empty cache
+    (key,) = [key for key in transactions._WRITERS if key[1] == writer.config.transactional_id(0)]
+    worker_a = transactions._WRITERS.pop(key)  # "worker B" starts with an empty cache
     writer.write_partition(iter(arrow_rows(range(10, 20))), batch_id=1, partition_id=0)
-    worker_b = spark_sink._WRITERS[key]
+    worker_b = transactions._WRITERS[key]
 
-    caplog.set_level(logging.INFO, logger=spark_sink.__name__)
-    spark_sink._WRITERS[key] = worker_a  # batch 2 lands on worker A: the marker moved (1 -> 2)
+    caplog.set_level(logging.INFO, logger=datasource.__name__)
+    transactions._WRITERS[key] = worker_a  # batch 2 lands on worker A: the marker moved (1 -> 2)
     moved = writer.write_partition(iter(arrow_rows(range(20, 30))), batch_id=2, partition_id=0)
     assert moved.status == "written"
     assert "another worker wrote this partition since (marker 2, ours 1)" in caplog.text
@@ -338,7 +340,7 @@ def test_partition_moving_between_workers_keeps_exactly_once(
     assert "cached producer cannot begin (fenced by another worker" in caplog.text
 
     assert_each_id_once(read_committed(clients, settings.topics.alerts), 40)
-    assert markers(clients, writer.options.sink_id, settings.topics.alerts, partitions=1) == [4]
+    assert markers(clients, writer.config.sink_id, settings.topics.alerts, partitions=1) == [4]
     worker_b.close()
 
 
@@ -457,7 +459,9 @@ def chaos_job(argv: list[str]) -> None:
         Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"
     )
     spark.dataSource.register(chaos_sink(control, pauses, CHAOS_SINK_NAME))
-    options = sink_options({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
+    options = sink_options(
+        KafkaSinkConfig({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
+    )
     query = (
         sink_frame(spark, Path(args.inputs))
         .writeStream.format(CHAOS_SINK_NAME)

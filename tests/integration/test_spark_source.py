@@ -1,4 +1,4 @@
-"""The fraud-kafka source against the real broker: exact ranges, admission control, time starts."""
+"""The Kafka source against the real broker: exact ranges, admission control, time starts."""
 
 import time
 import uuid
@@ -8,16 +8,13 @@ from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
+from fraud.progress import records_read
 from infra.clients import Clients, read_topic
-from infra.spark_source import (
-    _CONSUMERS,
-    NO_FRONTIER,
-    KafkaDataSource,
-    Split,
-    _planner_consumer,
-    _read_range,
-    _Tail,
-)
+from infra.kafka_source import reader
+from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
+from infra.kafka_source.datasource import read_batch, read_stream
+from infra.kafka_source.planner import Tail, planner_consumer
+from infra.kafka_source.splits import NO_FRONTIER, Split
 
 T0 = 1_522_540_800_000
 
@@ -30,18 +27,10 @@ def produce(clients: Clients, topic: str, n: int) -> None:
 
 
 def batch_read(
-    spark: SparkSession, clients: Clients, topic: str, **options: str
+    spark: SparkSession, clients: Clients, topic: str, start: str = "earliest", end: str = LATEST
 ) -> list[tuple[int, int, bytes]]:
-    spark.dataSource.register(KafkaDataSource)
-    import json
-
-    frame = (
-        spark.read.format("fraud-kafka")
-        .option("kafka.config", json.dumps(clients.kafka_config()))
-        .option("topics", topic)
-        .options(**options)
-        .load()
-    )
+    config = KafkaSourceConfig(clients.kafka_config(), (topic,), starting_offsets=start, ending_offsets=end)
+    frame = read_batch(spark, config)
     return [(r.partition, r.offset, bytes(r.value)) for r in frame.collect()]
 
 
@@ -64,26 +53,17 @@ def test_time_bounds_select_the_records_of_the_range(
     topic = settings.topics.transactions
     produce(clients, topic, 300)
     start, end = T0 + 100_000, T0 + 200_000  # records 100..199
-    rows = batch_read(spark, clients, topic, startingOffsets=f"time:{start}", endingOffsets=f"time:{end}")
+    rows = batch_read(spark, clients, topic, at_time(start), at_time(end))
     assert sorted(int(value[1:]) for _, _, value in rows) == list(range(100, 200))
 
 
 def test_admission_control_and_available_now(
     spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
 ) -> None:
-    import json
-
-    from fraud.progress import records_read
-
     topic = settings.topics.transactions
     produce(clients, topic, 1_000)
-    spark.dataSource.register(KafkaDataSource)
-    stream = (
-        spark.readStream.format("fraud-kafka")
-        .option("kafka.config", json.dumps(clients.kafka_config()))
-        .option("topics", topic)
-        .option("maxRecordsPerTrigger", "300")
-        .load()
+    stream = read_stream(
+        spark, KafkaSourceConfig(clients.kafka_config(), (topic,), max_records_per_trigger=300)
     )
     query = (
         stream.writeStream.format("memory")
@@ -120,12 +100,12 @@ def test_a_range_ending_at_a_commit_marker_completes_after_the_consumer_read_ahe
     config = clients.kafka_config()
 
     try:
-        first = [b for b in _read_range(config, Split(topic, 0, 0, 20, NO_FRONTIER, heartbeat=False))]
+        first = [b for b in reader._read_range(config, Split(topic, 0, 0, 20, NO_FRONTIER, heartbeat=False))]
         time.sleep(1)  # the cached consumer fetches ahead to the log end meanwhile
-        rest = [b for b in _read_range(config, Split(topic, 0, 20, end, NO_FRONTIER, heartbeat=False))]
+        rest = [b for b in reader._read_range(config, Split(topic, 0, 20, end, NO_FRONTIER, heartbeat=False))]
     finally:
-        while _CONSUMERS:  # the executors' cache, here in the test process
-            _, (cached, *_) = _CONSUMERS.popitem()
+        while reader._CONSUMERS:  # the executors' cache, here in the test process
+            _, (cached, *_) = reader._CONSUMERS.popitem()
             cached.close()
 
     values = [v for batch in first + rest for v in batch.column("value").to_pylist()]
@@ -150,7 +130,7 @@ def test_the_planner_reads_on_without_seeking_and_knows_ends_past_markers(
         transactional.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
     transactional.commit_transaction(30)
 
-    tail = _Tail(_planner_consumer(clients.kafka_config()))
+    tail = Tail(planner_consumer(clients.kafka_config()))
     try:
         tail.follow({name: 0})
         tail.drain(30.0, None, None)

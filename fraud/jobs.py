@@ -1,0 +1,198 @@
+"""The streaming jobs wired from the settings, in one place: their typed configs, Spark, progress.
+
+Every job (``fraud features run``, ``fraud score run``, ``fraud pipeline run``, the demo) gets its
+configuration from here, built from the settings the CLI loaded; the jobs themselves read nothing global.
+This module imports PySpark and the jobs: the CLI imports it when a job runs, not at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from contracts.settings import Settings, Topics
+from features import job as feature_job
+from features.definitions import FeatureParams
+from features.job import FeatureJobConfig, start_feature_job
+from fraud.console import console
+from fraud.options import DEFAULT_MAX_RECORDS
+from fraud.progress import QueryReport, watch_query
+from infra.clients import Clients, ensure_topics
+from infra.redis_store import RedisTarget
+from infra.spark import spark_session, stop_between_batches
+from models.registry import CHAMPION
+from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.pipeline import PipelineConfig, start_pipeline
+
+#: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
+SPARK_PRELOAD = (feature_job.__name__,)
+
+
+def job_spark_session(settings: Settings, app_name: str) -> SparkSession:
+    """The Spark session of a job: the settings' master, the jobs' modules preloaded in its workers."""
+    return spark_session(settings, app_name=app_name, preload=SPARK_PRELOAD)
+
+
+def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:
+    clients = Clients.from_settings(settings)
+    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
+    return clients
+
+
+def redis_target(settings: Settings, clients: Clients, prefix: str = "") -> RedisTarget:
+    """Where a job in the key space ``prefix`` keeps its lookups, for the settings' retention."""
+    return RedisTarget(clients.endpoints.redis_url, prefix, settings.alert_retention_s)
+
+
+def feature_job_config(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    params: FeatureParams,
+    max_records: int | None = DEFAULT_MAX_RECORDS,
+) -> FeatureJobConfig:
+    """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
+    clients = _clients_with_topics(settings, topics)
+    return FeatureJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis=redis_target(settings, clients),
+        params=params,
+        max_event_bytes=settings.max_event_bytes,
+        max_records_per_trigger=max_records,
+    )
+
+
+def scoring_job_config(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    alias: str = CHAMPION,
+    model_check_interval_s: float | None = None,
+    max_records: int | None = DEFAULT_MAX_RECORDS,
+) -> ScoringJobConfig:
+    """The scoring job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
+    clients = _clients_with_topics(settings, topics)
+    return ScoringJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis=redis_target(settings, clients),
+        tracking_uri=clients.endpoints.mlflow_tracking_uri,
+        max_event_bytes=settings.max_event_bytes,
+        model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
+        alias=alias,
+        max_records_per_trigger=max_records,
+    )
+
+
+def pipeline_config(
+    settings: Settings,
+    topics: Topics,
+    checkpoint: Path,
+    params: FeatureParams,
+    alias: str = CHAMPION,
+    model_check_interval_s: float | None = None,
+    max_records: int | None = DEFAULT_MAX_RECORDS,
+) -> PipelineConfig:
+    """The one-query pipeline over ``topics`` with the connections of ``settings``."""
+    features = feature_job_config(settings, topics, checkpoint, params, max_records)
+    return PipelineConfig(
+        features=features,
+        tracking_uri=Clients.from_settings(settings).endpoints.mlflow_tracking_uri,
+        model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
+        alias=alias,
+    )
+
+
+def run_streaming_job(
+    settings: Settings,
+    app_name: str,
+    start: Callable[[SparkSession], tuple[StreamingQuery, str]],
+    once: bool,
+) -> QueryReport:
+    """Start Spark and a query (``start`` returns it and a line saying what runs), show its progress until
+    it stops, stop Spark, and print a summary."""
+    with console.status("Starting Spark..."):
+        spark = job_spark_session(settings, app_name)
+    try:
+        query, what = start(spark)
+        console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
+        report = watch_query(query)
+    finally:
+        spark.stop()  # also stops the Python workers and their Kafka consumers
+    console.print(
+        f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
+        f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
+    )
+    return report
+
+
+def run_feature_job(
+    settings: Settings, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
+) -> QueryReport:
+    """Run the feature job, show its progress until it stops, and print a summary."""
+    return run_streaming_job(
+        settings,
+        "fraud-features",
+        lambda spark: (
+            start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
+            f"Feature job running (checkpoint {config.checkpoint})",
+        ),
+        once,
+    )
+
+
+def run_scoring_job(
+    settings: Settings, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
+) -> QueryReport:
+    """Run the scoring job, show its progress until it stops, and print a summary."""
+    return run_streaming_job(
+        settings,
+        "fraud-scoring",
+        lambda spark: (
+            start_scoring_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
+            f"Scoring job running (model alias {config.alias!r}, checkpoint {config.checkpoint})",
+        ),
+        once,
+    )
+
+
+def run_pipeline(
+    settings: Settings, config: PipelineConfig, once: bool, trigger_interval_s: float = 0.0
+) -> QueryReport:
+    """Run the pipeline, show its progress until it stops, and print a summary."""
+    return run_streaming_job(
+        settings,
+        "fraud-pipeline",
+        lambda spark: (
+            start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s),
+            f"Pipeline running (model alias {config.alias!r}, checkpoint {config.checkpoint})",
+        ),
+        once,
+    )
+
+
+def start_live_jobs(
+    spark: SparkSession, features: FeatureJobConfig, scoring: ScoringJobConfig, trigger_interval_s: float
+) -> list[StreamingQuery]:
+    """The feature job and the scoring job, running side by side in one session until stopped."""
+    return [
+        start_feature_job(spark, features, once=False, trigger_interval_s=trigger_interval_s),
+        start_scoring_job(spark, scoring, once=False, trigger_interval_s=trigger_interval_s),
+    ]
+
+
+def stop_live_jobs(queries: list[StreamingQuery], timeout_s: float = 60.0) -> None:
+    """Let each query finish what has arrived, in order (the feature job before the scoring job that reads
+    its output), then stop it; a second Ctrl-C stops them all at once."""
+    try:
+        for query in queries:
+            stop_between_batches(query, timeout_s=timeout_s)
+    except KeyboardInterrupt:
+        for query in queries:
+            query.stop()

@@ -1,0 +1,229 @@
+"""Training from the command line: the split options, the training set (a file or a replay of the topics),
+the run logged to MLflow, and what the terminal shows of it.
+
+This module imports scikit-learn and MLflow: the CLI imports it when it trains, not at start-up.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from contracts.settings import Settings
+from features.definitions import DAY_MS, FeatureParams
+from fraud.console import console, fmt_metric, progress_bar
+from infra.clients import Clients, mlflow_store
+from ingest.files import parse_mapping, read_table
+from models.dataset import Dataset, event_times_ms, file_dataset
+from models.estimators import FeatureSet, ModelSpec, feature_set
+from models.metrics import card_precision_key
+from models.registry import MODEL_NAME
+from models.replay import replay_dataset, replay_topics
+from models.splits import SplitPlan, day_of, fold_plans, latest_plan
+from models.tracking import LoggedRun, default_artifact_location, log_training
+from models.training import TrainingResult, train_and_evaluate
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What `fraud train` was asked for, resolved (the plans cover every fold, oldest first)."""
+
+    spec: ModelSpec
+    features: FeatureSet
+    params: FeatureParams
+    plans: list[SplitPlan]
+    alerts_per_day: float
+
+
+def tracking_target(settings: Settings) -> tuple[str, str | None]:
+    """MLflow tracking URI and the artifact root for a new experiment: the setting, else the running
+    embedded stack's store."""
+    uri, embedded_artifacts = mlflow_store(settings)
+    return uri, default_artifact_location(uri, embedded_artifacts)
+
+
+@dataclass(frozen=True)
+class Periods:
+    """The split options: a first training day (None: the latest the data allows) and period lengths."""
+
+    train_start: str | None = None
+    train_days: int = 7
+    delay_days: int = 7
+    test_days: int = 7
+    folds: int = 1
+
+    def plans(self, last_ms: int) -> list[SplitPlan]:
+        """One plan per fold, oldest first, for data whose last event time is ``last_ms``."""
+        if self.train_start is None:
+            latest = latest_plan(last_ms, self.train_days, self.delay_days, self.test_days)
+        else:
+            try:
+                first = SplitPlan(
+                    dt.date.fromisoformat(self.train_start), self.train_days, self.delay_days, self.test_days
+                )
+            except ValueError as exc:
+                raise typer.BadParameter(f"--train-start {self.train_start!r}: {exc}") from exc
+            latest = first.shifted((self.folds - 1) * self.test_days)
+        return fold_plans(latest, self.folds)
+
+
+def file_training_set(
+    settings: Settings, path: Path, mapping: str, params: FeatureParams, periods: Periods
+) -> tuple[Dataset, list[SplitPlan]]:
+    """The dataset of a labelled file, for the rows the plans need."""
+    with console.status(f"Reading {path}..."):
+        table = read_table(path, parse_mapping(mapping))
+        plans = periods.plans(int(event_times_ms(table).max()))
+    with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
+        dataset = file_dataset(
+            table,
+            f"file:{path}",
+            params,
+            round(settings.label_delay_days * DAY_MS),
+            settings.max_event_bytes,
+            plans[0].train_start_ms,
+            plans[-1].test_end_ms,
+        )
+    return dataset, plans
+
+
+def topics_training_set(
+    settings: Settings, params: FeatureParams, periods: Periods
+) -> tuple[Dataset, list[SplitPlan]]:
+    """The dataset of a replay of the transactions and labels topics (with progress), for the plans."""
+    events = replay_topics(
+        Clients.from_settings(settings), settings.topics, settings.max_event_bytes, progress_bar
+    )
+    plans = periods.plans(events.last_ms)
+    with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
+        dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
+    return dataset, plans
+
+
+def run_training(
+    dataset: Dataset, options: TrainOptions, tracking_uri: str, artifacts: str | None, register: bool
+) -> tuple[TrainingResult, LoggedRun]:
+    """Train and evaluate on every fold, log the run to MLflow and (optionally) register the model."""
+    columns = feature_set(options.features, options.params)
+    with console.status(f"Training {options.spec.kind} on {len(options.plans)} fold(s)..."):
+        result = train_and_evaluate(dataset, options.plans, options.spec, columns, options.alerts_per_day)
+    latest = options.plans[-1]
+    run_params = {
+        "features": options.features,
+        "n_features": len(columns),
+        "feature_label_delay_ms": options.params.label_delay_ms,
+        "train_start": options.plans[0].train_start,
+        "train_days": latest.train_days,
+        "delay_days": latest.delay_days,
+        "test_days": latest.test_days,
+        "folds": len(options.plans),
+        "alerts_per_day_budget": options.alerts_per_day,
+        "data_source": dataset.source,
+        "data_first_day": day_of(dataset.first_ms),
+        "data_last_day": day_of(dataset.last_ms),
+        **{f"fold_{i}": plan.describe() for i, plan in enumerate(options.plans)},
+    }
+    data_metrics = {
+        "data_rows": float(len(dataset.rows)),
+        "data_labels": float(len(dataset.labels)),
+        "data_rejected": float(dataset.rejected),
+        **{k: float(v) for k, v in result.latest.counts.items()},
+    }
+    with console.status("Logging to MLflow..."):
+        logged = log_training(
+            tracking_uri,
+            result,
+            run_params,
+            data_metrics,
+            register,
+            artifact_location=artifacts,
+            run_name=f"{options.spec.kind}-{options.features}",
+        )
+    return result, logged
+
+
+def _clean(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def metrics_document(result: TrainingResult, logged: LoggedRun) -> dict[str, object]:
+    """The --metrics-out JSON: the summary metrics (roc_auc, average_precision, card_precision_at_100,
+    ...), each fold, the counts, the run and the registered version."""
+    return {
+        **{k: _clean(v) for k, v in result.metrics.items()},
+        "model": result.spec.kind,
+        "feature_columns": list(result.feature_columns),
+        "folds": [
+            {
+                "train": f"{fold.plan.train_start}",
+                "test": f"{fold.plan.test_start}",
+                **{k: _clean(v) for k, v in fold.metrics.items()},
+                **fold.counts,
+                "card_precision_per_day": [round(v, 6) for v in fold.card_precision.per_day],
+            }
+            for fold in result.folds
+        ],
+        "run_id": logged.run_id,
+        "version": logged.version,
+        "aliases": list(logged.aliases),
+    }
+
+
+def metrics_table(result: TrainingResult) -> Table:
+    """One row per fold and the mean (± std) over folds."""
+    key = card_precision_key(result.latest.card_precision.k)
+    columns = ("roc_auc", "average_precision", key, "alert_precision", "alert_recall", "alerts_per_day")
+    headers = (
+        "AUC",
+        "AP",
+        f"CP@{result.latest.card_precision.k}",
+        "alert prec",
+        "alert recall",
+        "alerts/day",
+    )
+    table = Table(title=f"{result.spec.kind}, {len(result.feature_columns)} features", title_justify="left")
+    table.add_column("test from", no_wrap=True)
+    table.add_column("train rows/frauds", justify="right")
+    table.add_column("test rows/frauds", justify="right")
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    for fold in result.folds:
+        c = fold.counts
+        table.add_row(
+            str(fold.plan.test_start),
+            f"{c['train_rows']:,}/{c['train_frauds']:,}",
+            f"{c['test_rows']:,}/{c['test_frauds']:,}",
+            *(fmt_metric(fold.metrics[name], 1 if name == "alerts_per_day" else 3) for name in columns),
+        )
+    if len(result.folds) > 1:
+        m = result.metrics
+        table.add_row(
+            "mean ± std",
+            "",
+            "",
+            *(
+                f"{fmt_metric(m[n], 1 if n == 'alerts_per_day' else 3)} ± {fmt_metric(m[n + '_std'])}"
+                for n in columns
+            ),
+        )
+    return table
+
+
+def print_result(result: TrainingResult, logged: LoggedRun, tracking_uri: str) -> None:
+    console.print(metrics_table(result))
+    for fold in result.folds:
+        console.print(f"  {fold.plan.describe()}")
+    console.print(
+        f"Alert threshold {result.threshold:.4f} (chosen on the training period for the alert budget). "
+        f"MLflow run {logged.run_id} in {tracking_uri}."
+    )
+    if logged.version is None:
+        console.print("Not registered (--no-register).")
+    else:
+        aliases = f" with alias {', '.join(logged.aliases)}" if logged.aliases else ""
+        console.print(f"Registered [bold]{MODEL_NAME}[/bold] version [bold]{logged.version}[/bold]{aliases}.")

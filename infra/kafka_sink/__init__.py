@@ -1,0 +1,1 @@
+"""The exactly-once Kafka sink for Spark Structured Streaming (a Python data source)."""

@@ -1,0 +1,413 @@
+"""Exactly-once Kafka sink for Spark Structured Streaming, as a Python data source (``fraud-kafka-sink``).
+
+Spark's JVM Kafka connector cannot be installed here (DESIGN.md), so Kafka output goes through PySpark 4's
+Python Data Source API on confluent-kafka. A job describes the sink once, as a
+:class:`~infra.kafka_sink.config.KafkaSinkConfig`, and hands it over whole::
+
+    config = KafkaSinkConfig(clients.kafka_config(), checkpoint_sink_id(checkpoint, "alerts"), topic="alerts")
+    write_stream(frame, config).option("checkpointLocation", checkpoint).start()
+
+The rows it writes are described in :mod:`infra.kafka_sink.records` (plain Kafka record columns, or
+packed record batches).
+
+How it is exactly-once: write task ``p`` of micro-batch ``b`` writes all its rows in ONE Kafka
+transaction of the transactional producer ``f"{sink_id}-{p}"``. Inside the same transaction, before
+any row, it commits the offset ``b + 1`` for the consumer group ``f"{sink_id}-{p}"`` on partition 0 of
+the marker topic (``send_offsets_to_transaction``): the marker and the rows become visible atomically,
+or neither does. Before writing, the task reads that group's committed offset: ``b + 1`` means this
+batch's rows are already in Kafka (Spark re-runs the last micro-batch after a crash that came between
+the Kafka commit and its own checkpoint commit), so it writes nothing and reports success. A fresh
+producer calls ``init_transactions`` first, which fences any zombie of an earlier attempt and aborts its
+open transaction (marker included), so the marker it then reads is final. Producers are cached per
+Python worker and reused across micro-batches; a cached producer whose partition another worker has
+written since (the marker moved), or that the broker reports fenced, is replaced. A marker already past
+the batch being written means the sink id belongs to another checkpoint: the task fails with
+:class:`~infra.kafka_sink.config.SinkIdReusedError` rather than skip rows.
+
+Delivery guarantee:
+
+* ``read_committed`` consumers on Apache Kafka see every row of every micro-batch exactly once, under
+  task retries, worker loss and SIGKILL of the whole application at any point followed by a restart
+  from the same checkpoint, provided the re-run batch has the same rows per Spark partition (true for
+  Spark's replayable sources and deterministic plans). Row order within a partition is preserved per
+  Kafka partition; a micro-batch's partitions become visible independently (one transaction each).
+* ``read_uncommitted`` consumers see rows before their transaction commits, and also the rows of
+  aborted attempts (a failed task, or a crash mid-transaction): at-least-once, duplicates possible.
+* Tansu 0.6 (the embedded broker) commits and aborts transactions, holds the last stable offset while
+  one is open, applies transactional offset commits only on commit and fences zombies, but its fetch
+  responses never list aborted transactions: its ``read_committed`` consumers therefore also see the rows
+  of aborted attempts once the abort is written. A clean run, and a re-run after a crash that came
+  between transactions, are exactly-once there too; a crash or task failure mid-transaction is
+  at-least-once on Tansu. Tansu also drops offset-commit metadata, so the marker is the offset alone.
+  Its commits can stay half done when two transactions write one partition at once (the partition then
+  holds back read_committed consumers for good), so on Tansu the write tasks of one host take turns per
+  topic (:mod:`infra.txn_lock`): each reads its rows first, then produces and commits under the lock.
+* The marker is a consumer-group offset: Kafka expires the offsets of a group without members after
+  ``offsets.retention.minutes`` (7 days by default). A query stopped in the crash window for longer
+  than that rewrites its last micro-batch on restart.
+* A batch write (``frame.write``) puts each task's rows in one transaction: a failed task attempt leaves
+  nothing for ``read_committed`` consumers, but running the job again writes the rows again; unless it
+  names its micro-batch (``KafkaSinkConfig.batch_id``, in ``foreachBatch``): then it is exactly-once as
+  above.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from infra.kafka_sink.config import (
+    KAFKA_CALL_TIMEOUT_S,
+    MARKER_PARTITION,
+    KafkaSinkConfig,
+    SinkConfigError,
+    SinkWriteError,
+)
+from infra.kafka_sink.records import unpacked, validate_schema
+from infra.kafka_sink.transactions import (
+    TransactionalWriter,
+    cached_writer,
+    commit,
+    is_fenced,
+    marker_decision,
+    produce,
+)
+from infra.spark_config import config_from, config_options
+from infra.txn_lock import needs_locks, topic_locks, topics_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+_log = logging.getLogger(__name__)
+
+#: The short name the data source is registered under: ``writeStream.format(SINK_NAME)``.
+SINK_NAME = "fraud-kafka-sink"
+
+
+#: Local property Spark's micro-batch execution sets on every task (also used by ``foreach``).
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+TransactionEvent = Literal["opened", "committed"]
+WriteStatus = Literal["written", "already-written", "empty"]
+
+
+@dataclass(frozen=True)
+class KafkaSinkCommit(WriterCommitMessage):
+    """What one write task did, sent to the driver's ``commit``/``abort``."""
+
+    sink_id: str
+    batch_id: int | None
+    partition_id: int
+    rows: int
+    status: WriteStatus
+
+
+@functools.cache
+def _freeze_imports() -> None:
+    """Move what this process holds now, its imported modules above all, out of the garbage collector's
+    sight (``gc.freeze``), once per process.
+
+    Spark plans the sink's writer and commits its micro-batches in pooled Python workers of PySpark's
+    stock daemon (not ``infra.spark_daemon``), which import pandas, PyArrow and the project after they
+    fork, and the daemon runs a full collection after every task: 40-60 ms per planning and per commit,
+    twice a micro-batch between the driver's steps.
+    """
+    gc.freeze()
+
+
+def _keeping(batches: Iterator[pa.RecordBatch], kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches, each also appended to ``kept``."""
+    for batch in batches:
+        kept.append(batch)
+        yield batch
+
+
+def _peek(batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+    """The first non-empty record batch, or None when the partition has no rows."""
+    for batch in batches:
+        if batch.num_rows:
+            return batch
+    return None
+
+
+class _ArrowKafkaWriter:
+    """The shared write path of the streaming and batch writers."""
+
+    def __init__(self, config: KafkaSinkConfig) -> None:
+        self.config = config
+
+    def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
+        """Called after ``opened`` (transaction begun, marker sent, no row produced yet) and after ``committed``
+        (Kafka commit done, Spark not told yet). Does nothing; chaos tests override it to kill the job there.
+        """
+
+    def write_partition(
+        self, batches: Iterator[pa.RecordBatch], batch_id: int, partition_id: int
+    ) -> KafkaSinkCommit:
+        """Write the rows of micro-batch ``batch_id``, Spark partition ``partition_id``, exactly once."""
+        batches = unpacked(batches)
+        first = _peek(batches)
+        if first is None:
+            return self._message(batch_id, partition_id, 0, "empty")
+        kept: list[pa.RecordBatch] = []
+        if self.config.after_commit is not None:
+            batches = _keeping(batches, kept)
+            kept.append(first)
+        writer = cached_writer(self.config, self.config.transactional_id(partition_id))
+        what = f"{SINK_NAME} {writer.transactional_id} batch {batch_id}"
+        producer = self._begin(writer, batch_id, what)
+        if producer is None:
+            drained = first.num_rows + sum(batch.num_rows for batch in batches)
+            _log.info("%s: already written (marker %d), skipping %d rows", what, batch_id + 1, drained)
+            self.config.run_after_commit(kept)
+            return self._message(batch_id, partition_id, drained, "already-written")
+        self.on_transaction_event("opened", batch_id, partition_id)
+        with self._one_at_a_time(writer, first, batches) as batches:
+            rows = self._produce_all(producer, writer, first, batches, what)
+            try:
+                commit(producer, what)
+            except SinkWriteError:
+                writer.discard_producer()
+                raise
+        writer.owned_marker = batch_id + 1
+        self.on_transaction_event("committed", batch_id, partition_id)
+        self.config.run_after_commit(kept)
+        return self._message(batch_id, partition_id, rows, "written")
+
+    @contextmanager
+    def _one_at_a_time(
+        self, writer: TransactionalWriter, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]
+    ) -> Iterator[Iterator[pa.RecordBatch]]:
+        """The rows after ``first``; on a broker that needs it, with this host's locks of their topics held
+        until the block ends (the rows are read first: the lock covers producing and committing only)."""
+        bootstrap = str(self.config.kafka_config["bootstrap.servers"])
+        if not needs_locks(writer.consumer, bootstrap):
+            yield rest
+            return
+        buffered = list(rest)
+        with topic_locks(bootstrap, topics_of([first, *buffered], self.config.topic)):
+            yield iter(buffered)
+
+    def _begin(self, writer: TransactionalWriter, batch_id: int, what: str) -> Producer | None:
+        """Own the transactional id, check the marker, begin the transaction and send the marker first.
+
+        Returns None when the batch is already written. Sending the marker before any row makes a
+        fenced producer fail while its transaction is still empty; a cached producer that fails here
+        (fenced by another worker, or in a bad state) is replaced once.
+        """
+        for attempt in range(2):
+            if writer.producer is None:
+                committed = writer.open_producer()
+            else:
+                committed = writer.read_marker()
+                if committed != writer.owned_marker and marker_decision(committed, batch_id) == "write":
+                    _log.info(
+                        "%s: another worker wrote this partition since (marker %d, ours %s), "
+                        "taking the transactional id back",
+                        what,
+                        committed,
+                        writer.owned_marker,
+                    )
+                    committed = writer.open_producer()
+            if marker_decision(committed, batch_id) == "skip":
+                return None
+            producer = writer.producer
+            if producer is None:  # pragma: no cover - open_producer sets it
+                raise AssertionError("no producer after open_producer")
+            try:
+                producer.begin_transaction()
+                marker = TopicPartition(writer.marker.topic, MARKER_PARTITION, batch_id + 1)
+                producer.send_offsets_to_transaction(
+                    [marker], writer.consumer.consumer_group_metadata(), KAFKA_CALL_TIMEOUT_S
+                )
+                return producer
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                writer.discard_producer()
+                if attempt:
+                    raise SinkWriteError(f"{what}: cannot begin the Kafka transaction: {error}") from exc
+                _log.info(
+                    "%s: the cached producer cannot begin (%s: %s), taking the transactional id back "
+                    "with a new producer",
+                    what,
+                    "fenced by another worker" if is_fenced(error) else "error",
+                    error,
+                )
+        raise AssertionError("unreachable")
+
+    def _produce_all(
+        self,
+        producer: Producer,
+        writer: TransactionalWriter,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
+        what: str,
+    ) -> int:
+        try:
+            rows = produce(producer, first, self.config.topic)
+            for batch in rest:
+                rows += produce(producer, batch, self.config.topic)
+            return rows
+        except BaseException as exc:
+            writer.discard_producer()  # never reuse a producer whose transaction is in an unknown state
+            if isinstance(exc, Exception):
+                try:
+                    producer.abort_transaction(KAFKA_CALL_TIMEOUT_S)
+                except KafkaException:
+                    _log.warning("%s: abort failed; the next owner of the transactional id aborts it", what)
+            raise
+
+    def _message(
+        self, batch_id: int | None, partition_id: int, rows: int, status: WriteStatus
+    ) -> KafkaSinkCommit:
+        return KafkaSinkCommit(self.config.sink_id, batch_id, partition_id, rows, status)
+
+
+def _task_context() -> tuple[int, int | None]:
+    """(partition id, micro-batch id or None) of the running Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError(f"{SINK_NAME} writers run inside Spark tasks only")
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+    return context.partitionId(), None if batch is None else int(batch)
+
+
+class FraudKafkaStreamWriter(_ArrowKafkaWriter, DataSourceStreamArrowWriter):
+    """Streaming writer: one Kafka transaction with a commit marker per (micro-batch, partition)."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
+        partition_id, batch_id = _task_context()
+        if batch_id is None:
+            raise RuntimeError(f"{SINK_NAME}: Spark did not set {BATCH_ID_PROPERTY!r} on this streaming task")
+        return self.write_partition(iterator, batch_id, partition_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """All tasks succeeded; their transactions are committed already, so this only reports."""
+        _freeze_imports()
+        done = [m for m in messages if isinstance(m, KafkaSinkCommit)]
+        written = sum(m.rows for m in done if m.status == "written")
+        skipped = [m.partition_id for m in done if m.status == "already-written"]
+        _log.info(
+            "%s %s batch %d: %d rows written by %d tasks%s",
+            SINK_NAME,
+            self.config.sink_id,
+            batchId,
+            written,
+            len(done),
+            f"; partitions {skipped} were written before (re-run batch)" if skipped else "",
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Some task failed. Committed tasks stay committed (their markers make the re-run skip them);
+        failed ones were aborted or are aborted by the next ``init_transactions``: nothing to undo."""
+        done = [m for m in messages if isinstance(m, KafkaSinkCommit)]
+        _log.warning(
+            "%s %s batch %d failed: %d of %d tasks had committed; the re-run writes only the others",
+            SINK_NAME,
+            self.config.sink_id,
+            batchId,
+            len(done),
+            len(messages),
+        )
+
+
+class FraudKafkaBatchWriter(_ArrowKafkaWriter, DataSourceArrowWriter):
+    """Batch writer: each task's rows in one transaction.
+
+    With option ``batch.id`` (a ``foreachBatch`` micro-batch), exactly the streaming writer's protocol:
+    commit markers per task, a re-run of the micro-batch skips what is written. Without it, no markers:
+    running the job again writes again.
+    """
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommit:
+        partition_id, _ = _task_context()
+        if self.config.batch_id is not None:
+            return self.write_partition(iterator, self.config.batch_id, partition_id)
+        iterator = unpacked(iterator)
+        first = _peek(iterator)
+        if first is None:
+            return self._message(None, partition_id, 0, "empty")
+        transactional_id = f"{self.config.sink_id}-batch-{partition_id}"
+        what = f"{SINK_NAME} {transactional_id}"
+        writer = TransactionalWriter(self.config, transactional_id)  # fresh: fences earlier attempts
+        try:
+            producer = writer.start_producer()
+            producer.begin_transaction()
+            with self._one_at_a_time(writer, first, iterator) as rest:
+                rows = self._produce_all(producer, writer, first, rest, what)
+                commit(producer, what)
+        finally:
+            writer.close()
+        return self._message(None, partition_id, rows, "written")
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _freeze_imports()
+        rows = sum(m.rows for m in messages if isinstance(m, KafkaSinkCommit))
+        _log.info("%s %s: %d rows written", SINK_NAME, self.config.sink_id, rows)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log.warning(
+            "%s %s: batch write failed; committed tasks stay written", SINK_NAME, self.config.sink_id
+        )
+
+
+class FraudKafkaSink(DataSource):
+    """``fraud-kafka-sink``: exactly-once Kafka output for Structured Streaming (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SINK_NAME
+
+    def _checked(self, schema: StructType) -> KafkaSinkConfig:
+        _freeze_imports()
+        config = config_from(self.options, KafkaSinkConfig)
+        validate_schema(schema, config.topic)
+        return config
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FraudKafkaStreamWriter:
+        return FraudKafkaStreamWriter(self._checked(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> FraudKafkaBatchWriter:
+        if overwrite:
+            raise SinkConfigError(f"{SINK_NAME} appends to Kafka topics; overwrite mode is not possible")
+        return FraudKafkaBatchWriter(self._checked(schema))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format(SINK_NAME)`` available in ``spark`` (once per session, before the first write)."""
+    spark.dataSource.register(FraudKafkaSink)
+
+
+def sink_options(config: KafkaSinkConfig) -> dict[str, str]:
+    """Options for ``.format(SINK_NAME).options(**...)``: the config, whole."""
+    return config_options(config)
+
+
+def write_stream(frame: DataFrame, config: KafkaSinkConfig) -> DataStreamWriter:
+    """``frame.writeStream`` into the sink (registered in the session already), ready for its checkpoint."""
+    return frame.writeStream.format(SINK_NAME).options(**sink_options(config))
+
+
+def write_micro_batch(frame: DataFrame, config: KafkaSinkConfig, batch_id: int) -> None:
+    """Write a ``foreachBatch`` micro-batch exactly once: the sink's commit markers under its batch id."""
+    options = sink_options(replace(config, batch_id=batch_id))
+    frame.write.format(SINK_NAME).options(**options).mode("append").save()

@@ -1,0 +1,51 @@
+"""The unit of work of the Kafka source: a topic-partition's offset range in one micro-batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+#: A frontier before any event: nothing is complete yet.
+NO_FRONTIER = -(2**62)
+
+
+@dataclass(frozen=True)
+class Split(InputPartition):
+    """One topic-partition's offset range in one micro-batch, plus the batch's frontier.
+
+    ``final``: the last micro-batch of an ``availableNow`` run (see the module docstring).
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    frontier_ms: int
+    heartbeat: bool
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class SplitGroup(InputPartition):
+    """The splits one Spark task reads, one after another (option ``readTasks``)."""
+
+    splits: tuple[Split, ...]
+
+
+def group_splits(splits: Sequence[Split], tasks: int | None) -> list[SplitGroup]:
+    """At most ``tasks`` groups (None: one per split). The i-th split goes to group i mod n: every
+    partition of a topic lands in the same group in every micro-batch, and the groups of a topic's
+    partitions (similar sizes, usually) are balanced."""
+    n = len(splits) if tasks is None else max(1, min(tasks, len(splits)))
+    return [SplitGroup(tuple(splits[i::n])) for i in range(n)]
+
+
+def tp_name(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def parse_tp(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("/")
+    return topic, int(partition)
