@@ -15,38 +15,28 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contracts.events import (
-    MAX_AMOUNT,
     SCHEMA_VERSION,
     CardToken,
     EventTimeMs,
     FiniteFloat,
     TerminalId,
+    TransactionEvent,
     TxId,
 )
 
 
-class FeatureRecord(BaseModel):
+class FeatureRecord(TransactionEvent):
     """One transaction with its features, as written to the features topic (keyed by ``card_id``).
 
-    It carries the whole input event, so the scoring stage needs nothing else. ``late`` marks a
-    transaction that arrived after the feature job's event-time frontier had passed it: its features
-    were computed against the state as it was then.
+    It carries the whole input event (its fields first, as in ``TransactionEvent``), so the scoring stage
+    needs nothing else. ``late`` marks a transaction that arrived after the feature job's event-time
+    frontier had passed it: its features were computed against the state as it was then.
 
     As strict as the input events: other producers can write this topic, and a value the model cannot
     score (a string, an infinity) must become a dead letter, not a failed micro-batch. Which feature
     names a record must carry is the scoring stage's to check (``scoring.job``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    schema_version: Literal[1]
-    tx_id: TxId
-    card_id: CardToken
-    terminal_id: TerminalId
-    amount: Annotated[FiniteFloat, Field(ge=0, le=MAX_AMOUNT)]
-    event_time_ms: EventTimeMs
-    terminal_x: FiniteFloat | None = None
-    terminal_y: FiniteFloat | None = None
     late: bool
     features: dict[str, FiniteFloat]
 

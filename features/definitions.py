@@ -1,8 +1,9 @@
-"""Feature names and feature parameters, defined once.
+"""Features declared once: their names, parameters and specs.
 
-The streaming feature job, the batch (replay) path, the models and the scoring stage import the column
-names from here; nothing else spells them. The definitions themselves (what each feature means) are
-documented on the constants and implemented once in ``features.core``.
+Each feature is a :class:`FeatureSpec` (name, dtype, window, meaning) of :attr:`FeatureParams.specs`. The
+streaming job's row schemas, the batch output, the feature records, the models' feature columns and the
+documentation's feature table derive from the specs; nothing else spells a feature. Each is computed once,
+in ``features.core``. Adding a feature is its spec here, its computation in the core, and its test.
 
 All times are UTC milliseconds. The default parameters reproduce the features of Le Borgne et al.,
 "Reproducible Machine Learning for Credit Card Fraud Detection - Practical Handbook", plus a few extras.
@@ -10,8 +11,9 @@ All times are UTC milliseconds. The default parameters reproduce the features of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import pairwise
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -98,45 +100,28 @@ CARD_SECS_SINCE_PREV_TX = "card_secs_since_prev_tx"
 #: Amount / card_avg_amount_30d (1.0 when that mean is 0).
 CARD_AMOUNT_RATIO_30D = card_amount_ratio_column(30)
 
-#: Every feature, in the canonical order of the feature rows.
-FEATURE_COLUMNS: tuple[str, ...] = (
-    CARD_NB_TX_1D,
-    CARD_AVG_AMOUNT_1D,
-    CARD_NB_TX_7D,
-    CARD_AVG_AMOUNT_7D,
-    CARD_NB_TX_30D,
-    CARD_AVG_AMOUNT_30D,
-    TERMINAL_NB_TX_1D,
-    TERMINAL_RISK_1D,
-    TERMINAL_NB_TX_7D,
-    TERMINAL_RISK_7D,
-    TERMINAL_NB_TX_30D,
-    TERMINAL_RISK_30D,
-    IS_WEEKEND,
-    IS_NIGHT,
-    CARD_NB_TX_1H,
-    CARD_SECS_SINCE_PREV_TX,
-    CARD_AMOUNT_RATIO_30D,
-)
+# --- Specs: each feature declared once ----------------------------------------------------------------
 
-#: The 15 model inputs of the handbook, in its order: amount, time flags, card and terminal features.
-HANDBOOK_FEATURES: tuple[str, ...] = (
-    TxColumns.AMOUNT,
-    IS_WEEKEND,
-    IS_NIGHT,
-    CARD_NB_TX_1D,
-    CARD_AVG_AMOUNT_1D,
-    CARD_NB_TX_7D,
-    CARD_AVG_AMOUNT_7D,
-    CARD_NB_TX_30D,
-    CARD_AVG_AMOUNT_30D,
-    TERMINAL_NB_TX_1D,
-    TERMINAL_RISK_1D,
-    TERMINAL_NB_TX_7D,
-    TERMINAL_RISK_7D,
-    TERMINAL_NB_TX_30D,
-    TERMINAL_RISK_30D,
-)
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One feature, declared once: the stream's row schema, the batch output, the models' columns and the
+    documentation's feature table are all derived from these."""
+
+    name: str
+    #: What it describes: the card, the terminal, or the transaction's time.
+    entity: Literal["card", "terminal", "time"]
+    dtype: Literal["int64", "float64"]
+    #: The window of event time it covers, as people say it ("" when it has none).
+    window: str
+    meaning: str
+    #: One of the 15 model inputs of the handbook (the ``handbook`` feature set).
+    handbook: bool = False
+
+
+def _days(ms: int) -> str:
+    days = ms / DAY_MS
+    return f"{days:g} d"
 
 
 # --- Parameters -------------------------------------------------------------------------------------
@@ -202,37 +187,136 @@ class FeatureParams(BaseModel):
         return self.longest_window_ms + self.label_delay_ms + self.max_lateness_ms
 
     @property
-    def card_feature_columns(self) -> tuple[str, ...]:
-        """Columns produced by ``card_step`` (besides tx_id), in canonical order."""
-        longest = self.window_days[-1]
-        per_window = [
-            name
+    def specs(self) -> tuple[FeatureSpec, ...]:
+        """Every feature for these parameters, in the canonical order of the feature rows."""
+        handbook = set(self.window_days) <= {1, 7, 30}
+        delay = _days(self.label_delay_ms)
+        card_windows = [
+            spec
             for days in self.window_days
-            for name in (card_nb_tx_column(days), card_avg_amount_column(days))
+            for spec in (
+                FeatureSpec(
+                    card_nb_tx_column(days),
+                    "card",
+                    "int64",
+                    f"{days} d",
+                    f"the card's transactions with event time in (t - {days} d, t], the transaction included "
+                    "(same millisecond: ordered by tx id)",
+                    handbook,
+                ),
+                FeatureSpec(
+                    card_avg_amount_column(days),
+                    "card",
+                    "float64",
+                    f"{days} d",
+                    "the mean amount of those transactions (never empty: the transaction is one)",
+                    handbook,
+                ),
+            )
         ]
-        return (
-            *per_window,
-            card_nb_tx_hours_column(self.short_window_hours),
-            CARD_SECS_SINCE_PREV_TX,
-            card_amount_ratio_column(longest),
-        )
-
-    @property
-    def terminal_feature_columns(self) -> tuple[str, ...]:
-        """Columns produced by ``terminal_step`` (besides tx_id), in canonical order."""
-        return tuple(
-            name
+        terminal_windows = [
+            spec
             for days in self.window_days
-            for name in (terminal_nb_tx_column(days), terminal_risk_column(days))
-        )
+            for spec in (
+                FeatureSpec(
+                    terminal_nb_tx_column(days),
+                    "terminal",
+                    "int64",
+                    f"{days} d, {delay} before",
+                    f"the terminal's transactions in the {days}-day window that ends one label delay before "
+                    f"t: (t - {_days(days * DAY_MS + self.label_delay_ms)}, t - {delay}]",
+                    handbook,
+                ),
+                FeatureSpec(
+                    terminal_risk_column(days),
+                    "terminal",
+                    "float64",
+                    f"{days} d, {delay} before",
+                    "the share of those whose fraud label was known by t (0 when there are none)",
+                    handbook,
+                ),
+            )
+        ]
+        time = [
+            FeatureSpec(IS_WEEKEND, "time", "int64", "", "1 on Saturday and Sunday (UTC), else 0", handbook),
+            FeatureSpec(
+                IS_NIGHT, "time", "int64", "", "1 when the UTC hour of day is <= 6, else 0", handbook
+            ),
+        ]
+        longest = self.window_days[-1]
+        card_more = [
+            FeatureSpec(
+                card_nb_tx_hours_column(self.short_window_hours),
+                "card",
+                "int64",
+                f"{self.short_window_hours} h",
+                f"the card's transactions in (t - {self.short_window_hours} h, t]: bursts",
+            ),
+            FeatureSpec(
+                CARD_SECS_SINCE_PREV_TX,
+                "card",
+                "float64",
+                f"{longest} d",
+                f"seconds since the card's previous transaction, capped at {longest} d (also for a first one)",
+            ),
+            FeatureSpec(
+                card_amount_ratio_column(longest),
+                "card",
+                "float64",
+                f"{longest} d",
+                f"the amount / the card's {longest}-day mean amount (1.0 when that mean is 0)",
+            ),
+        ]
+        return (*card_windows, *terminal_windows, *time, *card_more)
 
     @property
     def feature_columns(self) -> tuple[str, ...]:
         """Every feature column for these parameters, in canonical order."""
-        card = self.card_feature_columns
-        n_windowed = 2 * len(self.window_days)
-        return (*card[:n_windowed], *self.terminal_feature_columns, IS_WEEKEND, IS_NIGHT, *card[n_windowed:])
+        return tuple(spec.name for spec in self.specs)
+
+    @property
+    def card_feature_columns(self) -> tuple[str, ...]:
+        """Columns produced by ``card_step`` (besides tx_id), in canonical order."""
+        return tuple(spec.name for spec in self.specs if spec.entity == "card")
+
+    @property
+    def terminal_feature_columns(self) -> tuple[str, ...]:
+        """Columns produced by ``terminal_step`` (besides tx_id), in canonical order."""
+        return tuple(spec.name for spec in self.specs if spec.entity == "terminal")
+
+    def spec(self, name: str) -> FeatureSpec:
+        """The spec of one feature column."""
+        for spec in self.specs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
 
 
 #: The handbook's parameters: windows of 1, 7 and 30 days, a 7-day label delay, no lateness.
 DEFAULT_PARAMS = FeatureParams()
+#: Every feature with the handbook's parameters, in the canonical order of the feature rows.
+FEATURE_COLUMNS: tuple[str, ...] = DEFAULT_PARAMS.feature_columns
+
+
+def handbook_columns(specs: tuple[FeatureSpec, ...]) -> tuple[str, ...]:
+    """The handbook's model inputs, in its order: the amount, the time flags, card and terminal features."""
+    order = {"time": 0, "card": 1, "terminal": 2}
+    chosen = sorted((spec for spec in specs if spec.handbook), key=lambda spec: order[spec.entity])
+    return (TxColumns.AMOUNT, *(spec.name for spec in chosen))
+
+
+#: The 15 model inputs of the handbook, in its order.
+HANDBOOK_FEATURES: tuple[str, ...] = handbook_columns(DEFAULT_PARAMS.specs)
+
+
+def feature_table(params: FeatureParams = DEFAULT_PARAMS) -> str:
+    """The features as a Markdown table (the documentation's, generated: ``python -m features.definitions``)."""
+    rows = ["| column | type | window | meaning |", "| --- | --- | --- | --- |"]
+    for spec in params.specs:
+        window = spec.window or "-"
+        rows.append(f"| `{spec.name}` | {spec.dtype} | {window} | {spec.meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(feature_table())

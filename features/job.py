@@ -1,6 +1,6 @@
 """The streaming feature job in Spark: Kafka source -> card stage -> terminal stage -> sinks.
 
-A thin shell: the stages are the pure functions of ``features.stream``; this module wires them into a
+A thin shell: the stages are the pure functions of ``features.decode`` and ``features.stages``; this module wires them into a
 Structured Streaming query with ``transformWithStateInPandas`` (RocksDB state store), keyed by card bucket
 and then by terminal bucket. Between stages each key gets one row holding all its events as an Arrow blob.
 
@@ -27,28 +27,12 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.core import CardState, TerminalState
+from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.stream import (
-    CARD_BUCKET,
-    KEY,
-    LATE,
-    PACKED_FIELDS,
-    TERMINAL_BUCKET,
-    CardBucket,
-    DecodeOptions,
-    card_stage,
-    card_stage_fields,
-    decode,
-    empty_events,
-    from_blob,
-    kafka_records,
-    pack,
-    pack_frame,
-    terminal_stage,
-    ticks,
-    to_blob,
-    unpack,
-)
+from features.records import kafka_records
+from features.rows import CARD_BUCKET, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
+from features.stages import CardBucket, card_stage, terminal_stage
+from features.transport import KEY, PACKED_FIELDS, from_blob, pack, pack_frame, to_blob, unpack
 from infra.checkpoints import bind_layout
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
@@ -85,7 +69,7 @@ TERMINAL_STATE = "transactions binary, labels binary"
 
 
 class CardStage(StatefulProcessor):
-    """``features.stream.card_stage`` per card bucket; state: history, pending events, frontier."""
+    """``features.stages.card_stage`` per card bucket; state: history, pending events, frontier."""
 
     def __init__(self, params: FeatureParams, terminal_buckets: int) -> None:
         self.params = params
@@ -123,7 +107,7 @@ class FeatureRowsHook(Protocol):
 
 
 class TerminalStage(StatefulProcessor):
-    """``features.stream.terminal_stage`` per terminal bucket; state: terminal transactions and labels.
+    """``features.stages.terminal_stage`` per terminal bucket; state: terminal transactions and labels.
 
     Emits the sink's Kafka records, packed: one row per call, built here rather than row by row in the JVM.
     """

@@ -135,7 +135,7 @@ def demo_command(
         features = jobs.feature_job_config(
             settings, settings.topics, checkpoints / "features", FeatureParams()
         )
-        jobs.run_feature_job(settings, features, once=True)
+        jobs.run_job(settings, features, once=True, trigger_interval_s=0.0)
 
         console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
         train_demo_model(settings)
@@ -144,7 +144,7 @@ def demo_command(
             "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
         )
         scoring = jobs.scoring_job_config(settings, settings.topics, checkpoints / "scoring")
-        jobs.run_scoring_job(settings, scoring, once=True)
+        jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0)
 
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))

@@ -7,7 +7,6 @@ This module imports PySpark and the jobs: the CLI imports it when a job runs, no
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -109,18 +108,40 @@ def pipeline_config(
     )
 
 
-def run_streaming_job(
-    settings: Settings,
-    app_name: str,
-    start: Callable[[SparkSession], tuple[StreamingQuery, str]],
-    once: bool,
-) -> QueryReport:
-    """Start Spark and a query (``start`` returns it and a line saying what runs), show its progress until
-    it stops, stop Spark, and print a summary."""
+JobConfig = FeatureJobConfig | ScoringJobConfig | PipelineConfig
+
+
+def start_job(
+    spark: SparkSession, config: JobConfig, once: bool, trigger_interval_s: float
+) -> StreamingQuery:
+    """Start the job ``config`` describes: the feature job, the scoring job or the pipeline."""
+    if isinstance(config, FeatureJobConfig):
+        return start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
+    if isinstance(config, ScoringJobConfig):
+        return start_scoring_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
+    return start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s)
+
+
+def describe(config: JobConfig) -> tuple[str, str]:
+    """The Spark application name of a job, and the line that says what runs."""
+    if isinstance(config, FeatureJobConfig):
+        return "fraud-features", f"Feature job running (checkpoint {config.checkpoint})"
+    name, what = (
+        ("fraud-scoring", "Scoring job")
+        if isinstance(config, ScoringJobConfig)
+        else ("fraud-pipeline", "Pipeline")
+    )
+    return name, f"{what} running (model alias {config.alias!r}, checkpoint {config.checkpoint})"
+
+
+def run_job(settings: Settings, config: JobConfig, once: bool, trigger_interval_s: float) -> QueryReport:
+    """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
+    there), stop Spark, and print a summary."""
+    app_name, what = describe(config)
     with console.status("Starting Spark..."):
         spark = job_spark_session(settings, app_name)
     try:
-        query, what = start(spark)
+        query = start_job(spark, config, once, trigger_interval_s)
         console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
         report = watch_query(query)
     finally:
@@ -132,59 +153,11 @@ def run_streaming_job(
     return report
 
 
-def run_feature_job(
-    settings: Settings, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
-) -> QueryReport:
-    """Run the feature job, show its progress until it stops, and print a summary."""
-    return run_streaming_job(
-        settings,
-        "fraud-features",
-        lambda spark: (
-            start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
-            f"Feature job running (checkpoint {config.checkpoint})",
-        ),
-        once,
-    )
-
-
-def run_scoring_job(
-    settings: Settings, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
-) -> QueryReport:
-    """Run the scoring job, show its progress until it stops, and print a summary."""
-    return run_streaming_job(
-        settings,
-        "fraud-scoring",
-        lambda spark: (
-            start_scoring_job(spark, config, once=once, trigger_interval_s=trigger_interval_s),
-            f"Scoring job running (model alias {config.alias!r}, checkpoint {config.checkpoint})",
-        ),
-        once,
-    )
-
-
-def run_pipeline(
-    settings: Settings, config: PipelineConfig, once: bool, trigger_interval_s: float = 0.0
-) -> QueryReport:
-    """Run the pipeline, show its progress until it stops, and print a summary."""
-    return run_streaming_job(
-        settings,
-        "fraud-pipeline",
-        lambda spark: (
-            start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s),
-            f"Pipeline running (model alias {config.alias!r}, checkpoint {config.checkpoint})",
-        ),
-        once,
-    )
-
-
 def start_live_jobs(
     spark: SparkSession, features: FeatureJobConfig, scoring: ScoringJobConfig, trigger_interval_s: float
 ) -> list[StreamingQuery]:
     """The feature job and the scoring job, running side by side in one session until stopped."""
-    return [
-        start_feature_job(spark, features, once=False, trigger_interval_s=trigger_interval_s),
-        start_scoring_job(spark, scoring, once=False, trigger_interval_s=trigger_interval_s),
-    ]
+    return [start_job(spark, config, False, trigger_interval_s) for config in (features, scoring)]
 
 
 def stop_live_jobs(queries: list[StreamingQuery], timeout_s: float = 60.0) -> None:

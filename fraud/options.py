@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from contracts.settings import Settings
 from features.definitions import DAY_MS, FeatureParams
 from models.registry import ALIASES
 
@@ -40,6 +42,11 @@ ModelCheckOption = Annotated[
 PrefixOption = Annotated[
     str, typer.Option(help="Redis key prefix (empty for the live pipeline; an isolated run's own prefix).")
 ]
+
+
+def checkpoint_dir(settings: Settings, given: Path | None, job: str) -> Path:
+    """A job's checkpoint directory: the one given, else ``FRAUD_HOME/checkpoints/<job>``."""
+    return (given or settings.home / "checkpoints" / job).resolve()
 
 
 def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:

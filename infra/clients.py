@@ -216,6 +216,17 @@ def delete_topics(admin: AdminClient, names: list[str]) -> None:
             future.result()
 
 
+def consumed(consumer: Consumer, count: int, timeout: float) -> Iterator[tuple[Message, bool]]:
+    """The messages of one ``consume`` call as ``(message, at_end)``: a record (False), or the event that the
+    consumer reached the end of a partition (True; its offset is that end, with ``enable.partition.eof``).
+    Any other error raises ``KafkaException``."""
+    for message in consumer.consume(count, timeout=timeout):
+        error = message.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        yield message, error is not None
+
+
 def partitions_of(consumer: Consumer, topic: str) -> list[int]:
     metadata = cluster_metadata(consumer, topic).topics.get(topic)
     if metadata is None or metadata.error is not None:
@@ -239,12 +250,9 @@ def read_to_end(
     pending = {f"{tp.topic}/{tp.partition}" for tp in start}
     deadline = time.monotonic() + timeout_s
     while pending:
-        for message in consumer.consume(100_000, timeout=0.05):
+        for message, at_end in consumed(consumer, 100_000, timeout=0.05):
             name = f"{message.topic()}/{message.partition()}"
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
+            if at_end:
                 pending.discard(name)
                 continue
             if first_only and name not in pending:
@@ -253,7 +261,7 @@ def read_to_end(
             if first_only:
                 pending.discard(name)
         if pending and time.monotonic() > deadline:
-            raise TimeoutError(
+            raise ServiceUnavailableError(
                 f"no end of partition from Kafka for {sorted(pending)} within {timeout_s:.0f} s"
             )
     consumer.unassign()
@@ -355,26 +363,24 @@ def read_topic(
         consumer.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
         idle_since = time.monotonic()
         while pending:
-            messages = consumer.consume(10_000, timeout=0.1)
-            if messages:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > idle_timeout_s:
-                raise TimeoutError(f"{topic}: partitions {sorted(pending)} did not reach their end")
-            for message in messages:
+            idle = True
+            for message, at_end in consumed(consumer, 10_000, timeout=0.1):
+                idle = False
                 partition = message.partition() or 0
                 if partition not in pending:
                     continue
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(error)
-                    # The broker's end can trail the end measured at the start (an open transaction,
-                    # a high watermark that lags): only the position says the partition is done.
-                    if (message.offset() or 0) >= pending[partition]:
-                        del pending[partition]
-                elif (message.offset() or 0) >= pending[partition]:
+                # Done at or past the end measured at the start. The broker's own end can trail it (an open
+                # transaction, a high watermark that lags): only the position says the partition is done.
+                if (message.offset() or 0) >= pending[partition]:
                     del pending[partition]
-                else:
+                elif not at_end:
                     yield message
+            if not idle:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > idle_timeout_s:
+                raise ServiceUnavailableError(
+                    f"Kafka delivered nothing of {topic}, partitions {sorted(pending)}, for "
+                    f"{idle_timeout_s:.0f} s before their end"
+                )
     finally:
         consumer.close()

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 from pydantic import ValidationError
 from rich.table import Table
 
@@ -20,7 +20,7 @@ from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
 from fraud.options import PrefixOption
-from infra.clients import Clients, offsets_for_time, partitions_of, read_topic
+from infra.clients import Clients, consumed, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
 from scoring.api import create_app
 
@@ -68,13 +68,9 @@ def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[
             starts = offsets_for_time(consumer, topic, partitions, from_ms)
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
         while True:
-            for message in consumer.consume(1_000, timeout=0.5):
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(error)
-                    continue
-                yield message
+            for message, at_end in consumed(consumer, 1_000, timeout=0.5):
+                if not at_end:
+                    yield message
     finally:
         consumer.close()
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from features.batch import file_features
 from features.definitions import DAY_MS
@@ -17,6 +18,7 @@ from fraud.options import (
     MaxRecordsOption,
     OnceOption,
     TriggerIntervalOption,
+    checkpoint_dir,
     feature_params,
 )
 from ingest.files import parse_mapping
@@ -58,6 +60,20 @@ def batch_command(
     )
 
 
+@app.command("list")
+def list_command(feature_delay_days: FeatureDelayOption = 7.0) -> None:
+    """The features the jobs compute, as declared in features/definitions.py: name, type, window, meaning."""
+    params = feature_params(feature_delay_days)
+    table = Table(
+        title=f"{len(params.specs)} features of a transaction at event time t", title_justify="left"
+    )
+    for name in ("column", "type", "window", "meaning"):
+        table.add_column(name, overflow="fold")
+    for spec in params.specs:
+        table.add_row(spec.name, spec.dtype, spec.window or "-", spec.meaning)
+    console.print(table)
+
+
 @app.command("run")
 def run_command(
     ctx: typer.Context,
@@ -77,8 +93,8 @@ def run_command(
     config = jobs.feature_job_config(
         settings,
         settings.topics,
-        (checkpoint or settings.home / "checkpoints" / "features").resolve(),
+        checkpoint_dir(settings, checkpoint, "features"),
         feature_params(feature_delay_days, allowed_lateness_s),
         max_records,
     )
-    jobs.run_feature_job(settings, config, once=once, trigger_interval_s=trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s)

@@ -18,6 +18,9 @@ from ingest.simulator import SimulatorConfig, simulate, write_parquet
 
 DAY_MS = 86_400_000
 
+LabelDelayOption = Annotated[
+    float | None, typer.Option(help="Days until a fraud label is known (default: FRAUD_LABEL_DELAY_DAYS).")
+]
 SpeedupOption = Annotated[
     float | None,
     typer.Option(
@@ -88,10 +91,7 @@ def simulate_command(
     produce: Annotated[
         bool, typer.Option("--produce", help="Produce the transactions and labels to Kafka.")
     ] = False,
-    label_delay_days: Annotated[
-        float | None,
-        typer.Option(help="Days until a fraud label is known (default: FRAUD_LABEL_DELAY_DAYS)."),
-    ] = None,
+    label_delay_days: LabelDelayOption = None,
     speedup: SpeedupOption = None,
 ) -> None:
     """Simulate card transactions with the fraud-detection handbook's generative process."""
@@ -141,10 +141,7 @@ def ingest_command(
             "or SRC=DST pairs separated by commas."
         ),
     ] = "canonical",
-    label_delay_days: Annotated[
-        float | None,
-        typer.Option(help="Days until a fraud label is known (default: FRAUD_LABEL_DELAY_DAYS)."),
-    ] = None,
+    label_delay_days: LabelDelayOption = None,
     speedup: SpeedupOption = None,
 ) -> None:
     """Import a file of transactions (with an optional fraud column) into the transactions and labels topics.

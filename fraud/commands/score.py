@@ -17,6 +17,7 @@ from fraud.options import (
     ModelCheckOption,
     OnceOption,
     TriggerIntervalOption,
+    checkpoint_dir,
     feature_params,
 )
 from models.registry import CHAMPION
@@ -49,12 +50,12 @@ def run_command(
     config = jobs.scoring_job_config(
         settings,
         settings.topics,
-        (checkpoint or settings.home / "checkpoints" / "scoring").resolve(),
+        checkpoint_dir(settings, checkpoint, "scoring"),
         alias,
         model_check_interval_s,
         max_records,
     )
-    jobs.run_scoring_job(settings, config, once=once, trigger_interval_s=trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s)
 
 
 @pipeline_app.command("run")
@@ -79,10 +80,10 @@ def pipeline_command(
     config = jobs.pipeline_config(
         settings,
         settings.topics,
-        (checkpoint or settings.home / "checkpoints" / "pipeline").resolve(),
+        checkpoint_dir(settings, checkpoint, "pipeline"),
         feature_params(feature_delay_days, allowed_lateness_s),
         alias,
         model_check_interval_s,
         max_records,
     )
-    jobs.run_pipeline(settings, config, once=once, trigger_interval_s=trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s)

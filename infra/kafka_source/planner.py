@@ -15,9 +15,10 @@ from bisect import bisect_left
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS
+from contracts.errors import ServiceUnavailableError
+from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, consumed
 from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
 
 POLL_S = 0.05
@@ -96,13 +97,11 @@ class Tail:
         deadline = time.monotonic() + budget_s
         timeout = 0.0
         while True:
-            messages = self.consumer.consume(100_000, timeout=timeout)
-            for message in messages:
+            arrived = False
+            for message, at_end in consumed(self.consumer, 100_000, timeout=timeout):
+                arrived = True
                 name = tp_name(message.topic() or "", message.partition() or 0)
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(error)
+                if at_end:
                     self.end[name] = max(self.end[name], message.offset() or 0)
                     self.at_end[name] = self.reached[name] = True
                     continue
@@ -115,7 +114,7 @@ class Tail:
                 enough is not None and sum(map(len, self._offsets.values())) >= enough
             ):
                 return
-            if messages:
+            if arrived:
                 timeout = 0.0
                 continue
             if all(
@@ -209,14 +208,9 @@ def _read_at(consumer: Consumer, at: list[TopicPartition]) -> dict[str, int]:
     found: dict[str, int] = {}
     until = deadline()
     while len(found) < len(wanted):
-        for message in consumer.consume(100_000, timeout=POLL_S):
+        for message, at_end in consumed(consumer, 100_000, timeout=POLL_S):
             name = tp_name(message.topic() or "", message.partition() or 0)
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                continue
-            if name not in found and (message.offset() or 0) >= wanted[name]:
+            if not at_end and name not in found and (message.offset() or 0) >= wanted[name]:
                 found[name] = message.timestamp()[1]
         check_deadline(until, set(wanted) - set(found))
     consumer.unassign()
@@ -248,7 +242,7 @@ def deadline() -> float:
 def check_deadline(until: float, pending: set[str]) -> None:
     """Fail when ``pending`` partitions are still unread at ``until``."""
     if pending and time.monotonic() > until:
-        raise TimeoutError(
+        raise ServiceUnavailableError(
             f"no answer from Kafka for {sorted(pending)} within {READ_TIMEOUT_S:.0f} s (longer than a "
             "writer's transaction may stay open: the planned records are not readable)"
         )

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
-from infra.clients import KAFKA_LOGGER
+from infra.clients import KAFKA_LOGGER, consumed
 from infra.kafka_source.config import RAW_FIELDS, KafkaSourceConfig
 from infra.kafka_source.planner import FETCH_WAIT_MS, POLL_S, check_deadline, deadline
 from infra.kafka_source.splits import Split, SplitGroup, tp_name
@@ -85,14 +85,11 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
             # consume() waits until it has as many messages as asked for, or the timeout: ask for the
             # range's rest, so that a range whose records are all there costs no wait.
             wanted = min(_BATCH_ROWS, split.end - position)
-            for message in consumer.consume(wanted, timeout=POLL_S):
-                error = message.error()
-                if error is None:
+            for message, at_end in consumed(consumer, wanted, timeout=POLL_S):
+                if not at_end:
                     pending.append(
                         (message.offset() or 0, message.timestamp()[1], message.key(), message.value())
                     )
-                elif error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
             if pending:
                 until = deadline()
             else:

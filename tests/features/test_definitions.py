@@ -1,6 +1,8 @@
-"""Feature names and parameters."""
+"""Feature names, parameters and specs."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -14,6 +16,7 @@ from features.definitions import (
     HANDBOOK_FEATURES,
     LABEL_COLUMNS,
     FeatureParams,
+    feature_table,
 )
 
 
@@ -107,3 +110,20 @@ def test_params_are_frozen() -> None:
 def test_input_column_names_are_the_wire_field_names() -> None:
     assert set(LABEL_COLUMNS) <= set(LabelEvent.model_fields)
     assert EVENT_TIME_MS in TransactionEvent.model_fields
+
+
+def test_specs_declare_every_column_once_with_its_type() -> None:
+    specs = DEFAULT_PARAMS.specs
+    assert tuple(spec.name for spec in specs) == FEATURE_COLUMNS
+    assert len({spec.name for spec in specs}) == len(specs)
+    counts = [spec.name for spec in specs if spec.dtype == "int64"]
+    assert counts == [name for name in FEATURE_COLUMNS if "_nb_tx_" in name or name.startswith("is_")]
+    assert all(spec.meaning and spec.entity in ("card", "terminal", "time") for spec in specs)
+    assert DEFAULT_PARAMS.spec("terminal_risk_7d").window == "7 d, 7 d before"
+
+
+def test_the_documented_feature_table_is_generated_from_the_specs() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    start = docs.index("<!-- features:start")
+    body = docs[docs.index("\n", start) + 1 : docs.index("<!-- features:end -->")].strip()
+    assert body == feature_table(), "regenerate it: python -m features.definitions"

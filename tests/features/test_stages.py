@@ -11,25 +11,14 @@ import pyarrow as pa
 import pytest
 
 from contracts.records import FeatureRecord
+from features.buckets import card_bucket
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
+from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.stream import (
-    DEAD,
-    FEATURES,
-    LABEL,
-    TX,
-    CardBucket,
-    DecodeOptions,
-    card_bucket,
-    card_stage,
-    decode,
-    empty_events,
-    from_blob,
-    kafka_records,
-    terminal_stage,
-    ticks,
-    to_blob,
-)
+from features.records import kafka_records
+from features.rows import DEAD, FEATURES, LABEL, TX, empty_events
+from features.stages import CardBucket, card_stage, terminal_stage
+from features.transport import from_blob, to_blob
 from infra.kafka_source.planner import end_offset, release_without_records
 from infra.kafka_source.splits import NO_FRONTIER
 from ingest.simulator import SimulatorConfig, simulate

@@ -1,0 +1,24 @@
+"""Routing of events to state keys: cards and terminals hashed into a few buckets each (few large state
+calls are faster than many small ones). Stable across processes and runs: a checkpoint's state is keyed
+by them."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pandas as pd
+
+
+def card_bucket(card_id: str, buckets: int) -> int:
+    """Bucket of a card token (its first 8 hex digits are uniformly distributed)."""
+    try:
+        return int(card_id[:8], 16) % buckets
+    except ValueError:
+        return zlib.crc32(card_id.encode()) % buckets
+
+
+def terminal_buckets(terminal_ids: pd.Series, buckets: int) -> np.ndarray:
+    """Bucket of each terminal id (CRC-32, stable across processes and runs)."""
+    mapping = {t: zlib.crc32(str(t).encode()) % buckets for t in terminal_ids.unique()}
+    return terminal_ids.map(mapping).to_numpy(dtype=np.int32)

@@ -1,0 +1,196 @@
+"""Stage 1 of the feature job: Kafka records of the transactions and labels topics become typed event rows;
+records that fail validation become dead rows with the reason. Each event is routed to its card bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from contracts.events import DeadLetter, LabelEvent, Reason, TransactionEvent, TxColumns
+from features.buckets import card_bucket
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
+from features.rows import (
+    CARD_BUCKET,
+    DEAD,
+    DETAIL,
+    FINAL_TICK,
+    KIND,
+    LABEL,
+    RAW,
+    REASON,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    TICK,
+    TX,
+    decoded_batch,
+    one_batch,
+)
+from ingest.columnar import validate_many
+from ingest.validation import parse_event
+
+C = TxColumns
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    transactions_topic: str
+    labels_topic: str
+    card_buckets: int
+    max_event_bytes: int
+
+
+def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
+    """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows).
+
+    Records are validated in bulk (``ingest.columnar.validate_many``); the few it cannot decide go
+    through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
+    records' order.
+    """
+    topics = records.column("topic").to_numpy(zero_copy_only=False)
+    parts: list[tuple[np.ndarray, pa.RecordBatch]] = []
+    for topic, model in ((options.transactions_topic, TransactionEvent), (options.labels_topic, LabelEvent)):
+        rows = np.flatnonzero(topics == topic)
+        if not len(rows):
+            continue
+        found = validate_many(model, records.column("value").take(pa.array(rows)), options.max_event_bytes)
+        if found.table.num_rows:
+            columns = {name: found.table.column(name).combine_chunks() for name in found.table.column_names}
+            parts.append(
+                (rows[found.positions], _event_batch(model, columns, records, rows[found.positions], options))
+            )
+        if len(found.slow):
+            parts.append(_decode_one_by_one(records, rows[found.slow], options))
+    others = np.flatnonzero((topics != options.transactions_topic) & (topics != options.labels_topic))
+    if len(others):
+        parts.append(_decode_one_by_one(records, others, options))
+    if not parts:
+        return decoded_batch(0, {})
+    if len(parts) == 1:
+        return parts[0][1]
+    order = np.argsort(np.concatenate([positions for positions, _ in parts]), kind="stable")
+    combined = one_batch([batch for _, batch in parts])
+    return combined.take(pa.array(order))
+
+
+def _event_batch(
+    model: type[TransactionEvent] | type[LabelEvent],
+    columns: dict[str, pa.Array | list[object]],
+    records: pa.RecordBatch,
+    rows: np.ndarray,
+    options: DecodeOptions,
+) -> pa.RecordBatch:
+    """Event rows of valid transactions or labels, given as columns named like the model's fields."""
+    n = len(rows)
+    cards = columns[C.CARD_ID]
+    codes, distinct = pd.factorize(
+        np.asarray(cards if isinstance(cards, list) else cards.to_pylist(), dtype=object)
+    )
+    buckets = np.asarray([card_bucket(card, options.card_buckets) for card in distinct], dtype=np.int32)
+    where = {
+        SOURCE_TOPIC: records.column("topic").take(pa.array(rows)),
+        SOURCE_PARTITION: records.column("partition").take(pa.array(rows)),
+        SOURCE_OFFSET: records.column("offset").take(pa.array(rows)),
+    }
+    common = {
+        CARD_BUCKET: buckets[codes],
+        C.CARD_ID: columns[C.CARD_ID],
+        C.TX_ID: columns[C.TX_ID],
+        C.TERMINAL_ID: columns[C.TERMINAL_ID],
+        **where,
+    }
+    if model is TransactionEvent:
+        return decoded_batch(
+            n,
+            {
+                **common,
+                KIND: [TX] * n,
+                C.AMOUNT: columns[C.AMOUNT],
+                EVENT_TIME_MS: columns[EVENT_TIME_MS],
+                C.TERMINAL_X: columns[C.TERMINAL_X],
+                C.TERMINAL_Y: columns[C.TERMINAL_Y],
+            },
+        )
+    return decoded_batch(
+        n,
+        {
+            **common,
+            KIND: [LABEL] * n,
+            EVENT_TIME_MS: columns[TX_TIME_MS],
+            KNOWN_AT_MS: columns[KNOWN_AT_MS],
+            C.IS_FRAUD: columns[C.IS_FRAUD],
+        },
+    )
+
+
+def _decode_one_by_one(
+    records: pa.RecordBatch, rows: np.ndarray, options: DecodeOptions
+) -> tuple[np.ndarray, pa.RecordBatch]:
+    """``parse_event`` per record: event rows and dead rows of ``rows``, in their order."""
+    kinds: list[list[int]] = [[], [], []]
+    events: tuple[list[TransactionEvent], list[LabelEvent], list[DeadLetter]] = ([], [], [])
+    topics = records.column("topic").take(pa.array(rows)).to_pylist()
+    partitions = records.column("partition").take(pa.array(rows)).to_pylist()
+    offsets = records.column("offset").take(pa.array(rows)).to_pylist()
+    values = records.column("value").take(pa.array(rows)).to_pylist()
+    for row, topic, partition, offset, raw in zip(
+        rows.tolist(), topics, partitions, offsets, values, strict=True
+    ):
+        source = f"kafka:{topic}"
+        if topic == options.transactions_topic:
+            event: TransactionEvent | LabelEvent | DeadLetter = parse_event(
+                TransactionEvent, raw or b"", source, options.max_event_bytes, partition, offset
+            )
+        elif topic == options.labels_topic:
+            event = parse_event(LabelEvent, raw or b"", source, options.max_event_bytes, partition, offset)
+        else:
+            event = DeadLetter(
+                raw=raw or b"",
+                source=source,
+                reason=Reason.INVALID_VALUE,
+                detail=f"record from unexpected topic {topic}",
+                partition=partition,
+                offset=offset,
+            )
+        kind = 0 if isinstance(event, TransactionEvent) else 1 if isinstance(event, LabelEvent) else 2
+        kinds[kind].append(row)
+        events[kind].append(event)  # type: ignore[arg-type]
+    batches = []
+    for kind, model in ((0, TransactionEvent), (1, LabelEvent)):
+        if events[kind]:
+            fields = model.model_fields
+            columns = {name: [getattr(e, name) for e in events[kind]] for name in fields}
+            batches.append(_event_batch(model, columns, records, np.asarray(kinds[kind]), options))
+    dead = events[2]
+    if dead:
+        batches.append(
+            decoded_batch(
+                len(dead),
+                {
+                    KIND: [DEAD] * len(dead),
+                    CARD_BUCKET: [(e.offset or 0) % options.card_buckets for e in dead],
+                    RAW: [e.raw for e in dead],
+                    REASON: [e.reason.value for e in dead],
+                    DETAIL: [e.detail for e in dead],
+                    SOURCE_TOPIC: [e.source.removeprefix("kafka:") for e in dead],
+                    SOURCE_PARTITION: [e.partition for e in dead],
+                    SOURCE_OFFSET: [e.offset for e in dead],
+                },
+            )
+        )
+    positions = np.concatenate([np.asarray(k, dtype=np.int64) for k in kinds if k])
+    return positions, one_batch(batches)
+
+
+def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
+    """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
+    of an availableNow run (``infra.kafka_source.splits.Split.final``), and the buckets release every event."""
+    n = card_buckets
+    kind = FINAL_TICK if final else TICK
+    return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})
+
+
+# --- 2. card stage ----------------------------------------------------------------------------------

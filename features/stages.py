@@ -1,0 +1,175 @@
+"""The streaming feature job's stages as pure functions over pandas frames.
+
+Three stages, each a thin Spark shell (``features.job``) around a pure function:
+
+1. ``decode``: Kafka records of the transactions and labels topics become typed event rows; records that
+   fail validation become dead rows with the reason. Each event is routed to a card bucket (cards hashed
+   into a few buckets per Spark key, so one state call serves many cards).
+2. ``card_stage``: per card bucket, events wait until the source's event-time frontier passes them, then
+   go through ``features.core.card_step`` in event-time order. The final micro-batch of an
+   ``availableNow`` run moves each bucket's frontier past every event it holds, which releases them all.
+   An event that arrives behind the bucket's frontier already passed is *late*: processed at once against
+   the state as it is, and marked.
+3. ``terminal_stage``: per terminal bucket, the released transactions and labels go through
+   ``features.core.terminal_step``; the time features complete the record.
+
+Because every micro-batch releases exactly the events below a frontier, in order, and the core steps give
+the same result for any chunking of an ordered stream, the streaming result equals the batch definition
+(``features.core.compute_features``) whatever the micro-batch sizes, restarts included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from contracts.events import TxColumns
+from features.buckets import terminal_buckets
+from features.core import CardState, TerminalState, card_step, terminal_step, time_features
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
+from features.rows import (
+    CARD_BUCKET,
+    DEAD,
+    FEATURES,
+    FINAL_TICK,
+    KIND,
+    LABEL,
+    SOURCE_OFFSET,
+    TERMINAL_BUCKET,
+    TICK,
+    TX,
+    card_stage_fields,
+    concat_frames,
+    frame_of,
+    output_fields,
+)
+
+C = TxColumns
+
+
+@dataclass
+class CardBucket:
+    """The state of one card bucket: card history, events waiting for the frontier, the frontier.
+
+    The frontier is past every event the bucket released in order: a later event behind it is late.
+    """
+
+    history: CardState
+    pending: pd.DataFrame
+    frontier_ms: int
+
+
+def _event_time(events: pd.DataFrame) -> np.ndarray:
+    """When an event happens for ordering: a transaction's event time, a label's known time."""
+    is_label = (events[KIND] == LABEL).to_numpy()
+    return np.where(
+        is_label,
+        events[KNOWN_AT_MS].fillna(0).to_numpy(dtype=np.int64),
+        events[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+    )
+
+
+def card_stage(
+    bucket: CardBucket, rows: pd.DataFrame, params: FeatureParams, terminal_buckets_n: int
+) -> tuple[CardBucket, pd.DataFrame]:
+    """Hold events until the frontier passes them; release them with their card features.
+
+    A final tick moves the frontier past every waiting event, so they are all released (in event-time
+    order, as any others). The bucket's frontier after the call is the highest of its frontier, the ticks'
+    and the time + 1 of the newest event released in order (not late).
+
+    Returns the new bucket state and the rows for the terminal stage: released transactions (with card
+    features and the late flag), released labels, and dead rows passed through.
+    """
+    kinds = rows[KIND]
+    ticks_in = rows.loc[kinds.isin([TICK, FINAL_TICK]), EVENT_TIME_MS]
+    frontier = max([bucket.frontier_ms, *ticks_in.astype("int64").tolist()])
+    events = rows[(kinds == TX) | (kinds == LABEL)]
+    dead = rows[kinds == DEAD]
+
+    late_mask = _event_time(events) < bucket.frontier_ms if len(events) else np.zeros(0, dtype=bool)
+    late = events[late_mask]
+    waiting = concat_frames(bucket.pending, events[~late_mask])
+    if len(waiting) and (kinds == FINAL_TICK).any():
+        frontier = max(frontier, int(_event_time(waiting).max()) + 1)
+    if len(waiting):
+        due_mask = _event_time(waiting) < frontier
+        due, still = waiting[due_mask], waiting[~due_mask]
+    else:
+        due, still = waiting, waiting
+    released = concat_frames(due.assign(late=False), late.assign(late=True))
+    tx = released[released[KIND] == TX].reset_index(drop=True)
+    labels = released[released[KIND] == LABEL].reset_index(drop=True)
+
+    history = bucket.history
+    columns: dict[str, object] = {}
+    if len(tx):
+        history, card = card_step(history, tx, params)
+        columns = {name: card[name].to_numpy() for name in params.card_feature_columns}
+    out_tx = frame_of(
+        card_stage_fields(params), {**{c: tx[c] for c in tx.columns if c != CARD_BUCKET}, **columns}, len(tx)
+    )
+    out_labels = frame_of(
+        card_stage_fields(params), {c: labels[c] for c in labels.columns if c != CARD_BUCKET}, len(labels)
+    )
+    out_dead = frame_of(
+        card_stage_fields(params),
+        {c: dead[c].to_numpy() for c in dead.columns if c != CARD_BUCKET},
+        len(dead),
+    )
+    out = concat_frames(out_tx, out_labels, out_dead)
+    if len(out):
+        is_dead = (out[KIND] == DEAD).to_numpy()
+        routed = terminal_buckets(out[C.TERMINAL_ID].fillna(""), terminal_buckets_n)
+        by_offset = out[SOURCE_OFFSET].fillna(0).to_numpy(dtype=np.int64) % terminal_buckets_n
+        out[TERMINAL_BUCKET] = np.where(is_dead, by_offset, routed).astype(np.int32)
+    return CardBucket(history, still.reset_index(drop=True), frontier), out
+
+
+# --- 3. terminal stage ------------------------------------------------------------------------------
+
+
+def terminal_stage(
+    state: TerminalState, rows: pd.DataFrame, params: FeatureParams
+) -> tuple[TerminalState, pd.DataFrame]:
+    """Terminal and time features of released transactions; labels update the terminal risk."""
+    kinds = rows[KIND]
+    tx = rows[kinds == TX].reset_index(drop=True)
+    labels = rows[kinds == LABEL]
+    dead = rows[kinds == DEAD]
+    label_batch = pd.DataFrame(
+        {
+            C.TX_ID: labels[C.TX_ID].to_numpy(dtype=np.int64),
+            C.TERMINAL_ID: labels[C.TERMINAL_ID].to_numpy(dtype=object),
+            TX_TIME_MS: labels[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+            KNOWN_AT_MS: labels[KNOWN_AT_MS].to_numpy(dtype=np.int64),
+            C.IS_FRAUD: labels[C.IS_FRAUD].to_numpy(dtype=bool),
+        }
+    )
+    tx_batch = pd.DataFrame(
+        {
+            C.TX_ID: tx[C.TX_ID].to_numpy(dtype=np.int64),
+            C.TERMINAL_ID: tx[C.TERMINAL_ID].to_numpy(dtype=object),
+            EVENT_TIME_MS: tx[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+        }
+    )
+    state, terminal = terminal_step(state, tx_batch, label_batch, params)
+    when = time_features(tx_batch[EVENT_TIME_MS].to_numpy())
+    columns = {
+        c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), FEATURES, dtype=object)
+        for c in tx.columns
+        if c != TERMINAL_BUCKET
+    }
+    columns |= {name: terminal[name].to_numpy() for name in params.terminal_feature_columns}
+    columns |= {name: when[name].to_numpy() for name in when.columns}
+    fields = output_fields(params)
+    out_features = frame_of(fields, columns, len(tx))
+    out_dead = frame_of(
+        fields, {c: dead[c].to_numpy() for c in dead.columns if c != TERMINAL_BUCKET}, len(dead)
+    )
+    return state, concat_frames(out_features, out_dead)
+
+
+# --- 4. Kafka records ----------------------------------------------------------------------------------
