@@ -3,20 +3,29 @@
 Integration tests run against ONE embedded stack per test session (the real Tansu broker binary, a real
 Valkey server and a SQLite MLflow store), started by the same code as `fraud up`; each test gets its own
 freshly created topics, so tests never see each other's records.
+
+The model, scoring and command tests share a small simulated world (``tests.support.samples.SMALL``:
+enough days for one handbook split and history) and empty MLflow stores.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from contracts.settings import Settings, Topics
+from features.definitions import DEFAULT_PARAMS
 from infra.clients import Clients, Endpoints, ensure_topics
 from infra.embedded import StackInfo, temporary_stack
+from ingest.simulator import simulate, write_parquet
+from models.dataset import Dataset, file_dataset
+from tests.support.samples import LABEL_DELAY_MS, SMALL
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,3 +69,41 @@ def settings(stack: StackInfo, stack_home: Path, monkeypatch: pytest.MonkeyPatch
 @pytest.fixture
 def clients(settings: Settings) -> Clients:
     return Clients.from_settings(settings)
+
+
+# --- the small simulated world and MLflow stores ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def small_frame() -> pd.DataFrame:
+    return simulate(SMALL)
+
+
+@pytest.fixture(scope="session")
+def small_file(small_frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sim") / "small.parquet"
+    write_parquet(small_frame, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_dataset(small_frame: pd.DataFrame) -> Dataset:
+    return file_dataset(small_frame, "simulator", DEFAULT_PARAMS, LABEL_DELAY_MS, 16_384)
+
+
+@pytest.fixture(scope="session")
+def blank_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store, created (schema migrations and all) once per session."""
+    from models.registry import registry_client
+
+    path = tmp_path_factory.mktemp("mlflow") / "blank.db"
+    registry_client(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
+
+
+@pytest.fixture
+def store_uri(blank_store: Path, tmp_path: Path) -> str:
+    """A fresh, empty MLflow store of this test: a copy of the blank one (artifacts next to it)."""
+    path = tmp_path / "mlflow.db"
+    shutil.copyfile(blank_store, path)
+    return f"sqlite:///{path}"

@@ -9,7 +9,7 @@ import pytest
 import features.core
 from features.core import compute_features
 from features.definitions import DAY_MS, FeatureParams
-from tests.features.reference import random_case, reference_features
+from tests.support.reference import random_case, reference_features
 
 PARAMS = [
     FeatureParams(),

@@ -10,7 +10,7 @@ import pytest
 from contracts.events import TxColumns
 from features.core import CardState, TerminalState, card_step, compute_features, terminal_step
 from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
-from tests.features.reference import random_case
+from tests.support.reference import random_case
 
 
 def through_arrow(frame: pd.DataFrame) -> pd.DataFrame:

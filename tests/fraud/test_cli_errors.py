@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-FRAUD = str(Path(sys.executable).parent / "fraud")
+from tests.support.scripts import FRAUD
 
 
 def closed_port() -> int:

@@ -34,19 +34,12 @@ from ingest import columnar
 from ingest.columnar import UnsupportedModelError, Validated, validate_many
 from ingest.produce import label_for
 from ingest.validation import parse_event
-from tests.ingest.test_validation import GOOD, TOKEN
+from tests.support.samples import FEATURE, GOOD, TOKEN
 
 MAX_BYTES = 16_384
 FEATURES = {"features": FEATURE_COLUMNS}
 TX: dict[str, Any] = GOOD
 LABEL: dict[str, Any] = label_for(TransactionEvent(**TX), label_delay_ms=86_400_000).model_dump()
-FEATURE: dict[str, Any] = {
-    **TX,
-    "terminal_x": 1.5,
-    "terminal_y": None,
-    "late": False,
-    "features": {name: float(i) / 3 for i, name in enumerate(FEATURE_COLUMNS)},
-}
 
 
 class LaxRecord(BaseModel):

@@ -2,18 +2,8 @@ import orjson
 import pytest
 
 from contracts.events import DeadLetter, Reason, TransactionEvent
-from ingest.tokens import card_token
 from ingest.validation import parse_label, parse_transaction
-
-TOKEN = card_token("42", b"k")
-GOOD = {
-    "schema_version": 1,
-    "tx_id": 17,
-    "card_id": TOKEN,
-    "terminal_id": "T-9",
-    "amount": 57.25,
-    "event_time_ms": 1_523_750_400_000,
-}
+from tests.support.samples import GOOD, TOKEN
 
 
 def parsed(raw: bytes) -> TransactionEvent | DeadLetter:

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 
 from contracts.settings import Settings
 from infra.clients import Clients, offset_bounds
-from tests.scoring.factories import CARD_B, make_alert
+from tests.support.factories import CARD_B, make_alert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "alert_consumer.py"
 GROUP_JOIN_TIMEOUT_S = 120

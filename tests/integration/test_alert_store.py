@@ -25,7 +25,7 @@ from infra.redis_store import (
     write_alerts,
     write_scores,
 )
-from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 DAY_S = 86_400
 RETENTION_S = 7 * DAY_S

@@ -16,7 +16,7 @@ from contracts.records import AlertRecord
 from infra.embedded import StackInfo
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
 from scoring.api import create_app
-from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 RETENTION_S = 7 * 86_400
 UNKNOWN_CARD = "e" * 32

@@ -25,8 +25,8 @@ from fraud.console import console, err_console
 from infra.clients import Clients
 from infra.embedded import free_port
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
-from tests.integration.test_cli import FRAUD
-from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.scripts import FRAUD
 
 RETENTION_S = 7 * 86_400
 

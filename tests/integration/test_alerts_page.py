@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from infra.embedded import HOST, StackInfo, free_port
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
 from scoring.api import create_app
-from tests.scoring.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 ENSURE_CHROMIUM = Path(__file__).parents[2] / "infra" / "ensure-chromium.sh"
 RETENTION_S = 7 * 86_400

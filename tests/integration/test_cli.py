@@ -2,15 +2,13 @@
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from contracts.settings import Settings
 from infra.clients import Clients, topic_counts
-
-FRAUD = str(Path(sys.executable).parent / "fraud")
+from tests.support.scripts import FRAUD
 
 
 def run_fraud(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:

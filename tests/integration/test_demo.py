@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.integration.test_cli import FRAUD
+from tests.support.scripts import FRAUD
 
 STARTUP_TIMEOUT_S = 900
 LIVE_TIMEOUT_S = 240

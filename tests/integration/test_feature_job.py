@@ -6,8 +6,9 @@ same simulated table: the streaming job must give the same value for every featu
 or kills, and write each transaction's record once.
 
 Records read back from Kafka are read_committed. The chaos tests run the job in a subprocess
-(``feature_job_runner.py``), SIGKILL the whole application (driver, JVM, Python workers) at a point of
-the sink's protocol or at a random moment, and restart the job from its checkpoint (``chaos.py``).
+(``tests/support/feature_job_runner.py``), SIGKILL the whole application (driver, JVM, Python workers) at
+a point of the sink's protocol or at a random moment, and restart the job from its checkpoint
+(``tests/support/chaos.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import random
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,24 +41,21 @@ from contracts.events import (
     DLQ_SOURCE_HEADER,
     SCHEMA_VERSION,
     Reason,
-    TransactionEvent,
     TxColumns,
     from_message,
 )
 from contracts.records import FeatureRecord
-from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
-from features.batch import transactions_features
+from contracts.settings import Settings, Topics
 from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
-from features.job import FeatureJobConfig, start_feature_job
+from features.job import FeatureJobConfig
 from fraud.progress import records_read
-from infra.clients import Clients, Endpoints, ensure_topics, read_topic
+from infra.clients import Clients, ensure_topics, read_topic
 from infra.embedded import StackInfo
 from infra.kafka_sink.datasource import register as register_sink
-from infra.redis_store import RedisTarget, card_features_key
-from ingest.files import clean_table
-from ingest.produce import EventBatch, events_from_table, produce_events
-from ingest.simulator import SimulatorConfig, simulate
-from tests.integration.chaos import (
+from infra.redis_store import card_features_key
+from ingest.produce import EventBatch, produce_events
+from ingest.simulator import SimulatorConfig
+from tests.support.chaos import (
     TASKS_LOG,
     Pause,
     chaos_sink,
@@ -70,15 +67,20 @@ from tests.integration.chaos import (
     pause_reports,
     ship_by_value,
 )
+from tests.support.feature_jobs import (
+    JOB_TIMEOUT_S,
+    Simulated,
+    isolated_clients,
+    job_config,
+    prefix_of,
+    run_once,
+    simulated,
+)
 
 C = TxColumns
-DAY_MS = 86_400_000
-LABEL_DELAY_MS = 7 * DAY_MS
-MAX_EVENT_BYTES = 16_384
 TOLERANCE = 1e-9
-JOB_TIMEOUT_S = 240
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = "tests.integration.feature_job_runner"
+RUNNER = "tests.support.feature_job_runner"
 
 #: Five weeks (every 30-day window fills up) of ~2,000 cards: the parity runs' input.
 PARITY_SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=35, seed=11)
@@ -87,29 +89,6 @@ PARITY_MAX_RECORDS = (25_000, 80_000)
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Simulated:
-    """A simulated table's events as ingest builds them, and the batch path's features of the table."""
-
-    events: EventBatch
-    reference: pd.DataFrame  # tx_id (index), then the feature columns
-    transactions: dict[int, TransactionEvent]  # the events as produced, by tx_id
-
-
-def simulated(config: SimulatorConfig, settings: Settings, params: FeatureParams) -> Simulated:
-    """Simulate, build the events (tokenised with the settings' key, labels a week later) and the reference."""
-    frame = simulate(config)
-    key = settings.token_key.get_secret_value().encode()
-    events = events_from_table(clean_table(frame, "sim"), "sim", key, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-    assert not events.dead_letters
-    reference = transactions_features(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-    assert len(reference.features) == len(frame) and not reference.rejected
-    transactions = {
-        event.tx_id: event for event in map(TransactionEvent.model_validate_json, events.tx_values)
-    }
-    return Simulated(events, reference.features.set_index(C.TX_ID).sort_index(), transactions)
 
 
 def split_at(events: EventBatch, cut_ms: int) -> tuple[EventBatch, EventBatch]:
@@ -173,42 +152,6 @@ def produce_records(producer: Producer, records: list[Record]) -> list[tuple[int
     assert producer.flush(60) == 0 and not errors, errors[:5]
     assert all(where is not None for where in placed)
     return [where for where in placed if where is not None]
-
-
-def prefix_of(topics: Topics) -> str:
-    """The prefix of topics made by ``Topics.with_prefix`` (the jobs use it for their Redis keys too)."""
-    return topics.features.removesuffix(Topics().features)
-
-
-def job_config(
-    clients: Clients,
-    topics: Topics,
-    checkpoint: Path,
-    max_records: int | None,
-    params: FeatureParams | None = None,
-) -> FeatureJobConfig:
-    """The job over ``topics`` with Redis keys under the topics' prefix."""
-    return FeatureJobConfig(
-        kafka_config=clients.kafka_config(),
-        topics=topics,
-        checkpoint=checkpoint,
-        redis=RedisTarget(clients.endpoints.redis_url, prefix_of(topics), DEFAULT_RETENTION_S),
-        params=params or FeatureParams(),
-        max_event_bytes=MAX_EVENT_BYTES,
-        max_records_per_trigger=max_records,
-    )
-
-
-def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
-    """Run the job with the availableNow trigger until it stops; its micro-batches' progress reports."""
-    query = start_feature_job(spark, config, once=True)
-    try:
-        finished = query.awaitTermination(JOB_TIMEOUT_S)
-    finally:
-        query.stop()
-    assert finished, f"the feature job did not finish within {JOB_TIMEOUT_S} s"
-    assert query.exception() is None, f"the feature job failed: {query.exception()}"
-    return [dict(progress) for progress in query.recentProgress]
 
 
 def records_per_batch(progress: list[dict[str, Any]]) -> list[int]:
@@ -331,23 +274,6 @@ def assert_redis_holds_latest(
             assert abs(float(fields[column]) - float(want[column])) <= TOLERANCE, (
                 f"card {card}: {column} is {fields[column]} in Redis, {want[column]} in the batch path"
             )
-
-
-def isolated_clients(stack: StackInfo, home: Path) -> Clients:
-    """Clients of settings with topics of their own (created), for fixtures wider than one test."""
-    settings = Settings(
-        home=home,
-        bootstrap_servers=stack.bootstrap_servers,
-        redis_url=stack.redis_url,
-        mlflow_tracking_uri=stack.mlflow_tracking_uri,
-        topics=Topics().with_prefix(f"test-{uuid.uuid4().hex[:10]}-"),
-        partitions=3,
-    )
-    clients = Clients(
-        settings, Endpoints(stack.bootstrap_servers, stack.redis_url, stack.mlflow_tracking_uri)
-    )
-    ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
-    return clients
 
 
 # --- parity with the batch path: two admission limits, a stop and a restart in the middle -------------

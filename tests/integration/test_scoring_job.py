@@ -38,9 +38,7 @@ from models.registry import CHAMPION, promote
 from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
-from tests.ingest.test_columnar import FEATURE
-from tests.integration.test_feature_job import (
-    LABEL_DELAY_MS,
+from tests.support.feature_jobs import (
     MAX_EVENT_BYTES,
     isolated_clients,
     job_config,
@@ -48,6 +46,7 @@ from tests.integration.test_feature_job import (
     run_once,
     simulated,
 )
+from tests.support.samples import FEATURE, LABEL_DELAY_MS
 
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)

@@ -4,13 +4,12 @@ Input is a directory of JSON files read with ``maxFilesPerTrigger=1``: finite an
 micro-batch, hash-partitioned on ``id`` into 2 Spark partitions, so a re-run batch has the same rows per
 partition. Outputs are counted with a read_committed consumer: every input id exactly once.
 
-Run as a script (``python -m tests.integration.test_spark_sink chaos-job ...`` from the project root) this
-module is the streaming job of the chaos test, killed and restarted in a subprocess.
+The chaos test's streaming job is ``tests/support/sink_chaos_job.py`` (``python -m
+tests.support.sink_chaos_job ...`` from the project root), killed and restarted in a subprocess.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -41,21 +40,10 @@ from infra.kafka_sink.datasource import (
     sink_options,
 )
 from infra.txn_lock import needs_locks, topic_locks
-from tests.integration.chaos import (
-    Pause,
-    chaos_sink,
-    kill_tree,
-    logged_tasks,
-    parse_pauses,
-    pause_args,
-    pause_reports,
-    ship_by_value,
-)
+from tests.support.chaos import Pause, kill_tree, logged_tasks, pause_args, pause_reports
+from tests.support.sink_stream import PARTITIONS, sink_frame
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTITIONS = 2
-INPUT_SCHEMA = "id long, payload string"
-CHAOS_SINK_NAME = "fraud-kafka-sink-chaos"
 JOB_TIMEOUT_S = 150
 #: How long a write must stay blocked while the test holds its topic lock.
 LOCK_WAIT_S = 3.0
@@ -78,36 +66,6 @@ def write_inputs(directory: Path, files: int, rows_per_file: int) -> int:
         partial.write_text("\n".join(lines) + "\n")
         partial.rename(directory / f"part-{number:04d}.json")
     return next_id
-
-
-def sink_frame(spark: SparkSession, inputs: Path, topics: tuple[str, str] | None = None) -> DataFrame:
-    """The standard test stream: key = id, value = the JSON row, one file per micro-batch.
-
-    With ``topics`` the ``topic`` column routes even ids to the first and odd ids to the second topic,
-    and rows carry ``timestamp_ms`` and ``headers`` too.
-    """
-    rows = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(inputs))
-        .repartition(PARTITIONS, "id")
-    )
-    columns = [
-        F.col("id").cast("string").cast("binary").alias("key"),
-        F.to_json(F.struct("id", "payload")).cast("binary").alias("value"),
-    ]
-    if topics is not None:
-        even, odd = topics
-        columns += [
-            F.when(F.col("id") % 2 == 0, F.lit(even)).otherwise(F.lit(odd)).alias("topic"),
-            (F.lit(1_700_000_000_000) + F.col("id")).alias("timestamp_ms"),
-            F.array(
-                F.struct(
-                    F.lit("source-id").alias("key"), F.col("id").cast("string").cast("binary").alias("value")
-                )
-            ).alias("headers"),
-        ]
-    return rows.select(*columns)
 
 
 def run_to_end(
@@ -442,40 +400,8 @@ def test_on_tansu_a_write_produces_only_while_holding_its_topic_lock(
 # --- chaos: SIGKILL the job in a subprocess, restart it from its checkpoint ----------------------------
 
 
-def chaos_job(argv: list[str]) -> None:
-    """The chaos test's streaming job: the standard test stream into a sink that can pause (ChaosWriter)."""
-    parser = argparse.ArgumentParser()
-    for name in ("--bootstrap", "--inputs", "--checkpoint", "--topic", "--sink-id", "--control", "--home"):
-        parser.add_argument(name, required=True)
-    parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT")
-    args = parser.parse_args(argv)
-    pauses = parse_pauses(args.pause)
-    control = Path(args.control)
-    ship_by_value()
-
-    from infra.spark import spark_session
-
-    spark = spark_session(
-        Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"
-    )
-    spark.dataSource.register(chaos_sink(control, pauses, CHAOS_SINK_NAME))
-    options = sink_options(
-        KafkaSinkConfig({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
-    )
-    query = (
-        sink_frame(spark, Path(args.inputs))
-        .writeStream.format(CHAOS_SINK_NAME)
-        .options(**options)
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    spark.stop()
-
-
 class ChaosRun:
-    """One run of the chaos job (this module as a script) in its own session."""
+    """One run of the chaos job (``tests.support.sink_chaos_job``) in its own session."""
 
     def __init__(self, tmp_path: Path, clients: Clients, topic: str, sink_id: str, run: int) -> None:
         self.control = tmp_path / f"control-{run}"
@@ -484,8 +410,7 @@ class ChaosRun:
         self.args = [
             sys.executable,
             "-m",
-            "tests.integration.test_spark_sink",
-            "chaos-job",
+            "tests.support.sink_chaos_job",
             f"--bootstrap={clients.endpoints.bootstrap_servers}",
             f"--inputs={tmp_path / 'in'}",
             f"--checkpoint={tmp_path / 'cp'}",
@@ -553,7 +478,3 @@ def test_sigkill_mid_stream_and_restart_gives_every_row_once(
 
     assert_each_id_once(read_committed(clients, topic), expected)
     assert markers(clients, sink_id, topic) == [files, files]
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["chaos-job"]:
-    chaos_job(sys.argv[2:])

@@ -25,7 +25,7 @@ from ingest.simulator import simulate
 from models.dataset import file_dataset
 from models.registry import load_model
 from models.replay import replay_dataset, replay_topics
-from tests.models.conftest import SMALL
+from tests.support.samples import SMALL
 
 C = TxColumns
 

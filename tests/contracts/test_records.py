@@ -10,8 +10,8 @@ from contracts.events import SCHEMA_VERSION, DeadLetter, Reason
 from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from features.definitions import FEATURE_COLUMNS
 from scoring.job import parse_feature_record
-from tests.ingest.test_columnar import FEATURE
-from tests.scoring.factories import CARD_A, make_alert, make_score
+from tests.support.factories import CARD_A, make_alert, make_score
+from tests.support.samples import FEATURE
 
 
 def test_score_record_round_trips_through_json() -> None:

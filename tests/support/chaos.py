@@ -1,6 +1,6 @@
 """Chaos-test harness of the Spark jobs: a sink writer that reports and pauses, and SIGKILL of a whole job.
 
-The jobs under test run as subprocesses (``python -m tests.integration.<module>`` from the project root)
+The jobs under test run as subprocesses (``python -m tests.support.<module>`` from the project root)
 that write through :class:`ChaosWriter`. Spark pickles the writer to its Python workers; the subprocess
 calls :func:`ship_by_value` first, so the workers get this module's code with it and never import the
 tests package.

@@ -11,7 +11,7 @@ SIGKILLs the application; transaction events and the tasks that return are logge
 ``ChaosWriter``). Each micro-batch prints a ``progress {...}`` line (records read, duration)
 on stdout. Run it from the project root with ``-m`` (which puts the root on ``sys.path``)::
 
-    python -m tests.integration.feature_job_runner --bootstrap=127.0.0.1:9092 \\
+    python -m tests.support.feature_job_runner --bootstrap=127.0.0.1:9092 \\
         --redis=redis://127.0.0.1:6379/0 --prefix=test-abc- --checkpoint=/tmp/cp --home=/tmp/home \\
         --control=/tmp/control --max-records=3000 [--allowed-lateness-ms=0] [--once] [--pause=1:0:committed]
 """
@@ -32,7 +32,7 @@ from fraud.jobs import SPARK_PRELOAD
 from fraud.progress import records_read
 from infra.redis_store import RedisTarget
 from infra.spark import spark_session
-from tests.integration.chaos import chaos_sink, parse_pauses, ship_by_value
+from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
 SHUFFLE_PARTITIONS = 2
