@@ -1,0 +1,717 @@
+"""Champion (A) against challenger (B) on the same transactions: paired metrics, bootstrap intervals of
+the differences, McNemar's test and the overlap of the alerts, and a promotion gate.
+
+Pure functions over one frame with a row per transaction and both models' scores (``COLUMNS``), so the
+A/B replay command, its HTML report and the tests share one computation. The frame follows the test
+protocol of ``models.splits``: per day, cards with a fraud known before that day are already removed, and
+labels are every fraud known by the end of the range plus the label delay.
+
+Both models are measured as ``models.training`` measures one (ROC AUC, average precision, card precision
+at k, alerts at the model's own threshold) and, so that precision is compared at equal cost, at an equal
+alert budget: each model's threshold is chosen on this frame to raise the same alerts per day.
+
+The uncertainty of each difference B - A comes from a paired percentile bootstrap, twice: resampling
+whole days (day-to-day variation: fraud waves, weekdays) and resampling whole cards (transactions of a
+card are not independent). Every statistic is recomputed on each resample, the equal-budget thresholds
+included, except card precision under day resampling, where the per-day values are resampled (a day's
+value depends on the cards caught on earlier days). A resample is a vector of multiplicities (how often
+each day or card was drawn), so the metrics are computed as weighted sums over rankings sorted once,
+for many resamples at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy import stats
+
+from contracts.errors import FraudError
+from contracts.events import TxColumns
+from models.metrics import (
+    DEFAULT_TOP_K,
+    AlertMetrics,
+    CardPrecision,
+    alert_metrics,
+    average_precision,
+    card_precision_at_k,
+    card_precision_key,
+    roc_auc,
+    threshold_for_budget,
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Input columns: one row per transaction.
+TX_ID = TxColumns.TX_ID
+CARD_ID = TxColumns.CARD_ID
+#: Day index within the compared range (any integers; days are ordered by it).
+DAY = "day"
+#: 1 for a fraud known by the end of the range plus the label delay, else 0.
+LABEL = "label"
+SCORE_A = "score_a"
+SCORE_B = "score_b"
+COLUMNS = (TX_ID, CARD_ID, DAY, LABEL, SCORE_A, SCORE_B)
+
+#: Metric names (besides ``card_precision_key(top_k)``), as ``models.training`` names them.
+ROC_AUC = "roc_auc"
+AVERAGE_PRECISION = "average_precision"
+ALERT_PRECISION = "alert_precision"
+ALERT_RECALL = "alert_recall"
+ALERTS_PER_DAY = "alerts_per_day"
+BUDGET_ALERT_PRECISION = "budget_alert_precision"
+BUDGET_ALERT_RECALL = "budget_alert_recall"
+
+DEFAULT_N_BOOT = 200
+#: Coverage of the percentile intervals.
+CONFIDENCE = 0.95
+#: McNemar's p-value is the exact binomial one below this many discordant transactions, else chi-squared.
+MCNEMAR_EXACT_BELOW = 25
+#: Resample weights held in memory at once (replicates x rows), about 16 MB of float64.
+_CHUNK_CELLS = 2_000_000
+
+
+class ComparisonError(FraudError, ValueError):
+    """The frame or the arguments cannot give a comparison (missing columns, labels not 0/1, ...)."""
+
+
+def metric_names(top_k: int = DEFAULT_TOP_K) -> tuple[str, ...]:
+    """Names of the compared metrics, in the order reports show them."""
+    return (
+        ROC_AUC,
+        AVERAGE_PRECISION,
+        card_precision_key(top_k),
+        ALERT_PRECISION,
+        ALERT_RECALL,
+        ALERTS_PER_DAY,
+        BUDGET_ALERT_PRECISION,
+        BUDGET_ALERT_RECALL,
+    )
+
+
+@dataclass(frozen=True)
+class ModelMetrics:
+    """One model's metrics on the compared frame.
+
+    Attributes:
+        roc_auc: pooled over the frame; NaN without both classes.
+        average_precision: pooled over the frame; NaN without fraud.
+        card_precision: card precision at k, per day and its mean.
+        alerts: alerts at the model's own threshold.
+        budget_alerts: alerts at the threshold chosen on this frame for the shared alert budget.
+    """
+
+    roc_auc: float
+    average_precision: float
+    card_precision: CardPrecision
+    alerts: AlertMetrics
+    budget_alerts: AlertMetrics
+
+    def values(self) -> dict[str, float]:
+        """Each compared metric by name (``metric_names``)."""
+        return {
+            ROC_AUC: self.roc_auc,
+            AVERAGE_PRECISION: self.average_precision,
+            card_precision_key(self.card_precision.k): self.card_precision.mean,
+            ALERT_PRECISION: self.alerts.precision,
+            ALERT_RECALL: self.alerts.recall,
+            ALERTS_PER_DAY: self.alerts.alerts_per_day,
+            BUDGET_ALERT_PRECISION: self.budget_alerts.precision,
+            BUDGET_ALERT_RECALL: self.budget_alerts.recall,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metrics, thresholds and alert counts as plain JSON values."""
+        return {
+            **{name: _json(value) for name, value in self.values().items()},
+            "threshold": _json(self.alerts.threshold),
+            "alerts": self.alerts.alerts,
+            "budget_threshold": _json(self.budget_alerts.threshold),
+            "budget_alerts": self.budget_alerts.alerts,
+            "budget_alerts_per_day": _json(self.budget_alerts.alerts_per_day),
+        }
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A percentile bootstrap interval, and how many replicates (those where the metric is defined for
+    both models) it rests on; NaN bounds when none is."""
+
+    low: float
+    high: float
+    replicates: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"low": _json(self.low), "high": _json(self.high), "replicates": self.replicates}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """B - A of one metric, with its intervals from resampling days and from resampling cards."""
+
+    metric: str
+    a: float
+    b: float
+    diff: float
+    days: Interval
+    cards: Interval
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a": _json(self.a),
+            "b": _json(self.b),
+            "diff": _json(self.diff),
+            "ci_days": self.days.to_dict(),
+            "ci_cards": self.cards.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """McNemar's test of the alert decisions at each model's own threshold (correct: alert == label).
+
+    Attributes:
+        a_only_correct: transactions A decides right and B wrong.
+        b_only_correct: transactions B decides right and A wrong.
+        statistic: ``(|a_only - b_only| - 1)^2 / (a_only + b_only)``, the continuity-corrected chi-squared
+            statistic (the bracket floored at 0; 0 without discordant transactions).
+        p_value: two-sided; exact binomial below ``MCNEMAR_EXACT_BELOW`` discordant transactions, else
+            the chi-squared (1 degree of freedom) tail of ``statistic``.
+        exact: whether ``p_value`` is the exact binomial one.
+    """
+
+    a_only_correct: int
+    b_only_correct: int
+    statistic: float
+    p_value: float
+    exact: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a_only_correct": self.a_only_correct,
+            "b_only_correct": self.b_only_correct,
+            "statistic": _json(self.statistic),
+            "p_value": _json(self.p_value),
+            "exact": self.exact,
+        }
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Transactions alerted (each at its model's own threshold) by both, by A only, by B only, by neither,
+    and the frauds among each."""
+
+    both: int
+    a_only: int
+    b_only: int
+    neither: int
+    frauds_both: int
+    frauds_a_only: int
+    frauds_b_only: int
+    frauds_neither: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "both": self.both,
+            "a_only": self.a_only,
+            "b_only": self.b_only,
+            "neither": self.neither,
+            "frauds_both": self.frauds_both,
+            "frauds_a_only": self.frauds_a_only,
+            "frauds_b_only": self.frauds_b_only,
+            "frauds_neither": self.frauds_neither,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything ``compare`` measures; ``to_dict`` for JSON output, ``flat_metrics`` for MLflow.
+
+    Attributes:
+        a: the champion's metrics (card precision per day in ``a.card_precision.per_day``).
+        b: the challenger's metrics.
+        differences: B - A of each metric, in ``metric_names(top_k)`` order.
+        mcnemar: McNemar's test of the alert decisions at the models' own thresholds.
+        agreement: overlap of the alerts at the models' own thresholds.
+        alerts_per_day_budget: the shared alert budget of the ``budget_*`` metrics.
+        days: the days of the frame, ascending.
+        n_rows: transactions compared.
+        n_frauds: frauds among them.
+        top_k: cards checked per day in card precision.
+        n_boot: bootstrap replicates per resampling scheme.
+        seed: seed of the bootstrap draws.
+    """
+
+    a: ModelMetrics
+    b: ModelMetrics
+    differences: tuple[Difference, ...]
+    mcnemar: McNemar
+    agreement: Agreement
+    alerts_per_day_budget: float
+    days: tuple[int, ...]
+    n_rows: int
+    n_frauds: int
+    top_k: int
+    n_boot: int
+    seed: int
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return tuple(d.metric for d in self.differences)
+
+    def difference(self, metric: str) -> Difference:
+        """B - A of ``metric``; a ``ComparisonError`` names the known metrics if it is not one."""
+        for found in self.differences:
+            if found.metric == metric:
+                return found
+        raise ComparisonError(f"unknown metric {metric!r}; one of {', '.join(self.metric_names)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values: floats rounded to 6 digits, NaN as None."""
+        return {
+            "rows": self.n_rows,
+            "frauds": self.n_frauds,
+            "days": list(self.days),
+            "top_k": self.top_k,
+            "alerts_per_day_budget": _json(self.alerts_per_day_budget),
+            "n_boot": self.n_boot,
+            "seed": self.seed,
+            "confidence": CONFIDENCE,
+            "a": self.a.to_dict(),
+            "b": self.b.to_dict(),
+            "differences": {d.metric: d.to_dict() for d in self.differences},
+            "mcnemar": self.mcnemar.to_dict(),
+            "agreement": self.agreement.to_dict(),
+            "card_precision_per_day": {
+                "days": list(self.a.card_precision.days),
+                "a": [_json(v) for v in self.a.card_precision.per_day],
+                "b": [_json(v) for v in self.b.card_precision.per_day],
+            },
+        }
+
+    def flat_metrics(self) -> dict[str, float]:
+        """Numbers for MLflow metrics (``a_roc_auc``, ``diff_roc_auc``, ``diff_roc_auc_days_low``, ...),
+        rounded to 6 digits; undefined (NaN) values are left out."""
+        values: dict[str, float] = {
+            "rows": self.n_rows,
+            "frauds": self.n_frauds,
+            "alerts_per_day_budget": self.alerts_per_day_budget,
+            "a_threshold": self.a.alerts.threshold,
+            "b_threshold": self.b.alerts.threshold,
+            "a_budget_threshold": self.a.budget_alerts.threshold,
+            "b_budget_threshold": self.b.budget_alerts.threshold,
+            "mcnemar_statistic": self.mcnemar.statistic,
+            "mcnemar_p_value": self.mcnemar.p_value,
+            **{f"agreement_{k}": v for k, v in self.agreement.to_dict().items()},
+        }
+        for d in self.differences:
+            values |= {
+                f"a_{d.metric}": d.a,
+                f"b_{d.metric}": d.b,
+                f"diff_{d.metric}": d.diff,
+                f"diff_{d.metric}_days_low": d.days.low,
+                f"diff_{d.metric}_days_high": d.days.high,
+                f"diff_{d.metric}_cards_low": d.cards.low,
+                f"diff_{d.metric}_cards_high": d.cards.high,
+            }
+        return {k: round(float(v), 6) for k, v in values.items() if math.isfinite(v)}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Outcome of the promotion gate, with the one-line reason shown to people and logged."""
+
+    promote: bool
+    reason: str
+
+
+def compare(
+    frame: pd.DataFrame,
+    threshold_a: float,
+    threshold_b: float,
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    alerts_per_day: float | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> Comparison:
+    """Compare challenger B with champion A on the same transactions.
+
+    Args:
+        frame: ``COLUMNS``, one row per transaction (see the module docstring for the protocol).
+        threshold_a: A's own alert threshold (an alert is ``score >= threshold``).
+        threshold_b: B's own alert threshold.
+        top_k: cards an investigator checks per day, for card precision.
+        alerts_per_day: the shared alert budget; by default A's alerts per day at its own threshold on
+            this frame (what the team handles today).
+        n_boot: bootstrap replicates per resampling scheme.
+        seed: seed of ``numpy.random.default_rng``; the same input and seed give identical numbers.
+
+    Raises:
+        ComparisonError: the frame or an argument cannot be used.
+    """
+    data = _Data.of(frame)
+    if top_k < 1 or n_boot < 1:
+        raise ComparisonError("top_k and n_boot must be at least 1")
+    if math.isnan(threshold_a) or math.isnan(threshold_b):
+        raise ComparisonError("the alert thresholds must be numbers")
+    n_days = len(data.days)
+    if alerts_per_day is None:
+        alerts_per_day = alert_metrics(data.label, data.score_a, threshold_a, n_days).alerts_per_day
+    if not (math.isfinite(alerts_per_day) and alerts_per_day >= 0):
+        raise ComparisonError(f"the alert budget must be a number of alerts per day, not {alerts_per_day}")
+
+    a = _model_metrics(data, data.score_a, threshold_a, top_k, alerts_per_day)
+    b = _model_metrics(data, data.score_b, threshold_b, top_k, alerts_per_day)
+    names = metric_names(top_k)
+    rng = np.random.default_rng(seed)
+    bootstrap = _Bootstrap(data, (a, b), top_k, max(1, round(alerts_per_day * n_days)))
+    day_draws = _counts(rng.integers(0, n_days, size=(n_boot, n_days)), n_days)
+    card_draws = _counts(rng.integers(0, data.n_cards, size=(n_boot, data.n_cards)), data.n_cards)
+    by_days = bootstrap.days(day_draws) if n_days > 1 else None
+    by_cards = bootstrap.cards(card_draws) if data.n_cards > 1 else None
+    a_values, b_values = a.values(), b.values()
+    differences = tuple(
+        Difference(
+            name,
+            a_values[name],
+            b_values[name],
+            b_values[name] - a_values[name],
+            _interval(None if by_days is None else by_days[name]),
+            _interval(None if by_cards is None else by_cards[name]),
+        )
+        for name in names
+    )
+    alerts_a, alerts_b = data.score_a >= threshold_a, data.score_b >= threshold_b
+    return Comparison(
+        a=a,
+        b=b,
+        differences=differences,
+        mcnemar=mcnemar(data.label, alerts_a, alerts_b),
+        agreement=agreement(data.label, alerts_a, alerts_b),
+        alerts_per_day_budget=float(alerts_per_day),
+        days=tuple(int(d) for d in data.days),
+        n_rows=len(data.label),
+        n_frauds=int(data.label.sum()),
+        top_k=top_k,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+def mcnemar(y_true: npt.ArrayLike, alerts_a: npt.ArrayLike, alerts_b: npt.ArrayLike) -> McNemar:
+    """McNemar's test: do A and B make wrong alert decisions equally often on the same transactions?"""
+    y = np.asarray(y_true, dtype=np.int64) > 0
+    right_a = np.asarray(alerts_a, dtype=bool) == y
+    right_b = np.asarray(alerts_b, dtype=bool) == y
+    only_a, only_b = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    discordant = only_a + only_b
+    if discordant == 0:
+        return McNemar(only_a, only_b, 0.0, 1.0, exact=True)
+    statistic = max(abs(only_a - only_b) - 1, 0) ** 2 / discordant
+    exact = discordant < MCNEMAR_EXACT_BELOW
+    if exact:
+        p_value = min(1.0, 2.0 * float(stats.binom.cdf(min(only_a, only_b), discordant, 0.5)))
+    else:
+        p_value = float(stats.chi2.sf(statistic, df=1))
+    return McNemar(only_a, only_b, float(statistic), p_value, exact)
+
+
+def agreement(y_true: npt.ArrayLike, alerts_a: npt.ArrayLike, alerts_b: npt.ArrayLike) -> Agreement:
+    """How the two models' alerts overlap, and where the frauds are."""
+    y = np.asarray(y_true, dtype=np.int64) > 0
+    in_a, in_b = np.asarray(alerts_a, dtype=bool), np.asarray(alerts_b, dtype=bool)
+    cells = (in_a & in_b, in_a & ~in_b, ~in_a & in_b, ~in_a & ~in_b)
+    counts = [int(cell.sum()) for cell in cells]
+    frauds = [int((cell & y).sum()) for cell in cells]
+    return Agreement(*counts, *frauds)
+
+
+def decide(comparison: Comparison, metric: str, max_precision_drop: float) -> Decision:
+    """The promotion gate: promote B only if it is better on ``metric`` under both resampling schemes and
+    does not cost precision at equal alert volume.
+
+    B is promoted when the lower bounds of both intervals (days and cards) of B - A in ``metric`` are
+    above zero, and B's alert precision at the equal budget is at most ``max_precision_drop`` (absolute)
+    below A's. An undefined value (NaN) refuses.
+
+    Args:
+        comparison: the result of ``compare``.
+        metric: one of ``comparison.metric_names`` where higher is better (not ``alerts_per_day``).
+        max_precision_drop: allowed fall of the equal-budget alert precision, e.g. 0.02.
+
+    Raises:
+        ComparisonError: ``metric`` is not a compared quality metric, or the allowed drop is negative.
+    """
+    if metric == ALERTS_PER_DAY:
+        raise ComparisonError(f"{ALERTS_PER_DAY} is a volume, not a quality metric to gate on")
+    if not max_precision_drop >= 0:
+        raise ComparisonError("max_precision_drop must be zero or positive")
+    gate = comparison.difference(metric)
+    precision = comparison.difference(BUDGET_ALERT_PRECISION)
+    failures = [
+        f"{metric} B - A 95% CI {scheme} lower bound {_signed(interval.low)} is not above 0"
+        for scheme, interval in (("days", gate.days), ("cards", gate.cards))
+        if not interval.low > 0
+    ]
+    if not precision.diff >= -max_precision_drop:
+        failures.append(
+            f"{BUDGET_ALERT_PRECISION} B - A {_signed(precision.diff)} falls more than {max_precision_drop:g}"
+        )
+    if failures:
+        return Decision(False, "keep A: " + "; ".join(failures))
+    return Decision(
+        True,
+        f"promote B: {metric} B - A {_signed(gate.diff)} (95% CI days [{_signed(gate.days.low)}, "
+        f"{_signed(gate.days.high)}], cards [{_signed(gate.cards.low)}, {_signed(gate.cards.high)}]); "
+        f"{BUDGET_ALERT_PRECISION} B - A {_signed(precision.diff)} within -{max_precision_drop:g}",
+    )
+
+
+# --- inputs and point estimates ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Data:
+    """The frame as arrays: days and cards coded 0.. in ascending order of day and card id."""
+
+    label: IntArray
+    score_a: FloatArray
+    score_b: FloatArray
+    day: IntArray
+    card: npt.NDArray[Any]
+    days: IntArray
+    day_code: IntArray
+    card_code: IntArray
+    n_cards: int
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> _Data:
+        missing = [c for c in COLUMNS if c not in frame.columns]
+        if missing:
+            raise ComparisonError(f"the frame lacks the columns {', '.join(missing)}")
+        if frame.empty:
+            raise ComparisonError("no transactions to compare")
+        if frame[TX_ID].duplicated().any():
+            raise ComparisonError("the frame has several rows for one tx id")
+        label = frame[LABEL].to_numpy()
+        if not np.isin(label, (0, 1)).all():
+            raise ComparisonError("labels must be 0 or 1")
+        scores = frame[[SCORE_A, SCORE_B]].to_numpy(dtype=np.float64)
+        if not np.isfinite(scores).all():
+            raise ComparisonError("scores must be finite numbers")
+        day = frame[DAY].to_numpy(dtype=np.int64)
+        days = np.unique(day)
+        card_code, cards = pd.factorize(frame[CARD_ID], sort=True)
+        return cls(
+            label=label.astype(np.int64),
+            score_a=scores[:, 0].copy(),
+            score_b=scores[:, 1].copy(),
+            day=day,
+            card=frame[CARD_ID].to_numpy(),
+            days=days,
+            day_code=np.searchsorted(days, day).astype(np.int64),
+            card_code=card_code.astype(np.int64),
+            n_cards=len(cards),
+        )
+
+
+def _model_metrics(
+    data: _Data, scores: FloatArray, threshold: float, top_k: int, alerts_per_day: float
+) -> ModelMetrics:
+    n_days = len(data.days)
+    budget_threshold = threshold_for_budget(scores, n_days, alerts_per_day)
+    return ModelMetrics(
+        roc_auc=roc_auc(data.label, scores),
+        average_precision=average_precision(data.label, scores),
+        card_precision=card_precision_at_k(data.card, data.day, data.label, scores, top_k),
+        alerts=alert_metrics(data.label, scores, threshold, n_days),
+        budget_alerts=alert_metrics(data.label, scores, budget_threshold, n_days),
+    )
+
+
+# --- the bootstrap -----------------------------------------------------------------------------------
+
+
+def _counts(draws: IntArray, n_units: int) -> IntArray:
+    """Multiplicity of each unit (day or card) in each replicate's draws: (replicates, units)."""
+    replicates = draws.shape[0]
+    offsets = (np.arange(replicates, dtype=np.int64) * n_units)[:, None]
+    flat = np.bincount((draws + offsets).ravel(), minlength=replicates * n_units)
+    return flat.reshape(replicates, n_units).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """One model's rows sorted by ascending score, cut into groups of tied scores."""
+
+    order: IntArray
+    starts: IntArray
+    fraud: FloatArray
+    #: Tie groups at or above the model's own threshold (counted from the highest score).
+    alerted_groups: int
+
+    @classmethod
+    def of(cls, scores: FloatArray, label: IntArray, threshold: float) -> _Ranking:
+        order = np.argsort(scores, kind="stable").astype(np.int64)
+        ranked = scores[order]
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]).astype(np.int64)
+        distinct = ranked[starts]
+        alerted = len(distinct) - int(np.searchsorted(distinct, threshold, side="left"))
+        return cls(order, starts, label[order].astype(np.float64), alerted)
+
+
+@dataclass(frozen=True)
+class _CardDays:
+    """Per day (ascending), the cards that transacted by descending highest score of the day (ties by
+    card id, as ``card_precision_at_k`` orders them) and whether the card had a fraud that day."""
+
+    cards: tuple[IntArray, ...]
+    fraud: tuple[IntArray, ...]
+
+    @classmethod
+    def of(cls, data: _Data, scores: FloatArray) -> _CardDays:
+        grouped = (
+            pd.DataFrame({"day": data.day_code, "card": data.card_code, "score": scores, "fraud": data.label})
+            .groupby(["day", "card"], sort=True)
+            .agg(score=("score", "max"), fraud=("fraud", "max"))
+            .reset_index()
+        )
+        day, card = grouped["day"].to_numpy(), grouped["card"].to_numpy(dtype=np.int64)
+        order = np.lexsort((card, -grouped["score"].to_numpy(), day))
+        day, card, fraud = day[order], card[order], grouped["fraud"].to_numpy(dtype=np.int64)[order]
+        bounds = np.flatnonzero(np.diff(day)) + 1
+        return cls(tuple(np.split(card, bounds)), tuple(np.split(fraud, bounds)))
+
+
+def _weighted_row_metrics(
+    ranking: _Ranking, weights: FloatArray, n_days: int, budget: int
+) -> dict[str, FloatArray]:
+    """The row metrics of each replicate, rows weighted by their multiplicity ((replicates, rows), in the
+    ranking's order); the same numbers as the metric functions on the resampled rows."""
+    pos = weights * ranking.fraud
+    frauds = np.add.reduceat(pos, ranking.starts, axis=1)  # per tie group, ascending scores
+    genuine = np.add.reduceat(weights - pos, ranking.starts, axis=1)
+    total_frauds, total_genuine = frauds.sum(axis=1), genuine.sum(axis=1)
+    below = np.cumsum(genuine, axis=1) - genuine
+    hits = np.cumsum(frauds[:, ::-1], axis=1)  # frauds alerted with each group as the threshold
+    alerts = hits + np.cumsum(genuine[:, ::-1], axis=1)
+    rows = np.arange(weights.shape[0])
+    # Threshold for the budget: the lowest score with at most ``budget`` alerts (the highest score if
+    # even it has more), as ``threshold_for_budget``; ``alerts`` grows along each row.
+    at_budget = np.maximum((alerts <= budget).sum(axis=1) - 1, 0)
+    budget_hits, budget_alerts = hits[rows, at_budget], alerts[rows, at_budget]
+    if ranking.alerted_groups:
+        own_hits, own_alerts = hits[:, ranking.alerted_groups - 1], alerts[:, ranking.alerted_groups - 1]
+    else:
+        own_hits = own_alerts = np.zeros(len(rows))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision_curve = np.where(alerts > 0, hits / alerts, 0.0)
+        return {
+            ROC_AUC: (frauds * (below + 0.5 * genuine)).sum(axis=1) / (total_frauds * total_genuine),
+            AVERAGE_PRECISION: (frauds[:, ::-1] * precision_curve).sum(axis=1) / total_frauds,
+            ALERT_PRECISION: own_hits / own_alerts,
+            ALERT_RECALL: own_hits / total_frauds,
+            ALERTS_PER_DAY: own_alerts / n_days,
+            BUDGET_ALERT_PRECISION: budget_hits / budget_alerts,
+            BUDGET_ALERT_RECALL: budget_hits / total_frauds,
+        }
+
+
+def _weighted_card_precision(card_days: _CardDays, card_counts: IntArray, k: int) -> FloatArray:
+    """Card precision at ``k`` of each replicate, each card present as often as it was drawn: the copies
+    of a card are distinct cards that tie, and a copy caught on a day is not checked again."""
+    remaining = card_counts.copy()
+    found_total = np.zeros(card_counts.shape[0])
+    for cards, fraud in zip(card_days.cards, card_days.fraud, strict=True):
+        copies = remaining[:, cards]
+        before = np.cumsum(copies, axis=1) - copies
+        checked = np.clip(k - before, 0, copies)
+        caught = checked * fraud
+        found_total += caught.sum(axis=1) / k
+        remaining[:, cards] -= caught
+    return found_total / len(card_days.cards)
+
+
+class _Bootstrap:
+    """Differences B - A of every metric on resamples of days or cards, many replicates at a time."""
+
+    def __init__(self, data: _Data, models: tuple[ModelMetrics, ModelMetrics], top_k: int, budget: int):
+        self._data = data
+        self._top_k = top_k
+        self._budget = budget
+        self._card_key = card_precision_key(top_k)
+        scores = (data.score_a, data.score_b)
+        self._rankings = tuple(
+            _Ranking.of(s, data.label, m.alerts.threshold) for s, m in zip(scores, models, strict=True)
+        )
+        self._per_day = tuple(np.asarray(m.card_precision.per_day, dtype=np.float64) for m in models)
+        self._card_days = tuple(_CardDays.of(data, s) for s in scores)
+
+    def days(self, day_counts: IntArray) -> dict[str, FloatArray]:
+        """Replicates drawing whole days; card precision as the mean of the drawn days' values."""
+        n_days = day_counts.shape[1]
+        return self._run(
+            day_counts,
+            self._data.day_code,
+            lambda chunk, model: (chunk @ self._per_day[model]) / n_days,
+        )
+
+    def cards(self, card_counts: IntArray) -> dict[str, FloatArray]:
+        """Replicates drawing whole cards; card precision recomputed with the drawn copies."""
+        return self._run(
+            card_counts,
+            self._data.card_code,
+            lambda chunk, model: _weighted_card_precision(self._card_days[model], chunk, self._top_k),
+        )
+
+    def _run(
+        self,
+        unit_counts: IntArray,
+        unit_of_row: IntArray,
+        card_precision: Callable[[IntArray, int], FloatArray],
+    ) -> dict[str, FloatArray]:
+        n_days = len(self._data.days)
+        parts: list[dict[str, FloatArray]] = []
+        for chunk in _chunks(unit_counts, max(len(unit_of_row), unit_counts.shape[1])):
+            values = []
+            for model, ranking in enumerate(self._rankings):
+                weights = chunk[:, unit_of_row[ranking.order]].astype(np.float64)
+                metrics = _weighted_row_metrics(ranking, weights, n_days, self._budget)
+                metrics[self._card_key] = card_precision(chunk, model)
+                values.append(metrics)
+            parts.append({name: values[1][name] - values[0][name] for name in values[0]})
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def _chunks(counts: IntArray, width: int) -> Iterator[IntArray]:
+    size = max(1, _CHUNK_CELLS // max(width, 1))
+    for start in range(0, counts.shape[0], size):
+        yield counts[start : start + size]
+
+
+def _interval(replicates: FloatArray | None) -> Interval:
+    """The percentile interval of the defined replicates (NaN when there are none, or no resampling:
+    a single day or card cannot be resampled)."""
+    if replicates is None:
+        return Interval(math.nan, math.nan, 0)
+    finite = replicates[np.isfinite(replicates)]
+    if not len(finite):
+        return Interval(math.nan, math.nan, 0)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return Interval(float(low), float(high), len(finite))
+
+
+def _json(value: float) -> float | None:
+    return round(float(value), 6) if math.isfinite(value) else None
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.4f}"
