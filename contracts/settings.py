@@ -47,6 +47,25 @@ class Topics(BaseModel):
         return Topics(**{name: f"{prefix}{value}" for name, value in self.model_dump().items()})
 
 
+#: ``retention.ms`` that keeps records forever. Kafka is the system of record: replays, training and A/B
+#: tests need the history, and Kafka deletes by record timestamp (event time, years ago for a replay).
+KEEP_FOREVER = -1
+
+
+class TopicRetention(BaseModel):
+    """``retention.ms`` of each topic the project creates (-1: forever). The system of record
+    (transactions, labels) is kept by default, and so are the derived topics (set each to shorten it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    transactions: int = Field(KEEP_FOREVER, ge=-1, description="The system of record: keep it.")
+    labels: int = Field(KEEP_FOREVER, ge=-1, description="The system of record: keep it.")
+    features: int = Field(KEEP_FOREVER, ge=-1, description="Replayable from transactions and labels.")
+    scores: int = Field(KEEP_FOREVER, ge=-1, description="Every score; the A/B replays read them.")
+    alerts: int = Field(KEEP_FOREVER, ge=-1, description="Every alert.")
+    dead_letter: int = Field(KEEP_FOREVER, ge=-1, description="Rejected records and why.")
+
+
 class Settings(BaseSettings):
     """Everything configurable, with the embedded local stack as the default."""
 
@@ -67,11 +86,26 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="redis://host:port/db of the alert and feature store.")
     mlflow_tracking_uri: str | None = Field(None, description="MLflow tracking and registry URI.")
     spark_master: str = Field("local[2]", description="Spark master URL; local mode by default.")
+    spark_driver_host: str | None = Field(
+        None,
+        description="Host name the Spark executors reach the driver at (a container's name in compose); "
+        "default: Spark's own choice.",
+    )
 
     # Topics.
     topics: Topics = Topics()
     partitions: int = Field(4, ge=1, le=1024, description="Partitions of each topic created by the project.")
     replication_factor: int = Field(1, ge=1, le=16)
+    retention_ms: TopicRetention = TopicRetention()
+
+    def topic_configs(self, topics: Topics | None = None) -> dict[str, dict[str, str]]:
+        """The configs each topic of ``topics`` (default: the settings' topics) is created with: its
+        ``retention.ms``, and no size limit (``retention.bytes`` -1)."""
+        names, retention = (topics or self.topics).model_dump(), self.retention_ms.model_dump()
+        return {
+            names[role]: {"retention.ms": str(retention[role]), "retention.bytes": str(KEEP_FOREVER)}
+            for role in Topics.model_fields
+        }
 
     # Local state: the embedded stack's pids, logs and data, Spark checkpoints.
     home: Path = Field(Path(".fraud"), description="Directory for local state (embedded stack, checkpoints).")
@@ -105,7 +139,8 @@ class SettingsError(ConfigError):
     """A ``FRAUD_*`` environment variable names no setting (most likely a typo) or has an unusable value."""
 
 
-def _known_env_names() -> set[str]:
+def known_env_names() -> set[str]:
+    """Every `FRAUD_*` variable that names a setting."""
     names = set()
     for name, field in Settings.model_fields.items():
         env = f"{ENV_PREFIX}{name}".upper()
@@ -128,7 +163,7 @@ def load_settings() -> Settings:
         SettingsError: a ``FRAUD_*`` variable names no setting, or a value is unusable; the message names
             the variable, the value and what is expected, on one line.
     """
-    known = _known_env_names()
+    known = known_env_names()
     unknown = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
     if unknown:
         raise SettingsError(

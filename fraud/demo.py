@@ -37,7 +37,7 @@ from contracts.settings import Settings
 from features.definitions import FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
-from infra.clients import Clients, ensure_topics, read_topic, topic_counts
+from infra.clients import Clients, create_project_topics, read_topic, topic_counts
 from infra.embedded import EmbeddedStack
 from infra.redis_store import card_features_key
 from ingest.deadletter import summarise_topic
@@ -50,7 +50,7 @@ from models.metrics import DEFAULT_ALERTS_PER_DAY
 from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
-BAD_EVENTS_FILE = Path(__file__).resolve().parent.parent / "examples" / "bad_events.jsonl"
+BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
 
 
 @contextlib.contextmanager
@@ -111,9 +111,7 @@ def demo_command(
         if not started_here:
             settings = settings.model_copy(update={"topics": settings.topics.with_prefix(f"demo-{run}-")})
         clients = Clients.from_settings(settings)
-        ensure_topics(
-            clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor
-        )
+        create_project_topics(clients.admin(), settings)
 
         console.rule("1. Simulate")
         with console.status("Simulating..."):

@@ -19,9 +19,9 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud.console import console
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, watch_query
-from infra.clients import Clients, ensure_topics
+from infra.clients import Clients, create_project_topics
 from infra.redis_store import RedisTarget
-from infra.spark import spark_session, stop_between_batches
+from infra.spark import check_executors, spark_session, stop_between_batches
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
@@ -37,7 +37,7 @@ def job_spark_session(settings: Settings, app_name: str) -> SparkSession:
 
 def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:
     clients = Clients.from_settings(settings)
-    ensure_topics(clients.admin(), topics.all(), settings.partitions, settings.replication_factor)
+    create_project_topics(clients.admin(), settings, topics)
     return clients
 
 
@@ -141,6 +141,8 @@ def run_job(settings: Settings, config: JobConfig, once: bool, trigger_interval_
     with console.status("Starting Spark..."):
         spark = job_spark_session(settings, app_name)
     try:
+        config.checkpoint.mkdir(parents=True, exist_ok=True)
+        check_executors(spark, SPARK_PRELOAD, (config.checkpoint,))
         query = start_job(spark, config, once, trigger_interval_s)
         console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
         report = watch_query(query)

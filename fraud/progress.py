@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -12,13 +13,19 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.errors import FraudError
 from fraud.console import console
 
+#: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
+_PYTHON_ERROR = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): (?P<message>.+)$")
+
 
 class JobFailedError(FraudError):
-    """A streaming query stopped with an error; the message is the first line of Spark's report."""
+    """A streaming query stopped with an error. Spark wraps a Python error in pages of its own report; the
+    message is the Python error's own line when there is one, else the report's first line."""
 
     def __init__(self, failure: object) -> None:
         lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
-        super().__init__(f"the streaming query failed: {lines[0] if lines else failure}")
+        python = [match["message"] for line in lines if (match := _PYTHON_ERROR.match(line))]
+        reason = python[-1] if python else lines[0] if lines else str(failure)
+        super().__init__(f"the streaming query failed: {reason}")
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +18,9 @@ from rich.table import Table
 from contracts.settings import Settings
 from features.definitions import DAY_MS, FeatureParams
 from fraud.console import console, fmt_metric, progress_bar
-from infra.clients import Clients, mlflow_store
+from infra.clients import Clients, mlflow_store, time_span
 from ingest.files import parse_mapping, read_table
-from models.dataset import Dataset, event_times_ms, file_dataset
+from models.dataset import Dataset, DatasetError, event_times_ms, file_dataset
 from models.estimators import FeatureSet, ModelSpec, feature_set
 from models.metrics import card_precision_key
 from models.registry import MODEL_NAME
@@ -103,6 +104,35 @@ def topics_training_set(
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
     return dataset, plans
+
+
+def wait_for_history(settings: Settings, days: float, timeout_s: float, poll_s: float = 5.0) -> None:
+    """Wait until the transactions topic spans ``days`` of event time (its first and last records), showing
+    what it holds; for a trainer started beside a simulator that is still producing the history.
+
+    Raises:
+        DatasetError: not enough history after ``timeout_s``.
+    """
+    clients = Clients.from_settings(settings)
+    topic = settings.topics.transactions
+    deadline = time.monotonic() + timeout_s
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        with console.status(f"Waiting for {days:g} days of history in {topic!r}...") as status:
+            while True:
+                span = time_span(consumer, topic)
+                held = 0.0 if span is None else (span[1] - span[0]) / DAY_MS
+                if held >= days:
+                    break
+                if time.monotonic() > deadline:
+                    raise DatasetError(
+                        f"{topic!r} holds {held:.1f} days of history after {timeout_s:.0f} s; training needs {days:g}"
+                    )
+                status.update(f"Waiting for {days:g} days of history in {topic!r} ({held:.1f} so far)...")
+                time.sleep(poll_s)
+    finally:
+        consumer.close()
+    console.print(f"{topic!r} holds {held:.1f} days of history.")
 
 
 def run_training(

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
-from contracts.errors import NotFoundError, ServiceUnavailableError
-from contracts.settings import Settings
+from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
+from contracts.settings import KEEP_FOREVER, Settings, Topics
 from infra.embedded import EmbeddedStack, StackInfo
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
@@ -27,10 +27,16 @@ PRODUCER_LINGER_MS = 20
 #: project's transactional producers); a crashed writer that is not restarted holds back read_committed
 #: consumers of its partitions this long, so readers wait at least as long for records they planned.
 TRANSACTION_TIMEOUT_MS = 120_000
+#: Topic configs that keep the history (the default of every topic the project creates).
+KEEP_HISTORY = {"retention.ms": str(KEEP_FOREVER), "retention.bytes": str(KEEP_FOREVER)}
 #: How long a metadata request (topics, partitions) may take before Kafka counts as unreachable.
 METADATA_TIMEOUT_S = 10.0
 #: librdkafka's own log lines (a refused connection, say) go to this logger, not straight to stderr.
 KAFKA_LOGGER = logging.getLogger("fraud.kafka")
+
+
+class HistoryGapError(StateError):
+    """Offsets a reader planned, or continues from, are no longer in a topic's log: readers never skip."""
 
 
 class NotConfiguredError(ServiceUnavailableError):
@@ -153,7 +159,8 @@ class Clients:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
+            # Offsets come from the caller; one outside the log is an error, never a silent jump.
+            "auto.offset.reset": "error",
             **(overrides or {}),
         }
         return Consumer(config, logger=KAFKA_LOGGER)
@@ -189,11 +196,20 @@ def existing_topics(admin: AdminClient, names: list[str]) -> list[str]:
 
 
 def ensure_topics(
-    admin: AdminClient, names: list[str], partitions: int, replication_factor: int
+    admin: AdminClient,
+    names: list[str],
+    partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Idempotent."""
+    """Create the topics that do not exist yet, each with its ``configs`` (default: history kept forever,
+    ``retention.ms`` and ``retention.bytes`` -1); returns the names created. Idempotent."""
     existing = set(cluster_metadata(admin).topics)
-    wanted = [NewTopic(name, partitions, replication_factor) for name in names if name not in existing]
+    wanted = [
+        NewTopic(name, partitions, replication_factor, config=dict((configs or {}).get(name, KEEP_HISTORY)))
+        for name in names
+        if name not in existing
+    ]
     if not wanted:
         return []
     futures = admin.create_topics(wanted, request_timeout=15)  # keep `admin` alive until .result()
@@ -208,6 +224,41 @@ def ensure_topics(
     return created
 
 
+def create_project_topics(admin: AdminClient, settings: Settings, topics: Topics | None = None) -> list[str]:
+    """Create the topics of ``topics`` (default: the settings') that do not exist, with the partitions,
+    replication and retention of the settings; returns the names created."""
+    configs = settings.topic_configs(topics)
+    return ensure_topics(admin, list(configs), settings.partitions, settings.replication_factor, configs)
+
+
+def topic_configs(admin: AdminClient, names: list[str]) -> dict[str, dict[str, str]]:
+    """The configs the broker reports for each existing topic of ``names`` (a broker may report only the
+    ones set on the topic)."""
+    present = existing_topics(admin, names)
+    if not present:
+        return {}
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in present])
+    return {
+        resource.name: {key: entry.value for key, entry in future.result(METADATA_TIMEOUT_S).items()}
+        for resource, future in futures.items()
+    }
+
+
+def shorter_retention(
+    wanted: Mapping[str, Mapping[str, str]], found: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """For each topic that keeps its records for less time or space than ``wanted`` asks, one line saying so."""
+    problems = []
+    for name, configs in wanted.items():
+        for key, value in configs.items():
+            have = found.get(name, {}).get(key)
+            if have is None or value == have:
+                continue
+            if int(value) == KEEP_FOREVER or (int(have) != KEEP_FOREVER and int(have) < int(value)):
+                problems.append(f"topic {name!r} has {key}={have}, the settings ask for {value}")
+    return problems
+
+
 def delete_topics(admin: AdminClient, names: list[str]) -> None:
     """Delete topics that exist (tests and `fraud topics reset`)."""
     doomed = existing_topics(admin, names)
@@ -216,15 +267,29 @@ def delete_topics(admin: AdminClient, names: list[str]) -> None:
             future.result()
 
 
-def consumed(consumer: Consumer, count: int, timeout: float) -> Iterator[tuple[Message, bool]]:
+def consumed(
+    consumer: Consumer, count: int, timeout: float, gaps: set[str] | None = None
+) -> Iterator[tuple[Message, bool]]:
     """The messages of one ``consume`` call as ``(message, at_end)``: a record (False), or the event that the
     consumer reached the end of a partition (True; its offset is that end, with ``enable.partition.eof``).
-    Any other error raises ``KafkaException``."""
+
+    An offset outside the log (with ``auto.offset.reset=error``) raises :class:`HistoryGapError`, or is
+    added to ``gaps`` as ``topic/partition`` when the caller expects it. Any other error raises
+    ``KafkaException``.
+    """
     for message in consumer.consume(count, timeout=timeout):
         error = message.error()
-        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+        if error is None or error.code() == KafkaError._PARTITION_EOF:
+            yield message, error is not None
+        elif error.code() == KafkaError._AUTO_OFFSET_RESET and gaps is not None:
+            gaps.add(f"{message.topic()}/{message.partition()}")
+        elif error.code() == KafkaError._AUTO_OFFSET_RESET:  # auto.offset.reset=error: out of the log
+            raise HistoryGapError(
+                f"topic {message.topic()!r} partition {message.partition()}: offset {message.offset()} is no "
+                f"longer in the log ({error.str()}); the reader stops rather than skip records"
+            )
+        else:
             raise KafkaException(error)
-        yield message, error is not None
 
 
 def partitions_of(consumer: Consumer, topic: str) -> list[int]:
@@ -248,9 +313,10 @@ def read_to_end(
     consumer.assign(start)
     last: dict[str, tuple[int, int]] = {}
     pending = {f"{tp.topic}/{tp.partition}" for tp in start}
+    gaps: set[str] = set()
     deadline = time.monotonic() + timeout_s
     while pending:
-        for message, at_end in consumed(consumer, 100_000, timeout=0.05):
+        for message, at_end in consumed(consumer, 100_000, timeout=0.05, gaps=gaps if first_only else None):
             name = f"{message.topic()}/{message.partition()}"
             if at_end:
                 pending.discard(name)
@@ -260,6 +326,7 @@ def read_to_end(
             last[name] = (message.offset() or 0, message.timestamp()[1])
             if first_only:
                 pending.discard(name)
+        pending -= gaps  # first_only: a start below the log (Kafka's, after deletions) has no record to find
         if pending and time.monotonic() > deadline:
             raise ServiceUnavailableError(
                 f"no end of partition from Kafka for {sorted(pending)} within {timeout_s:.0f} s"
@@ -324,6 +391,29 @@ def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> di
         int(name.rpartition("/")[2]): bounds
         for name, bounds in log_bounds(consumer, partitions, timeout_s).items()
     }
+
+
+def time_span(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> tuple[int, int] | None:
+    """The Kafka timestamps of the first and the last record of ``topic`` (the earliest first record and
+    the latest last record over its partitions); None while it is empty. Reads two records a partition.
+    The consumer must have ``enable.partition.eof`` set."""
+    bounds = {p: span for p, span in offset_bounds(consumer, topic, timeout_s).items() if span[1] > span[0]}
+    if not bounds:
+        return None
+    firsts = read_to_end(
+        consumer,
+        [TopicPartition(topic, p, first) for p, (first, _) in bounds.items()],
+        timeout_s,
+        first_only=True,
+    )
+    lasts = read_to_end(
+        consumer,
+        [TopicPartition(topic, p, max(first, end - 1)) for p, (first, end) in bounds.items()],
+        timeout_s,
+    )
+    if not firsts or not lasts:
+        return None
+    return min(stamp for _, stamp in firsts.values()), max(stamp for _, stamp in lasts.values())
 
 
 def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:

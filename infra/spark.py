@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pyspark
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from contracts.errors import ConfigError
 from contracts.settings import Settings
 from infra import spark_daemon
 from infra.spark_daemon import PRELOAD_ENV
@@ -117,6 +119,11 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
     )
+    if settings.spark_driver_host is not None:
+        builder = builder.config("spark.driver.host", settings.spark_driver_host).config(
+            "spark.driver.bindAddress",
+            "0.0.0.0",  # noqa: S104 - inside a container; the host is the name
+        )
     jar = local_file_system_jar() if settings.spark_master.startswith("local") else None
     if jar is not None:  # local mode: the driver's JVM is the executor
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
@@ -125,6 +132,57 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def check_executors(spark: SparkSession, modules: tuple[str, ...], directories: tuple[Path, ...]) -> None:
+    """On a cluster, before a job starts: can every executor import the job's modules (the project installed,
+    for the same Python) and see its checkpoint directories (storage the driver and the workers share)?
+    Local mode shares the driver's process and disk: nothing to check.
+
+    Raises:
+        ConfigError: naming what the executors lack and what to do about it.
+    """
+    context = spark.sparkContext
+    if (context.master or "local").startswith("local"):
+        return
+    wanted, paths = list(modules), [str(path) for path in directories]
+
+    def probe(_: object) -> list[tuple[str, str, list[str], list[str]]]:
+        # Runs in the executors; pickled by value with nothing of this module, which they may lack.
+        import importlib
+        import os
+        import platform
+        import socket
+
+        missing = []
+        for name in wanted:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                missing.append(f"{name} ({type(exc).__name__}: {exc})")
+        unseen = [path for path in paths if not os.path.isdir(path)]
+        return [(socket.gethostname(), platform.python_version(), missing, unseen)]
+
+    tasks = max(1, context.defaultParallelism)
+    try:
+        reports = context.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
+    except Exception as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), str(exc))
+        raise ConfigError(
+            f"the Spark executors at {context.master} cannot run this job's Python ({first.strip()}): they need "
+            f"Python {platform.python_version()} at {sys.executable} with the project installed"
+        ) from None
+    for host, version, missing, unseen in reports:
+        if missing:
+            raise ConfigError(
+                f"the Spark executors on {host} (Python {version}) cannot import {'; '.join(missing)}: install "
+                f"the project, the same version, for Python {platform.python_version()} on every worker"
+            )
+        if unseen:
+            raise ConfigError(
+                f"the Spark executors on {host} do not see {', '.join(unseen)}: checkpoints must be on storage "
+                "the driver and every worker share (set FRAUD_HOME or --checkpoint to such a path)"
+            )
 
 
 def start_stream(writer: DataStreamWriter, once: bool, trigger_interval_s: float) -> StreamingQuery:

@@ -213,6 +213,7 @@ def produce_events(
     speedup: float | None = None,
     on_progress: Callable[[int], None] | None = None,
     stop: threading.Event | None = None,
+    paced_from_ms: int | None = None,
 ) -> IngestResult:
     """Produce dead letters, then transactions and labels merged in timestamp order.
 
@@ -223,6 +224,8 @@ def produce_events(
         speedup: None for as fast as possible, else replay event time this many times faster than real time.
         on_progress: callable taking the number of records produced since its last call.
         stop: once set, no more records are produced (those produced are flushed).
+        paced_from_ms: with ``speedup``, records before this event time go as fast as possible (a backfill
+            of history), the pacing starts there.
     """
     started = time.monotonic()
     delivery = _Delivery()
@@ -237,13 +240,17 @@ def produce_events(
     n_tx = len(batch.tx_times)
     order = np.argsort(times, kind="stable")  # transactions before labels at equal times
     first_time = int(times[order[0]]) if len(order) else 0
+    pace_from = first_time if paced_from_ms is None else paced_from_ms
+    pace_started: float | None = None
     done_since_report = produced = produced_tx = 0
     for count, index in enumerate(order.tolist(), start=1):
         if stop is not None and stop.is_set():
             break
         ts = int(times[index])
-        if speedup is not None:
-            lag = (ts - first_time) / 1000 / speedup - (time.monotonic() - started)
+        if speedup is not None and ts >= pace_from:
+            if pace_started is None:
+                pace_started = time.monotonic() - (ts - pace_from) / 1000 / speedup
+            lag = (ts - pace_from) / 1000 / speedup - (time.monotonic() - pace_started)
             if lag > 0:
                 producer.poll(0)
                 if stop is None:

@@ -20,7 +20,7 @@ from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
 from fraud.options import PrefixOption
-from infra.clients import Clients, consumed, offsets_for_time, partitions_of, read_topic
+from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
 from scoring.api import create_app
 
@@ -57,15 +57,12 @@ def _format_ms(ms: int) -> str:
 
 def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[Message]:
     """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever."""
-    consumer = clients.consumer(overrides={"fetch.wait.max.ms": 100})
+    consumer = clients.consumer(overrides={"fetch.wait.max.ms": 100, "enable.partition.eof": True})
     try:
-        partitions = partitions_of(consumer, topic)
         if from_ms is None:
-            # Offset 0, not OFFSET_BEGINNING (see infra.clients.first_offsets); below a Kafka log start,
-            # the consumer's auto.offset.reset=earliest moves it to the first record.
-            starts = dict.fromkeys(partitions, 0)
+            starts = {partition: first for partition, (first, _) in offset_bounds(consumer, topic).items()}
         else:
-            starts = offsets_for_time(consumer, topic, partitions, from_ms)
+            starts = offsets_for_time(consumer, topic, partitions_of(consumer, topic), from_ms)
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
         while True:
             for message, at_end in consumed(consumer, 1_000, timeout=0.5):

@@ -11,7 +11,7 @@ import typer
 
 from contracts.settings import Settings
 from fraud.console import console, dead_letter_table, progress_bar, settings_of
-from infra.clients import Clients, ensure_topics
+from infra.clients import Clients, create_project_topics
 from ingest.files import CleanTable, clean_table, parse_mapping
 from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet
@@ -38,14 +38,18 @@ def label_delay_ms(settings: Settings, days: float | None) -> int:
     return round(delay * DAY_MS)
 
 
-def produce_batch(settings: Settings, batch: EventBatch, speedup: float | None) -> IngestResult:
+def produce_batch(
+    settings: Settings, batch: EventBatch, speedup: float | None, paced_from_ms: int | None = None
+) -> IngestResult:
     """Produce a validated batch with a progress bar, then print the summary."""
     clients = Clients.from_settings(settings)
-    ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
+    create_project_topics(clients.admin(), settings)
     producer = clients.producer()
     total = len(batch.tx_values) + len(batch.label_values)
     with progress_bar("Producing", total) as advance:
-        result = produce_events(producer, settings.topics, batch, speedup, advance)
+        result = produce_events(
+            producer, settings.topics, batch, speedup, advance, paced_from_ms=paced_from_ms
+        )
     print_summary(settings, result)
     if result.delivery_errors:
         console.print(
@@ -93,10 +97,19 @@ def simulate_command(
     ] = False,
     label_delay_days: LabelDelayOption = None,
     speedup: SpeedupOption = None,
+    backfill_days: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="With --speedup: produce the first days as fast as possible (history), then pace the rest.",
+        ),
+    ] = 0,
 ) -> None:
     """Simulate card transactions with the fraud-detection handbook's generative process."""
     if out is None and not produce:
         raise typer.BadParameter("give --out FILE.parquet, --produce, or both")
+    if backfill_days and speedup is None:
+        raise typer.BadParameter("--backfill-days paces what follows the backfill: give --speedup too")
     settings = settings_of(ctx)
     try:
         first_day = dt.date.fromisoformat(start)
@@ -114,7 +127,8 @@ def simulate_command(
     if produce:
         source = f"simulator:seed={seed}"
         batch = table_batch(settings, clean_table(frame, source), source, label_delay_days)
-        produce_batch(settings, batch, speedup)
+        paced_from = dt.datetime.combine(first_day + dt.timedelta(days=backfill_days), dt.time(), dt.UTC)
+        produce_batch(settings, batch, speedup, int(paced_from.timestamp() * 1000) if backfill_days else None)
 
 
 def print_simulation(frame: pd.DataFrame, config: SimulatorConfig) -> None:

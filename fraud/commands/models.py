@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from features.definitions import DEFAULT_PARAMS
 from fraud.console import console, fmt_metric, settings_of
 from fraud.options import FeatureDelayOption, feature_params
 from infra.clients import mlflow_store
@@ -76,6 +77,14 @@ def train_command(
     ] = DEFAULT_ALERTS_PER_DAY,
     feature_delay_days: FeatureDelayOption = 7.0,
     metrics_out: Annotated[Path | None, typer.Option(help="Write the metrics to this JSON file.")] = None,
+    wait_s: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Wait up to this many seconds for the topics to hold the history the split needs "
+            "(train + delay + test days and the longest feature window), e.g. beside a running simulator.",
+        ),
+    ] = 0.0,
     register: Annotated[
         bool,
         typer.Option(
@@ -99,6 +108,9 @@ def train_command(
         if value not in allowed:
             raise typer.BadParameter(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     tracking_uri, artifacts = training.tracking_target(settings)
+    if wait_s and input_file is None:
+        history = train_days + delay_days + test_days + DEFAULT_PARAMS.window_days[-1]
+        training.wait_for_history(settings, history, wait_s)
     spec = ModelSpec(model, max_depth, n_estimators, class_weight, seed)  # type: ignore[arg-type]
     params = feature_params(feature_delay_days)
     periods = training.Periods(train_start, train_days, delay_days, test_days, folds)

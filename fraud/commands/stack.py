@@ -8,16 +8,22 @@ import typer
 from rich.table import Table
 
 from contracts.settings import Settings
-from fraud.console import console, counts_table, settings_of
+from fraud.console import console, counts_table, err_console, settings_of
 from infra.clients import (
     Clients,
     NotConfiguredError,
+    cluster_metadata,
+    create_project_topics,
     delete_topics,
-    ensure_topics,
     existing_topics,
+    shorter_retention,
+    topic_configs,
     topic_counts,
 )
 from infra.embedded import EmbeddedStack, StackInfo
+
+#: The broker's topic configs ``topics describe`` shows besides the settings' (Kafka reports dozens).
+_SHOWN = ("retention.", "cleanup.policy", "min.insync.replicas")
 
 topics_app = typer.Typer(help="Create, count and reset the project's Kafka topics.", no_args_is_help=True)
 
@@ -78,6 +84,34 @@ def topics_list(ctx: typer.Context) -> None:
     console.print(counts_table("Topics", topic_counts(clients, names)))
 
 
+@topics_app.command("describe")
+def topics_describe(ctx: typer.Context) -> None:
+    """Each project topic's partitions and configs, as the broker reports them, beside what the settings ask."""
+    settings = settings_of(ctx)
+    admin = Clients.from_settings(settings).admin()
+    wanted = settings.topic_configs()
+    found = topic_configs(admin, list(wanted))
+    partitions = {name: len(meta.partitions) for name, meta in cluster_metadata(admin).topics.items()}
+    table = Table(title="Topics", title_justify="left")
+    for column in ("topic", "partitions", "config", "broker", "settings"):
+        table.add_column(column, justify="right" if column == "partitions" else "left")
+    for name, configs in wanted.items():
+        if name not in partitions:
+            table.add_row(name, "-", "(does not exist)", "", "")
+            continue
+        shown = sorted(set(configs) | {key for key in found.get(name, {}) if key.startswith(_SHOWN)})
+        for i, key in enumerate(shown):
+            have = found.get(name, {}).get(key, "(broker default)")
+            table.add_row(
+                name if i == 0 else "",
+                str(partitions[name]) if i == 0 else "",
+                key,
+                have,
+                configs.get(key, ""),
+            )
+    console.print(table)
+
+
 @topics_app.command("reset")
 def topics_reset(
     ctx: typer.Context,
@@ -94,11 +128,17 @@ def topics_reset(
 
 
 def create_topics(settings: Settings) -> list[str]:
-    """Create the topics of ``settings`` that do not exist; the names created."""
-    clients = Clients.from_settings(settings)
-    return ensure_topics(
-        clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor
-    )
+    """Create the topics of ``settings`` that do not exist, with their configs; the names created. Warns
+    (one line each) about existing topics that keep their records for less than the settings ask."""
+    admin = Clients.from_settings(settings).admin()
+    created = create_project_topics(admin, settings)
+    wanted = settings.topic_configs()
+    for problem in shorter_retention(wanted, topic_configs(admin, list(wanted))):
+        err_console.print(
+            f"[yellow]warning:[/yellow] {problem}: history may be deleted; "
+            "raise it with kafka-configs.sh --alter, or re-create the topic"
+        )
+    return created
 
 
 def _stack_table(info: StackInfo, title: str) -> Table:

@@ -60,6 +60,7 @@ from infra.kafka_source.planner import (
     DRAIN_S,
     READ_TIMEOUT_S,
     Tail,
+    check_continuity,
     end_offset,
     offset_for_time,
     planner_consumer,
@@ -153,7 +154,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _following(self, start: dict) -> tuple[Tail, dict[str, int]]:
         """The tail, reading every partition from where this micro-batch starts; and those starts."""
         begin: dict[str, int] = dict(start["offsets"])
-        if self._tail is None:
+        if self._tail is None:  # the query starts (or restarts from its checkpoint): is its history there?
+            check_continuity(begin, self.log_ends())
             self._tail = Tail(planner_consumer(self.config.kafka_config))
         known = set(begin) | set(self._tail.end)
         added = [tp for tp in self._partitions() if tp_name(*tp) not in known]

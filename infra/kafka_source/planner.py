@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from contracts.errors import ServiceUnavailableError
-from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, consumed
+from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, HistoryGapError, consumed
 from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
 
 POLL_S = 0.05
@@ -41,6 +41,7 @@ def planner_consumer(kafka_config: Mapping[str, Any]) -> Consumer:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "error",  # a planned offset outside the log fails the read, never skips
             "fetch.wait.max.ms": FETCH_WAIT_MS,
             "queued.max.messages.kbytes": 16_384,  # what librdkafka fetches ahead, per partition
         },
@@ -128,6 +129,33 @@ class Tail:
         """Timestamp of the last record below ``offset`` read since the planned position (None: none)."""
         index = bisect_left(self._offsets[name], offset)
         return self._stamps[name][index - 1] if index else None
+
+
+def check_continuity(begin: Mapping[str, int], bounds: Mapping[str, tuple[int, int]]) -> None:
+    """Fail when a partition's next offset is outside its log: below its first record (records were
+    deleted: retention, or a deletion by hand) or past its end (the topic was re-created, as the embedded
+    broker's topics are on every restart). Either way continuing would skip records without a word.
+
+    Raises:
+        HistoryGapError: naming the topic, the partition and the offsets.
+    """
+    for name, offset in sorted(begin.items()):
+        if name not in bounds:
+            continue
+        first, end = bounds[name]
+        topic, partition = parse_tp(name)
+        if offset < first:
+            raise HistoryGapError(
+                f"topic {topic!r} partition {partition}: this query continues at offset {offset}, but the log "
+                f"now starts at {first}: records {offset}..{first - 1} were deleted (check the topic's "
+                "retention: `fraud topics describe`); replay into a new checkpoint to go on"
+            )
+        if offset > end:
+            raise HistoryGapError(
+                f"topic {topic!r} partition {partition}: this query continues at offset {offset}, but the log "
+                f"ends at {end}: the topic was deleted and re-created (the embedded broker keeps no topics "
+                "over a restart); start over with a new checkpoint"
+            )
 
 
 def share(begin: dict[str, int], available: dict[str, int], budget: int) -> dict[str, int]:

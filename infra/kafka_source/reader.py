@@ -63,6 +63,7 @@ def _source_consumer(kafka_config: Mapping[str, Any], split: Split) -> tuple[Con
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "error",  # a planned offset outside the log fails the read, never skips
             "fetch.wait.max.ms": FETCH_WAIT_MS,
         },
         logger=KAFKA_LOGGER,

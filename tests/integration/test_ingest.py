@@ -8,6 +8,7 @@ import pandas as pd
 
 from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns, from_message
 from contracts.settings import Settings
+from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients, read_topic, topic_counts
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
@@ -16,7 +17,6 @@ from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
 
 C = TxColumns
-ROOT = Path(__file__).resolve().parents[2]
 DAY_MS = 86_400_000
 
 
@@ -67,7 +67,7 @@ def test_every_kind_of_bad_input_is_dead_lettered_and_good_records_delivered(
     settings: Settings, clients: Clients, tmp_path: Path
 ) -> None:
     good_lines = [1, 5, 13]  # tx ids 9000000001, 9000000005, 9000000013 in the example file
-    ingest_file(settings, clients, ROOT / "examples" / "bad_events.jsonl")
+    ingest_file(settings, clients, BAD_EVENTS_FILE)
     csv = tmp_path / "handbook.csv"
     csv.write_text(
         "TRANSACTION_ID,TX_DATETIME,CUSTOMER_ID,TERMINAL_ID,TX_AMOUNT,TX_FRAUD\n"
@@ -118,7 +118,7 @@ def test_every_kind_of_bad_input_is_dead_lettered_and_good_records_delivered(
     }
     assert {source: letter.reason for source, letter in by_source.items()} == expected
     assert len(letters) == len(expected), "a bad record was dead-lettered twice"
-    originals = (ROOT / "examples" / "bad_events.jsonl").read_bytes().splitlines()
+    originals = (BAD_EVENTS_FILE).read_bytes().splitlines()
     for source, letter in by_source.items():
         if source.startswith("bad_events.jsonl"):
             line = int(source.rsplit(" ", 1)[1])

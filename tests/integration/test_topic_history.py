@@ -1,0 +1,146 @@
+"""Kafka keeps the history, and a reader never skips it: topics are created with retention configs from
+the settings, shorter ones are reported, and a query whose history is gone fails naming the offsets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import NewTopic
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from contracts.settings import Settings, TopicRetention
+from fraud.progress import JobFailedError
+from infra.clients import (
+    Clients,
+    HistoryGapError,
+    consumed,
+    create_project_topics,
+    delete_topics,
+    topic_configs,
+)
+from infra.kafka_source.config import KafkaSourceConfig
+from infra.kafka_source.datasource import read_stream
+
+FRAUD = str(Path(sys.executable).parent / "fraud")
+T0 = 1_522_540_800_000
+
+
+def run_fraud(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    env |= {
+        "FRAUD_HOME": str(settings.home),
+        "FRAUD_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
+        "FRAUD_REDIS_URL": settings.redis_url or "",
+        "FRAUD_MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri or "",
+        "FRAUD_TOPICS__FEATURES": settings.topics.features,
+        "FRAUD_RETENTION_MS__FEATURES": "86400000",
+        "COLUMNS": "200",
+    }
+    for role, name in settings.topics.model_dump().items():
+        env[f"FRAUD_TOPICS__{role.upper()}"] = name
+    return subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_topics_are_created_keeping_history_and_shorter_retention_is_reported(settings: Settings) -> None:
+    clients = Clients.from_settings(settings)
+    admin = clients.admin()
+    delete_topics(admin, settings.topics.all())  # the fixture made them; the command makes them again
+    short = settings.topics.labels
+    futures = admin.create_topics([NewTopic(short, 1, 1, config={"retention.ms": "604800000"})])
+    futures[short].result()
+
+    created = run_fraud(settings, "topics", "create")
+
+    assert created.returncode == 0, created.stderr
+    warnings = [line for line in created.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1 and short in warnings[0] and "retention.ms=604800000" in warnings[0]
+    configs = topic_configs(admin, settings.topics.all())
+    assert configs[settings.topics.transactions]["retention.ms"] == "-1"
+    assert configs[settings.topics.transactions]["retention.bytes"] == "-1"
+    assert configs[settings.topics.features]["retention.ms"] == "86400000"  # FRAUD_RETENTION_MS__FEATURES
+    described = run_fraud(settings, "topics", "describe")
+    assert described.returncode == 0, described.stderr
+    assert "86400000" in described.stdout and "604800000" in described.stdout
+
+
+def test_settings_give_each_topic_its_retention() -> None:
+    settings = Settings(retention_ms=TopicRetention(scores=3_600_000))
+    configs = settings.topic_configs()
+    assert configs["scores"] == {"retention.ms": "3600000", "retention.bytes": "-1"}
+    assert configs["transactions"] == {"retention.ms": "-1", "retention.bytes": "-1"}
+    prefixed = settings.topic_configs(settings.topics.with_prefix("ab-"))
+    assert set(prefixed) == {f"ab-{name}" for name in settings.topics.all()}
+
+
+def test_a_query_whose_topic_was_recreated_fails_naming_the_offsets(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    """100 records read into a checkpoint; the topic is deleted and re-created with 10 (as after a restart
+    of the embedded broker): the restarted query stops with the topic, partition and offsets, not a skip."""
+    clients = Clients.from_settings(settings)
+    topic = settings.topics.transactions
+
+    def produce(n: int) -> None:
+        producer = clients.producer()
+        for i in range(n):
+            producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
+        assert producer.flush(30) == 0
+
+    def run() -> None:
+        stream = read_stream(spark, KafkaSourceConfig(clients.kafka_config(), (topic,)))
+        query = (
+            stream.writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "the query did not stop"
+
+    produce(100)
+    run()
+    delete_topics(clients.admin(), [topic])
+    create_project_topics(clients.admin(), settings)
+    produce(10)
+
+    with pytest.raises(StreamingQueryException) as failed:
+        run()
+
+    assert str(JobFailedError(failed.value)) == (
+        f"the streaming query failed: topic {topic!r} partition 0: this query continues at offset 100, but "
+        "the log ends at 10: the topic was deleted and re-created (the embedded broker keeps no topics over "
+        "a restart); start over with a new checkpoint"
+    )
+
+
+def test_consumed_turns_an_offset_outside_the_log_into_a_history_gap() -> None:
+    """librdkafka's auto.offset.reset=error event (not producible on the embedded broker, which answers
+    an offset outside its log with nothing): a HistoryGapError, or a noted gap when the caller expects it."""
+
+    class Event:
+        def error(self) -> KafkaError:
+            return KafkaError(KafkaError._AUTO_OFFSET_RESET, "fetch offset 5 is out of range")
+
+        def topic(self) -> str:
+            return "transactions"
+
+        def partition(self) -> int:
+            return 2
+
+        def offset(self) -> int:
+            return 5
+
+    class FakeConsumer:
+        def consume(self, count: int, timeout: float) -> list[Event]:
+            return [Event()]
+
+    with pytest.raises(HistoryGapError, match="topic 'transactions' partition 2: offset 5 is no longer"):
+        list(consumed(FakeConsumer(), 10, 0.1))  # type: ignore[arg-type]
+    gaps: set[str] = set()
+    assert list(consumed(FakeConsumer(), 10, 0.1, gaps=gaps)) == []  # type: ignore[arg-type]
+    assert gaps == {"transactions/2"}
