@@ -6,7 +6,8 @@ the dead-letter topic, and the column names of the tabular form used by the simu
 the batch feature path.
 
 Dead-letter records keep the original bytes as the record value and the context in ``dlq.*`` headers, so
-a fixed record can be re-produced byte for byte. Records over the broker's size limit keep their first
+a fixed record can be re-produced, except that anything that looks like a card number is masked, in the
+bytes and in the detail (``contracts.privacy``). Records over the broker's size limit keep their first
 bytes only, and say so in the detail.
 """
 
@@ -16,7 +17,9 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from contracts.privacy import mask_card_numbers, mask_card_numbers_bytes
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -87,8 +90,9 @@ class Reason(StrEnum):
 class DeadLetter(BaseModel):
     """A record that failed validation: the original bytes plus where it came from and why.
 
-    On the dead-letter topic the record value is ``raw`` unchanged and the rest travels in the
-    ``dlq.*`` headers, so the original bytes are kept exactly.
+    On the dead-letter topic the record value is ``raw`` and the rest travels in the ``dlq.*`` headers.
+    Card numbers are masked in ``raw`` and ``detail`` as the letter is made, so no copy of it (topic,
+    logs, summaries) ever holds one.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -99,6 +103,16 @@ class DeadLetter(BaseModel):
     detail: str
     partition: int | None = None
     offset: int | None = None
+
+    @field_validator("raw", mode="after")
+    @classmethod
+    def _mask_raw(cls, raw: bytes) -> bytes:
+        return mask_card_numbers_bytes(raw)
+
+    @field_validator("detail", mode="after")
+    @classmethod
+    def _mask_detail(cls, detail: str) -> str:
+        return mask_card_numbers(detail)
 
 
 #: Header names of a dead-letter record.

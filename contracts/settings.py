@@ -36,16 +36,40 @@ class Topics(BaseModel):
     features: str = Field("features", description="One feature record per transaction, keyed by card.")
     alerts: str = Field("alerts", description="Transactions scored above the model's threshold.")
     scores: str = Field("scores", description="One score record per transaction.")
+    shadow_scores: str = Field(
+        "shadow-scores", description="Scores of the shadow model (a challenger), never alerts."
+    )
     dead_letter: str = Field("dead-letter", description="Records that failed validation, with the reason.")
 
     def all(self) -> list[str]:
         """Every topic name, in pipeline order."""
-        return [self.transactions, self.labels, self.features, self.scores, self.alerts, self.dead_letter]
+        return [getattr(self, role) for role in Topics.model_fields]
 
     def with_prefix(self, prefix: str) -> Topics:
         """The same topics under ``prefix``: isolated runs (A/B replays, tests) never touch live topics."""
         return Topics(**{name: f"{prefix}{value}" for name, value in self.model_dump().items()})
 
+    def in_namespace(self, namespace: str) -> Topics:
+        """The topics a job in ``namespace`` writes (its outputs under ``<namespace>.``), with the live
+        inputs (transactions, labels) it reads; the live pipeline's namespace is empty."""
+        if not namespace:
+            return self
+        return self.model_copy(update={role: f"{namespace}.{getattr(self, role)}" for role in OUTPUT_ROLES})
+
+
+#: The topics a job writes (a namespace prefixes these); the others are the system of record it reads.
+OUTPUT_ROLES = ("features", "scores", "shadow_scores", "alerts", "dead_letter")
+#: What a namespace may be called: it becomes part of topic names, Redis keys and a directory.
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+
+
+def redis_prefix(namespace: str) -> str:
+    """The Redis key prefix of a namespace (none for the live pipeline)."""
+    return f"{namespace}:" if namespace else ""
+
+
+#: The token key of demos on the embedded stack: public, so refused with a Kafka of one's own.
+DEMO_TOKEN_KEY = "demo-card-token-key"  # noqa: S105 - public on purpose, refused outside demos
 
 #: ``retention.ms`` that keeps records forever. Kafka is the system of record: replays, training and A/B
 #: tests need the history, and Kafka deletes by record timestamp (event time, years ago for a replay).
@@ -62,6 +86,7 @@ class TopicRetention(BaseModel):
     labels: int = Field(KEEP_FOREVER, ge=-1, description="The system of record: keep it.")
     features: int = Field(KEEP_FOREVER, ge=-1, description="Replayable from transactions and labels.")
     scores: int = Field(KEEP_FOREVER, ge=-1, description="Every score; the A/B replays read them.")
+    shadow_scores: int = Field(KEEP_FOREVER, ge=-1, description="The shadow model's scores.")
     alerts: int = Field(KEEP_FOREVER, ge=-1, description="Every alert.")
     dead_letter: int = Field(KEEP_FOREVER, ge=-1, description="Rejected records and why.")
 
@@ -114,7 +139,7 @@ class Settings(BaseSettings):
     label_delay_days: float = Field(7.0, gt=0, le=7, description="Days until a fraud label becomes known.")
     max_event_bytes: int = Field(16_384, ge=256, le=900_000, description="Larger records are dead-lettered.")
     token_key: SecretStr = Field(
-        SecretStr("demo-card-token-key"),
+        SecretStr(DEMO_TOKEN_KEY),
         description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",
     )
 
@@ -133,6 +158,18 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address `fraud serve` listens on.")
     api_port: int = Field(8000, ge=1, le=65_535, description="Port `fraud serve` listens on.")
+
+    def card_token_key(self) -> bytes:
+        """The key that tokenises card numbers. The public demo key only with the embedded stack: with a
+        Kafka of one's own, tokens made with a key everyone knows could be reversed by trying card
+        numbers."""
+        key = self.token_key.get_secret_value()
+        if key == DEMO_TOKEN_KEY and self.bootstrap_servers is not None:
+            raise SettingsError(
+                "FRAUD_TOKEN_KEY is the public demo key, and FRAUD_BOOTSTRAP_SERVERS names a Kafka of your own: "
+                "set FRAUD_TOKEN_KEY to a secret of your own (for example `openssl rand -hex 32`)"
+            )
+        return key.encode()
 
 
 class SettingsError(ConfigError):

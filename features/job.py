@@ -38,7 +38,7 @@ from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
-from infra.kafka_source.config import KafkaSourceConfig
+from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.kafka_source.splits import NO_FRONTIER, Split
 from infra.redis_store import RedisTarget, card_features_key, set_latest
@@ -159,6 +159,10 @@ class FeatureJobConfig:
     params: FeatureParams
     max_event_bytes: int
     max_records_per_trigger: int | None = None
+    #: Where the input is read from and, for a ``once`` run, up to (``infra.kafka_source.config``): a
+    #: time range replays just that range.
+    starting_offsets: str = EARLIEST
+    ending_offsets: str = LATEST
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
     #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
@@ -182,6 +186,8 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         kafka_config=config.kafka_config,
         topics=(config.topics.transactions, config.topics.labels),
         max_records_per_trigger=config.max_records_per_trigger,
+        starting_offsets=config.starting_offsets,
+        ending_offsets=config.ending_offsets,
         allowed_lateness_ms=config.params.max_lateness_ms,
         read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
         decoder=decoder,

@@ -17,8 +17,10 @@ from redis.exceptions import RedisError
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from contracts.errors import FraudError, ServiceUnavailableError
+from contracts.privacy import mask_card_numbers
 from contracts.settings import load_settings
 from fraud.commands import stack
+from fraud.commands.ab import app as ab_app
 from fraud.commands.alerts import app as alerts_app
 from fraud.commands.alerts import card_command, serve_command
 from fraud.commands.features import app as features_app
@@ -29,7 +31,7 @@ from fraud.commands.score import app as score_app
 from fraud.commands.score import pipeline_app
 from fraud.console import err_console
 from fraud.demo import demo_command
-from fraud.logs import quiet_client_libraries
+from fraud.logs import mask_card_numbers_in_logs, quiet_client_libraries
 
 app = typer.Typer(
     name="fraud",
@@ -43,6 +45,7 @@ app.add_typer(alerts_app, name="alerts")
 app.add_typer(models_app, name="models")
 app.add_typer(score_app, name="score")
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(ab_app, name="ab")
 app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(stack.status)
@@ -64,11 +67,13 @@ def main(ctx: typer.Context) -> None:
     Unset FRAUD_* connection settings mean the embedded local stack (`fraud up`).
     """
     quiet_client_libraries()
+    mask_card_numbers_in_logs()
     ctx.obj = load_settings()
 
 
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    """The message on one line, card numbers masked (it may quote the input)."""
+    return mask_card_numbers(" ".join(str(text).split()))
 
 
 def fail(message: object, code: int) -> None:

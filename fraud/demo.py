@@ -281,7 +281,7 @@ def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings) -> None
     busiest = (
         frauds[TxColumns.CARD_ID].value_counts().index[0] if len(frauds) else frame[TxColumns.CARD_ID].iloc[0]
     )
-    token = card_token(str(busiest), settings.token_key.get_secret_value().encode())
+    token = card_token(str(busiest), settings.card_token_key())
     key = card_features_key(token)
     values = {k.decode(): v.decode() for k, v in clients.redis().hgetall(key).items()}
     table = Table(title=f"Redis {key}", title_justify="left")

@@ -7,12 +7,13 @@ This module imports PySpark and the jobs: the CLI imports it when a job runs, no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.settings import Settings, Topics
+from contracts.settings import Settings, Topics, redis_prefix
 from features import job as feature_job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
@@ -20,6 +21,7 @@ from fraud.console import console
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, watch_query
 from infra.clients import Clients, create_project_topics
+from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.redis_store import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches
 from models.registry import CHAMPION
@@ -41,6 +43,24 @@ def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:
     return clients
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Where a job runs: its namespace (its own output topics, Redis keys and checkpoints; the live
+    pipeline's is empty) and, for a replay, the event-time range of the input it reads."""
+
+    namespace: str = ""
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+    @property
+    def starting_offsets(self) -> str:
+        return EARLIEST if self.start_ms is None else at_time(self.start_ms)
+
+    @property
+    def ending_offsets(self) -> str:
+        return LATEST if self.end_ms is None else at_time(self.end_ms)
+
+
 def redis_target(settings: Settings, clients: Clients, prefix: str = "") -> RedisTarget:
     """Where a job in the key space ``prefix`` keeps its lookups, for the settings' retention."""
     return RedisTarget(clients.endpoints.redis_url, prefix, settings.alert_retention_s)
@@ -52,6 +72,7 @@ def feature_job_config(
     checkpoint: Path,
     params: FeatureParams,
     max_records: int | None = DEFAULT_MAX_RECORDS,
+    scope: Scope = Scope(),
 ) -> FeatureJobConfig:
     """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
     clients = _clients_with_topics(settings, topics)
@@ -59,10 +80,12 @@ def feature_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients),
+        redis=redis_target(settings, clients, redis_prefix(scope.namespace)),
         params=params,
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
+        starting_offsets=scope.starting_offsets,
+        ending_offsets=scope.ending_offsets,
     )
 
 
@@ -73,6 +96,8 @@ def scoring_job_config(
     alias: str = CHAMPION,
     model_check_interval_s: float | None = None,
     max_records: int | None = DEFAULT_MAX_RECORDS,
+    scope: Scope = Scope(),
+    shadow_alias: str | None = None,
 ) -> ScoringJobConfig:
     """The scoring job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
     clients = _clients_with_topics(settings, topics)
@@ -80,12 +105,15 @@ def scoring_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients),
+        redis=redis_target(settings, clients, redis_prefix(scope.namespace)),
         tracking_uri=clients.endpoints.mlflow_tracking_uri,
         max_event_bytes=settings.max_event_bytes,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
         alias=alias,
         max_records_per_trigger=max_records,
+        shadow_alias=shadow_alias,
+        starting_offsets=scope.starting_offsets,
+        ending_offsets=scope.ending_offsets,
     )
 
 
@@ -97,14 +125,17 @@ def pipeline_config(
     alias: str = CHAMPION,
     model_check_interval_s: float | None = None,
     max_records: int | None = DEFAULT_MAX_RECORDS,
+    scope: Scope = Scope(),
+    shadow_alias: str | None = None,
 ) -> PipelineConfig:
     """The one-query pipeline over ``topics`` with the connections of ``settings``."""
-    features = feature_job_config(settings, topics, checkpoint, params, max_records)
+    features = feature_job_config(settings, topics, checkpoint, params, max_records, scope)
     return PipelineConfig(
         features=features,
         tracking_uri=Clients.from_settings(settings).endpoints.mlflow_tracking_uri,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
         alias=alias,
+        shadow_alias=shadow_alias,
     )
 
 

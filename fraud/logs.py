@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from contracts.privacy import mask_card_numbers
 from infra.clients import KAFKA_LOGGER
 
 
@@ -15,3 +16,25 @@ def quiet_client_libraries() -> None:
     """Drop the Kafka clients' own log lines (they are routed to :data:`infra.clients.KAFKA_LOGGER`)."""
     KAFKA_LOGGER.addHandler(logging.NullHandler())
     KAFKA_LOGGER.propagate = False
+
+
+class CardNumberFilter(logging.Filter):
+    """Masks card numbers in a log record's message (``contracts.privacy``), whatever logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_card_numbers(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def mask_card_numbers_in_logs() -> None:
+    """Every log line the command writes goes through :class:`CardNumberFilter` (warnings and errors,
+    on stderr, as Python does without a configuration)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, CardNumberFilter) for h in root.handlers for f in h.filters):
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.WARNING)
+        handler.addFilter(CardNumberFilter())
+        root.addHandler(handler)

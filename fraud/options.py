@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from contracts.settings import Settings
+from contracts.settings import NAMESPACE_PATTERN, Settings
 from features.definitions import DAY_MS, FeatureParams
 from models.registry import ALIASES
 
@@ -44,9 +47,50 @@ PrefixOption = Annotated[
 ]
 
 
-def checkpoint_dir(settings: Settings, given: Path | None, job: str) -> Path:
-    """A job's checkpoint directory: the one given, else ``FRAUD_HOME/checkpoints/<job>``."""
-    return (given or settings.home / "checkpoints" / job).resolve()
+def checkpoint_dir(settings: Settings, given: Path | None, job: str, namespace: str = "") -> Path:
+    """A job's checkpoint directory: the one given, else ``FRAUD_HOME/checkpoints/[<namespace>/]<job>``."""
+    return (given or settings.home / "checkpoints" / namespace / job).resolve()
+
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_time(text: str, now: datetime | None = None) -> int:
+    """UTC milliseconds of an ISO time (UTC when it has no zone) or of a time relative to now (``-1h``).
+
+    Relative units: s, m, h, d, w.
+    """
+    now = now or datetime.now(UTC)
+    match = _RELATIVE.match(text.strip())
+    if match:
+        moment = now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    else:
+        try:
+            moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text!r} is neither an ISO time (2018-04-01T12:00) nor relative (-30s, -15m, -1h, -2d, -1w)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def check_namespace(value: str) -> str:
+    """Typer callback: a namespace becomes part of topic names, Redis keys and a directory."""
+    if value and not re.match(NAMESPACE_PATTERN, value):
+        raise typer.BadParameter("a namespace is 1 to 40 lower-case letters, digits and dashes")
+    return value
+
+
+def time_range(from_time: str | None, to_time: str | None) -> tuple[int | None, int | None]:
+    """``--from`` and ``--to`` in UTC milliseconds (either may be missing); ``--from`` before ``--to``."""
+    start = parse_time(from_time) if from_time else None
+    end = parse_time(to_time) if to_time else None
+    if start is not None and end is not None and end <= start:
+        raise typer.BadParameter(f"--to ({to_time}) must come after --from ({from_time})")
+    return start, end
 
 
 def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:
@@ -54,3 +98,39 @@ def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> 
     return FeatureParams(
         label_delay_ms=round(label_delay_days * DAY_MS), max_lateness_ms=round(allowed_lateness_s * 1000)
     )
+
+
+NamespaceOption = Annotated[
+    str,
+    typer.Option(
+        callback=check_namespace,
+        help="Write under this namespace: its own topics (<namespace>.features, ...), Redis keys and "
+        "checkpoints, never the live pipeline's; it reads the live transactions and labels. "
+        "Default: the live pipeline.",
+    ),
+]
+ShadowOption = Annotated[
+    str | None,
+    typer.Option(help="Also score with this alias (e.g. challenger), to the shadow scores topic; no alerts."),
+]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Start at the records of this event time: ISO (UTC if no zone) or relative to now (-30m, -2d).",
+    ),
+]
+ToOption = Annotated[
+    str | None,
+    typer.Option("--to", help="Stop before the records of this event time (then the run ends: a replay)."),
+]
+
+
+class FeatureSource(StrEnum):
+    """Where a replay's features come from: the features topic, recomputed from the transactions and
+    labels topics (the batch path of the same definitions), or the topic unless it lacks what a model
+    needs."""
+
+    AUTO = "auto"
+    TOPIC = "topic"
+    RECOMPUTE = "recompute"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -436,7 +436,7 @@ def offsets_for_time(consumer: Consumer, topic: str, partitions: list[int], time
 
 def read_topic(
     clients: Clients, topic: str, idle_timeout_s: float = 10.0, start_ms: int | None = None
-) -> Iterator[Message]:
+) -> Generator[Message]:
     """Every record of ``topic`` present now (read_committed), in offset order within each partition.
 
     With ``start_ms``, each partition starts at its first record with a Kafka timestamp at or after it.

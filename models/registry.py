@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from contracts.errors import FraudError, NotFoundError, ServiceUnavailableError
+from contracts.errors import ConfigError, FraudError, NotFoundError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
@@ -177,6 +177,10 @@ def load_model(tracking_uri: str, alias: str | None = CHAMPION, version: int | N
             registry_uri=tracking_uri,
         )
         model = _load_skops(Path(local))
+    # One thread per prediction: a forest summed by threads adds its trees' probabilities in whatever
+    # order they finish, so the last bits of a score (and the order of tied scores) would vary from run to
+    # run. The scoring jobs run many predictions side by side anyway.
+    model.set_params(**{name: 1 for name in model.get_params() if name.endswith("n_jobs")})
     return LoadedModel(
         name=MODEL_NAME,
         version=int(found.version),
@@ -267,6 +271,58 @@ def promote(tracking_uri: str, version: int, alias: str) -> int | None:
         previous = None
     client.set_registered_model_alias(MODEL_NAME, alias, str(version))
     return previous
+
+
+#: Version tags an A/B comparison leaves on the challenger: its decision, and the MLflow run that holds
+#: the evidence (the metrics and the report).
+AB_DECISION_TAG = "fraud.ab.decision"
+AB_RUN_TAG = "fraud.ab.run_id"
+AB_REASON_TAG = "fraud.ab.reason"
+PROMOTE, KEEP = "promote", "keep"
+
+
+def resolve_reference(tracking_uri: str, reference: str) -> int:
+    """The version a model reference names: an alias (``champion``), a version number (``3``), or a
+    model URI (``models:/fraud-detector@challenger``, ``models:/fraud-detector/3``).
+
+    Raises:
+        ConfigError: the reference is of none of these forms, or names another registered model.
+        ModelNotFoundError: the alias or version does not exist.
+    """
+    text = reference.strip()
+    if text.startswith("models:/"):
+        name, _, rest = text.removeprefix("models:/").partition("@")
+        if rest:  # models:/NAME@ALIAS
+            _check_name(name, reference)
+            return int(_version(registry_client(tracking_uri), rest, None).version)
+        name, _, number = text.removeprefix("models:/").partition("/")
+        _check_name(name, reference)
+        text = number
+    if text.isdigit():
+        return int(_version(registry_client(tracking_uri), None, int(text)).version)
+    if text in ALIASES:
+        return int(_version(registry_client(tracking_uri), text, None).version)
+    raise ConfigError(
+        f"model {reference!r}: give an alias ({', '.join(ALIASES)}), a version number, or models:/{MODEL_NAME}@ALIAS"
+    )
+
+
+def _check_name(name: str, reference: str) -> None:
+    if name != MODEL_NAME:
+        raise ConfigError(f"model {reference!r}: only {MODEL_NAME!r} is registered by this project")
+
+
+def tag_version(tracking_uri: str, version: int, tags: Mapping[str, str]) -> None:
+    """Set tags on a registered version (an A/B decision and its evidence)."""
+    client = registry_client(tracking_uri)
+    for key, value in tags.items():
+        client.set_model_version_tag(MODEL_NAME, str(version), key, value)
+
+
+def promotion_evidence(tracking_uri: str, version: int) -> str | None:
+    """The A/B run that recommended promoting ``version`` to champion, or None when there is none."""
+    tags = _version(registry_client(tracking_uri), None, version).tags or {}
+    return tags.get(AB_RUN_TAG) if tags.get(AB_DECISION_TAG) == PROMOTE else None
 
 
 def list_versions(tracking_uri: str) -> list[VersionInfo]:

@@ -94,11 +94,23 @@ def replay_topics(
             for event in transactions
         ]
     ).drop_duplicates(C.TX_ID, keep="first")
-    label_frame = pd.DataFrame(
+    return ReplayedEvents(tx_frame.reset_index(drop=True), label_table(labels), source, bad_tx + bad_labels)
+
+
+def label_table(labels: list[LabelEvent]) -> pd.DataFrame:
+    """Label events as a label table (``LABEL_TABLE_COLUMNS``), without repeats."""
+    return pd.DataFrame(
         [event.model_dump(include=set(LABEL_TABLE_COLUMNS)) for event in labels],
         columns=list(LABEL_TABLE_COLUMNS),
     ).drop_duplicates()
-    return ReplayedEvents(tx_frame.reset_index(drop=True), label_frame, source, bad_tx + bad_labels)
+
+
+def replay_labels(
+    clients: Clients, topic: str, max_event_bytes: int, progress: Progress = no_progress
+) -> pd.DataFrame:
+    """Every valid label in ``topic`` now, as a label table."""
+    labels, _ = _read_events(clients, topic, LabelEvent, max_event_bytes, progress)
+    return label_table(labels)
 
 
 def replay_dataset(

@@ -25,8 +25,9 @@ from sklearn.metrics import precision_recall_curve, roc_curve
 from models.registry import MODEL_ARTIFACT_PATH, TRUSTED_TYPES, register_version, registry_client
 from models.training import TrainingResult
 
-#: The MLflow experiment of training runs.
+#: The MLflow experiments of training runs and of A/B evaluations.
 EXPERIMENT_NAME = "fraud-detector"
+EVALUATION_EXPERIMENT = "fraud-detector-ab"
 _MLFLOW_BATCH = 100
 
 
@@ -50,11 +51,52 @@ def default_artifact_location(tracking_uri: str, artifacts: str | None = None) -
     return None
 
 
-def experiment_id(client: MlflowClient, artifact_location: str | None) -> str:
-    found = client.get_experiment_by_name(EXPERIMENT_NAME)
+def experiment_id(client: MlflowClient, artifact_location: str | None, name: str = EXPERIMENT_NAME) -> str:
+    found = client.get_experiment_by_name(name)
     if found is not None:
         return str(found.experiment_id)
-    return str(client.create_experiment(EXPERIMENT_NAME, artifact_location=artifact_location))
+    location = None if artifact_location is None else f"{artifact_location.rstrip('/')}/{name}"
+    return str(
+        client.create_experiment(
+            name, artifact_location=location if name != EXPERIMENT_NAME else artifact_location
+        )
+    )
+
+
+def log_evaluation(
+    tracking_uri: str,
+    params: Mapping[str, object],
+    metrics: Mapping[str, float],
+    files: Mapping[str, str],
+    tags: Mapping[str, str],
+    artifact_location: str | None = None,
+    run_name: str | None = None,
+) -> str:
+    """Log an evaluation run (an A/B comparison) in the ``fraud-detector-ab`` experiment: its parameters,
+    metrics, tags (the versions compared) and text files (the report); returns the run id."""
+    client = registry_client(tracking_uri)
+    exp_id = experiment_id(client, artifact_location, EVALUATION_EXPERIMENT)
+    run = client.create_run(exp_id, run_name=run_name, tags=dict(tags))
+    run_id = run.info.run_id
+    try:
+        now = int(time.time() * 1000)
+        values = [Param(k, str(v)) for k, v in params.items()]
+        points = [Metric(k, float(v), now, 0) for k, v in metrics.items() if not math.isnan(v)]
+        for start in range(0, max(len(values), len(points)), _MLFLOW_BATCH):
+            client.log_batch(
+                run_id,
+                params=values[start : start + _MLFLOW_BATCH],
+                metrics=points[start : start + _MLFLOW_BATCH],
+            )
+        with tempfile.TemporaryDirectory(prefix="fraud-evaluation-") as tmp:
+            for name, text in files.items():
+                (Path(tmp) / name).write_text(text)
+            client.log_artifacts(run_id, tmp)
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id)
+    return str(run_id)
 
 
 def log_training(

@@ -37,6 +37,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from contracts.errors import ConfigError
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
@@ -53,7 +54,7 @@ from infra.kafka_sink.records import (
     newest_per_key,
     pack_records,
 )
-from infra.kafka_source.config import KafkaSourceConfig
+from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.redis_store import RedisTarget, write_alerts, write_scores
 from infra.spark import start_stream
@@ -61,6 +62,7 @@ from ingest.columnar import validate_many
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
 from models.registry import (
     CHAMPION,
+    MODEL_NAME,
     LoadedModel,
     MissingFeaturesError,
     ModelNotFoundError,
@@ -90,6 +92,13 @@ class ScoringJobConfig:
     model_check_interval_s: float
     alias: str = CHAMPION
     max_records_per_trigger: int | None = None
+    #: A second alias scored beside the serving one (a challenger): its scores go to the shadow scores
+    #: topic, never to alerts or Redis.
+    shadow_alias: str | None = None
+    #: Where the input is read from and, for a ``once`` run, up to (``infra.kafka_source.config``): a
+    #: time range replays just that range.
+    starting_offsets: str = EARLIEST
+    ending_offsets: str = LATEST
 
 
 # --- The model of each micro-batch (driver) ------------------------------------------------------------
@@ -171,11 +180,16 @@ class ModelChooser:
 _MODELS: dict[tuple[str, int], LoadedModel] = {}
 
 
+#: Versions a worker keeps loaded: the one serving and the shadow's.
+KEPT_MODELS = 2
+
+
 def worker_model(tracking_uri: str, version: int) -> LoadedModel:
-    """The model version, loaded once per worker process."""
+    """The model version, loaded once per worker process (the oldest loaded one is dropped)."""
     key = (tracking_uri, version)
     if key not in _MODELS:
-        _MODELS.clear()  # one version at a time: an old one is never needed again
+        while len(_MODELS) >= KEPT_MODELS:
+            del _MODELS[next(iter(_MODELS))]  # a replaced version is never needed again
         _MODELS[key] = load_model(tracking_uri, version=version)
         # The model, and the MLflow and scikit-learn modules imported to load it, live as long as the
         # worker: out of the full collection PySpark runs after every task (it took 100-300 ms a task).
@@ -211,7 +225,8 @@ def top_features(model: LoadedModel, frame: pd.DataFrame, k: int = TOP_FEATURES)
 
 @dataclass(frozen=True)
 class Scorer:
-    """``mapInArrow`` function: raw feature records -> score, alert and dead-letter records, packed for the sink.
+    """``mapInArrow`` function: raw feature records -> score, alert and dead-letter records, packed for the
+    sink; with a shadow version, the shadow's score records too.
 
     Score records are built column by column (``infra.arrow_json``); alerts, a small share, one by one.
     """
@@ -220,24 +235,40 @@ class Scorer:
     version: int
     topics: Topics
     max_event_bytes: int
+    shadow_version: int | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         model = worker_model(self.tracking_uri, self.version)
+        shadow = None if self.shadow_version is None else worker_model(self.tracking_uri, self.shadow_version)
         for records in batches:
             if records.num_rows:
-                packed = pack_records(self.score(model, records))
+                packed = pack_records(self.score(model, records, shadow))
                 yield pa.RecordBatch.from_arrays([pa.array([packed], pa.binary())], names=[RECORDS_COLUMN])
 
-    def score(self, model: LoadedModel, records: pa.RecordBatch) -> pa.Table:
-        """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records.
+    def score(
+        self, model: LoadedModel, records: pa.RecordBatch, shadow: LoadedModel | None = None
+    ) -> pa.Table:
+        """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
+        others = SinkRows()
+        scored = []
+        for event, frame, raws in self.valid(records, others):
+            scored.append(score_rows(model, event, frame, raws, self.topics, others))
+            if shadow is not None:
+                scored.append(shadow_rows(shadow, event, frame, self.topics))
+        batches = [batch for batch in (*scored, others.batch()) if batch is not None]
+        return pa.Table.from_batches(batches)
+
+    def valid(
+        self, records: pa.RecordBatch, others: SinkRows
+    ) -> Iterator[tuple[dict[str, pa.Array], pd.DataFrame, pa.Array]]:
+        """The valid feature records as (event columns, feature frame, raw values), in one or two parts;
+        the others become dead letters in ``others``.
 
         Records are validated in bulk (``ingest.columnar``); the few it cannot decide go through
         ``parse_event`` one by one, which also gives dead letters their reasons.
         """
         values = records.column("value")
         found = validate_many(FeatureRecord, values, self.max_event_bytes, {"features": FEATURE_COLUMNS})
-        others = SinkRows()
-        scored = []
         if found.table.num_rows:
             table = found.table
             features = table.column("features").combine_chunks()
@@ -245,7 +276,7 @@ class Scorer:
                 {name: features.field(name).to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
             )
             event = {name: table.column(name).combine_chunks() for name in SCORED_EVENT_FIELDS}
-            scored.append(score_rows(model, event, frame, values.take(found.positions), self.topics, others))
+            yield event, frame, values.take(found.positions)
         if len(found.slow):
             slow = found.slow.tolist()
             source = f"kafka:{self.topics.features}"
@@ -269,12 +300,7 @@ class Scorer:
                 event = {
                     name: pa.array([getattr(record, name) for record in good]) for name in SCORED_EVENT_FIELDS
                 }
-                frame = pd.DataFrame.from_records([record.features for record in good])
-                scored.append(
-                    score_rows(model, event, frame, pa.array(raws, pa.binary()), self.topics, others)
-                )
-        batches = [batch for batch in (*scored, others.batch()) if batch is not None]
-        return pa.Table.from_batches(batches)
+                yield event, pd.DataFrame.from_records([record.features for record in good]), pa.array(raws)
 
 
 def parse_feature_record(
@@ -353,10 +379,39 @@ def score_rows(
                 scored.event_time_ms,
                 None,
             )
-    n = len(frame)
+    return score_batch(topics.scores, event, values)
+
+
+def shadow_rows(
+    model: LoadedModel, event: dict[str, pa.Array], features: pd.DataFrame, topics: Topics
+) -> pa.RecordBatch | None:
+    """The shadow model's score records of valid feature records, for the shadow scores topic: the same
+    record as a live score (``alert`` says whether it would have alerted), never an alert, never Redis.
+    Rows it cannot score are left out (the live model's dead letters already cover bad records)."""
+    frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
+    scores, failed = score_each(model, frame)
+    kept = np.setdiff1d(np.arange(len(frame)), np.fromiter(failed, dtype=np.int64))
+    if not len(kept):
+        return None
+    taken = pa.array(kept)
+    event = {name: column.take(taken) for name, column in event.items()}
+    scores = scores[kept]
+    values = score_values(
+        event,
+        int(time.time() * 1000),
+        pa.array(scores, pa.float64()),
+        pa.array(scores >= model.threshold),
+        model,
+    )
+    return score_batch(topics.shadow_scores, event, values)
+
+
+def score_batch(topic: str, event: dict[str, pa.Array], values: pa.Array) -> pa.RecordBatch:
+    """Sink records of score records: keyed by card, the transaction's event time as Kafka timestamp."""
+    n = len(values)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([topics.scores] * n, pa.string()),
+            pa.array([topic] * n, pa.string()),
             event[C.CARD_ID].cast(pa.binary()),
             values,
             event[EVENT_TIME_MS].cast(pa.int64()),
@@ -458,22 +513,48 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
         kafka_config=config.kafka_config,
         topics=(config.topics.features,),
         max_records_per_trigger=config.max_records_per_trigger,
+        starting_offsets=config.starting_offsets,
+        ending_offsets=config.ending_offsets,
         read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
     )
     return read_stream(spark, source)
 
 
-def model_chooser(tracking_uri: str, alias: str, interval_s: float, checkpoint: Path) -> ModelChooser:
-    """The chooser of a job's model versions, with the current one loaded.
+def model_chooser(
+    tracking_uri: str, alias: str, interval_s: float, checkpoint: Path, role: str = "model"
+) -> ModelChooser:
+    """The chooser of a job's model versions (``role``: the serving ``model`` or the ``shadow``), with the
+    current one loaded.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``): the job fails at
             its start, not in its first micro-batch.
+        ConfigError: the model needs features the feature records do not carry.
     """
     checkpoint.mkdir(parents=True, exist_ok=True)
-    chooser = ModelChooser(tracking_uri, alias, interval_s, checkpoint / "model-versions.json")
+    chooser = ModelChooser(tracking_uri, alias, interval_s, checkpoint / f"{role}-versions.json")
     chooser.refresh()
+    if chooser.current is not None:
+        missing = sorted(set(chooser.current.feature_columns) - {*FEATURE_COLUMNS, C.AMOUNT})
+        if missing:
+            raise ConfigError(
+                f"{MODEL_NAME}@{alias} (version {chooser.current.version}) needs features the feature job does "
+                f"not compute: {', '.join(missing)}"
+            )
     return chooser
+
+
+def model_choosers(
+    tracking_uri: str, alias: str, shadow_alias: str | None, interval_s: float, checkpoint: Path
+) -> tuple[ModelChooser, ModelChooser | None]:
+    """The choosers of a job's serving model and of its shadow (None without one): see
+    :func:`model_chooser`."""
+    shadow = (
+        None
+        if shadow_alias is None
+        else model_chooser(tracking_uri, shadow_alias, interval_s, checkpoint, "shadow")
+    )
+    return model_chooser(tracking_uri, alias, interval_s, checkpoint), shadow
 
 
 def start_scoring_job(
@@ -485,8 +566,12 @@ def start_scoring_job(
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
     register_sink(spark)
-    chooser = model_chooser(
-        config.tracking_uri, config.alias, config.model_check_interval_s, config.checkpoint
+    chooser, shadow = model_choosers(
+        config.tracking_uri,
+        config.alias,
+        config.shadow_alias,
+        config.model_check_interval_s,
+        config.checkpoint,
     )
     sink = KafkaSinkConfig(
         kafka_config=config.kafka_config,
@@ -497,7 +582,11 @@ def start_scoring_job(
 
     def score_batch(records: DataFrame, batch_id: int) -> None:
         scorer = Scorer(
-            config.tracking_uri, chooser.version_for(batch_id), config.topics, config.max_event_bytes
+            config.tracking_uri,
+            chooser.version_for(batch_id),
+            config.topics,
+            config.max_event_bytes,
+            None if shadow is None else shadow.version_for(batch_id),
         )
         write_micro_batch(records.mapInArrow(scorer, PACKED_DDL), sink, batch_id)
 

@@ -41,10 +41,18 @@ from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import SinkRows
 from infra.spark import start_stream
 from models.registry import CHAMPION
-from scoring.job import SCORED_EVENT_FIELDS, ScoresToRedis, model_chooser, score_rows, worker_model
+from scoring.job import (
+    SCORED_EVENT_FIELDS,
+    ScoresToRedis,
+    model_choosers,
+    score_rows,
+    shadow_rows,
+    worker_model,
+)
 
-#: Spark local property carrying the model version of a micro-batch to its tasks.
+#: Spark local properties carrying the model version of a micro-batch (and the shadow's) to its tasks.
 MODEL_VERSION_PROPERTY = "fraud.model.version"
+SHADOW_VERSION_PROPERTY = "fraud.shadow.version"
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class PipelineConfig:
     tracking_uri: str
     model_check_interval_s: float
     alias: str = CHAMPION
+    #: A second alias scored beside the serving one, to the shadow scores topic (``scoring.job``).
+    shadow_alias: str | None = None
 
     @property
     def topics(self) -> Topics:
@@ -83,8 +93,14 @@ class RowScorer:
         model = worker_model(self.tracking_uri, int(version))
         event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
         others = SinkRows()
-        scored = score_rows(model, event, rows[list(self.feature_columns)], values, self.topics, others)
-        batches = [batch for batch in (scored, others.batch()) if batch is not None]
+        features = rows[list(self.feature_columns)]
+        scored = [score_rows(model, event, features, values, self.topics, others)]
+        shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY) if context is not None else None
+        if shadow:
+            scored.append(
+                shadow_rows(worker_model(self.tracking_uri, int(shadow)), event, features, self.topics)
+            )
+        batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches) if batches else None
 
 
@@ -98,8 +114,12 @@ def start_pipeline(
     """
     register_sink(spark)
     prepare_checkpoint(config.features)
-    chooser = model_chooser(
-        config.tracking_uri, config.alias, config.model_check_interval_s, config.checkpoint
+    chooser, shadow = model_choosers(
+        config.tracking_uri,
+        config.alias,
+        config.shadow_alias,
+        config.model_check_interval_s,
+        config.checkpoint,
     )
     scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
     features = replace(config.features, hook=scorer)
@@ -113,8 +133,10 @@ def start_pipeline(
     sink = replace(feature_sink(features), after_commit=to_redis)
 
     def write_batch(records: DataFrame, batch_id: int) -> None:
-        version = chooser.version_for(batch_id)
-        records.sparkSession.sparkContext.setLocalProperty(MODEL_VERSION_PROPERTY, str(version))
+        context = records.sparkSession.sparkContext
+        context.setLocalProperty(MODEL_VERSION_PROPERTY, str(chooser.version_for(batch_id)))
+        shadow_version = "" if shadow is None else str(shadow.version_for(batch_id))
+        context.setLocalProperty(SHADOW_VERSION_PROPERTY, shadow_version)
         write_micro_batch(records, sink, batch_id)
 
     writer = (

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from contracts.settings import Settings, Topics
 from features.definitions import DEFAULT_PARAMS
@@ -26,6 +27,12 @@ from infra.embedded import StackInfo, temporary_stack
 from ingest.simulator import simulate, write_parquet
 from models.dataset import Dataset, file_dataset
 from tests.support.samples import LABEL_DELAY_MS, SMALL
+
+#: Property-based tests: a fixed budget of examples, the same examples on every run (no flaky CI), no
+#: example database written into the tree. ``HYPOTHESIS_PROFILE=explore`` searches anew, with more.
+hypothesis_settings.register_profile("ci", max_examples=1_000, derandomize=True, database=None, deadline=None)
+hypothesis_settings.register_profile("explore", max_examples=20_000, deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -19,36 +19,12 @@ from rich.table import Table
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
-from fraud.options import PrefixOption
+from fraud.options import PrefixOption, parse_time
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
 from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
-
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_time(text: str, now: datetime | None = None) -> int:
-    """UTC milliseconds of an ISO time (UTC when it has no zone) or of a time relative to now (``-1h``).
-
-    Relative units: s, m, h, d, w.
-    """
-    now = now or datetime.now(UTC)
-    match = _RELATIVE.match(text.strip())
-    if match:
-        moment = now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
-    else:
-        try:
-            moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise typer.BadParameter(
-                f"{text!r} is neither an ISO time (2018-04-01T12:00) nor relative (-30s, -15m, -1h, -2d, -1w)"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _format_ms(ms: int) -> str:

@@ -15,11 +15,15 @@ from fraud.options import (
     DEFAULT_MAX_RECORDS,
     AllowedLatenessOption,
     FeatureDelayOption,
+    FromOption,
     MaxRecordsOption,
+    NamespaceOption,
     OnceOption,
+    ToOption,
     TriggerIntervalOption,
     checkpoint_dir,
     feature_params,
+    time_range,
 )
 from ingest.files import parse_mapping
 
@@ -85,16 +89,25 @@ def run_command(
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
     ] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
+    namespace: NamespaceOption = "",
+    from_time: FromOption = None,
+    to_time: ToOption = None,
 ) -> None:
-    """Run the streaming feature job: transactions and labels in; features to Kafka and Redis."""
+    """Run the streaming feature job: transactions and labels in; features to Kafka and Redis.
+
+    With --from/--to it replays a range of event time (the state starts empty at --from: start the
+    longest window plus the label delay earlier for exact features); --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
     settings = settings_of(ctx)
+    start, end = time_range(from_time, to_time)
     config = jobs.feature_job_config(
         settings,
-        settings.topics,
-        checkpoint_dir(settings, checkpoint, "features"),
+        settings.topics.in_namespace(namespace),
+        checkpoint_dir(settings, checkpoint, "features", namespace),
         feature_params(feature_delay_days, allowed_lateness_s),
         max_records,
+        jobs.Scope(namespace, start, end),
     )
+    once = once or end is not None
     jobs.run_job(settings, config, once, trigger_interval_s)

@@ -75,7 +75,7 @@ def table_batch(settings: Settings, clean: CleanTable, source: str, delay_days: 
     return events_from_table(
         clean,
         source,
-        settings.token_key.get_secret_value().encode(),
+        settings.card_token_key(),
         label_delay_ms(settings, delay_days),
         settings.max_event_bytes,
     )
@@ -169,7 +169,7 @@ def ingest_command(
         batch = events_from_file(
             file,
             parse_mapping(mapping),
-            settings.token_key.get_secret_value().encode(),
+            settings.card_token_key(),
             label_delay_ms(settings, label_delay_days),
             settings.max_event_bytes,
         )

@@ -10,13 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from contracts.errors import ConfigError
 from features.definitions import DEFAULT_PARAMS
 from fraud.console import console, fmt_metric, settings_of
 from fraud.options import FeatureDelayOption, feature_params
 from infra.clients import mlflow_store
 from models.estimators import CLASS_WEIGHTS, FEATURE_SETS, MODEL_KINDS, ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
-from models.registry import ALIASES, MODEL_NAME, list_versions, promote
+from models.registry import ALIASES, CHAMPION, MODEL_NAME, list_versions, promote, promotion_evidence
 
 app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
 
@@ -162,11 +163,22 @@ def promote_command(
     ctx: typer.Context,
     version: Annotated[int, typer.Argument(min=1, help="Version to promote.")],
     alias: Annotated[str, typer.Option(help=f"Alias to move: {' or '.join(ALIASES)}.")] = "champion",
+    force: Annotated[
+        bool, typer.Option("--force", help="Make it the champion without A/B evidence (`fraud ab run`).")
+    ] = False,
 ) -> None:
-    """Point an alias (champion or challenger) at a version; the scoring stage follows the champion."""
+    """Point an alias (champion or challenger) at a version; the scoring stage follows the champion.
+
+    A new champion needs evidence: an A/B comparison (`fraud ab run --promote-if-better`) that found the
+    version better than the champion, or --force."""
     if alias not in ALIASES:
         raise typer.BadParameter(f"--alias must be one of {', '.join(ALIASES)}")
     tracking_uri, _ = mlflow_store(settings_of(ctx))
+    if alias == CHAMPION and not force and promotion_evidence(tracking_uri, version) is None:
+        raise ConfigError(
+            f"no A/B evidence that version {version} beats the champion: run `fraud ab run --challenger "
+            f"{version} --from ... --to ... --promote-if-better average_precision`, or pass --force"
+        )
     previous = promote(tracking_uri, version, alias)
     before = f" (was version {previous})" if previous is not None else ""
     console.print(f"{MODEL_NAME}@{alias} -> version {version}{before}.")

@@ -13,12 +13,17 @@ from fraud.options import (
     AliasOption,
     AllowedLatenessOption,
     FeatureDelayOption,
+    FromOption,
     MaxRecordsOption,
     ModelCheckOption,
+    NamespaceOption,
     OnceOption,
+    ShadowOption,
+    ToOption,
     TriggerIntervalOption,
     checkpoint_dir,
     feature_params,
+    time_range,
 )
 from models.registry import CHAMPION
 
@@ -42,19 +47,29 @@ def run_command(
     checkpoint: Annotated[
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/scoring).")
     ] = None,
+    namespace: NamespaceOption = "",
+    from_time: FromOption = None,
+    to_time: ToOption = None,
+    shadow: ShadowOption = None,
 ) -> None:
-    """Run the streaming scoring job: feature records in; scores, alerts and Redis lookups out."""
+    """Run the streaming scoring job: feature records in; scores, alerts and Redis lookups out.
+
+    In a namespace it reads that namespace's features topic; --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
     settings = settings_of(ctx)
+    start, end = time_range(from_time, to_time)
     config = jobs.scoring_job_config(
         settings,
-        settings.topics,
-        checkpoint_dir(settings, checkpoint, "scoring"),
+        settings.topics.in_namespace(namespace),
+        checkpoint_dir(settings, checkpoint, "scoring", namespace),
         alias,
         model_check_interval_s,
         max_records,
+        jobs.Scope(namespace, start, end),
+        shadow,
     )
+    once = once or end is not None
     jobs.run_job(settings, config, once, trigger_interval_s)
 
 
@@ -71,19 +86,27 @@ def pipeline_command(
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/pipeline).")
     ] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
+    namespace: NamespaceOption = "",
+    from_time: FromOption = None,
+    to_time: ToOption = None,
+    shadow: ShadowOption = None,
 ) -> None:
     """Run features and scoring in one streaming query: transactions and labels in; features, scores,
-    alerts to Kafka and Redis."""
+    alerts to Kafka and Redis. --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
     settings = settings_of(ctx)
+    start, end = time_range(from_time, to_time)
     config = jobs.pipeline_config(
         settings,
-        settings.topics,
-        checkpoint_dir(settings, checkpoint, "pipeline"),
+        settings.topics.in_namespace(namespace),
+        checkpoint_dir(settings, checkpoint, "pipeline", namespace),
         feature_params(feature_delay_days, allowed_lateness_s),
         alias,
         model_check_interval_s,
         max_records,
+        jobs.Scope(namespace, start, end),
+        shadow,
     )
+    once = once or end is not None
     jobs.run_job(settings, config, once, trigger_interval_s)

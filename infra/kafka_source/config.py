@@ -69,7 +69,8 @@ class KafkaSourceConfig:
         kafka_config: librdkafka client settings (connection and security, e.g. ``Clients.kafka_config()``).
         topics: the topics read, together.
         starting_offsets: ``earliest``, ``latest`` or ``time:<epoch ms>`` (:func:`at_time`), for a new query.
-        ending_offsets: bounded reads (``spark.read``) only: ``latest`` or ``time:<epoch ms>`` (exclusive).
+        ending_offsets: where a bounded read (``spark.read``) or an ``availableNow`` run stops: ``latest``
+            (the log's end when it starts) or ``time:<epoch ms>`` (exclusive).
         max_records_per_trigger: admission control, records per micro-batch (None: all available).
         allowed_lateness_ms: disorder within a partition that still counts as on time.
         read_tasks: Spark tasks per micro-batch, each reading its topic-partitions one after another

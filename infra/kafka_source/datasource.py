@@ -145,7 +145,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offsets": offsets, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {name: end for name, (_, end) in self.log_ends().items()}
+        """An ``availableNow`` run reads up to the log's end now, or to ``ending_offsets`` (a replay)."""
+        self._target = self.offsets_at(self.config.ending_offsets, self.log_ends())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.config.max_records_per_trigger

@@ -85,4 +85,18 @@ def test_settings_are_frozen() -> None:
 def test_topic_prefix_isolates_every_topic() -> None:
     topics = Topics().with_prefix("ab-")
     assert topics.all() == [f"ab-{name}" for name in Topics().all()]
-    assert len(set(topics.all())) == 6
+    assert len(set(topics.all())) == 7
+
+
+def test_a_namespace_isolates_the_outputs_and_shares_the_inputs() -> None:
+    live = Topics()
+    replay = live.in_namespace("ab-1")
+    assert (replay.transactions, replay.labels) == (live.transactions, live.labels)
+    assert {
+        replay.features,
+        replay.scores,
+        replay.shadow_scores,
+        replay.alerts,
+        replay.dead_letter,
+    }.isdisjoint(live.all())
+    assert replay.scores == f"ab-1.{live.scores}"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from contracts.errors import ConfigError
 from fraud.cli import app
 from models.registry import CHALLENGER, CHAMPION, list_versions, load_model
 
@@ -66,7 +67,10 @@ def test_train_registers_the_first_champion_then_promote(
 
     listing = _invoke("models", "list")
     assert "champion" in listing
-    _invoke("models", "promote", "2", "--alias", CHAMPION)
+    refused = CliRunner().invoke(app, ["models", "promote", "2", "--alias", CHAMPION])
+    assert isinstance(refused.exception, ConfigError)
+    assert "no A/B evidence that version 2 beats the champion" in str(refused.exception)
+    _invoke("models", "promote", "2", "--alias", CHAMPION, "--force")
     _invoke("models", "promote", "1", "--alias", CHALLENGER)
     assert load_model(tracking_uri).version == 2
     assert load_model(tracking_uri, alias=CHALLENGER).version == 1

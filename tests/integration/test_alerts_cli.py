@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from contracts.records import AlertRecord
 from contracts.settings import Settings
 from fraud.cli import app
-from fraud.commands.alerts import parse_time
 from fraud.console import console, err_console
+from fraud.options import parse_time
 from infra.clients import Clients
 from infra.embedded import free_port
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores

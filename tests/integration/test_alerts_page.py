@@ -6,20 +6,15 @@ within a few polls, then looks a card up with the form and expects its features,
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import uvicorn
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
@@ -30,19 +25,8 @@ from infra.redis_store import card_features_key, set_latest, write_alerts, write
 from scoring.api import create_app
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
-ENSURE_CHROMIUM = Path(__file__).parents[2] / "infra" / "ensure-chromium.sh"
 RETENTION_S = 7 * 86_400
 WAIT_S = 15
-
-
-@pytest.fixture(scope="module")
-def chromium() -> tuple[str, str]:
-    """Paths of Debian's chromium and chromedriver, installed by infra/ensure-chromium.sh if missing."""
-    result = subprocess.run(["bash", str(ENSURE_CHROMIUM)], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, f"cannot provide chromium for the browser test:\n{result.stderr}"
-    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert browser and driver, "ensure-chromium.sh succeeded but chromium/chromedriver are not on PATH"
-    return browser, driver
 
 
 @pytest.fixture
@@ -69,21 +53,6 @@ def server(store: tuple[Any, str]) -> Iterator[str]:
     yield f"http://{HOST}:{port}"
     server.should_exit = True
     thread.join(timeout=10)
-
-
-@pytest.fixture
-def browser(chromium: tuple[str, str]) -> Iterator[WebDriver]:
-    binary, driver_path = chromium
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    # An explicit chromedriver: Selenium Manager never runs, nothing is downloaded.
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def alert_rows(browser: WebDriver) -> list[str]:

@@ -6,14 +6,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from contracts.settings import Settings
+from contracts.settings import DEMO_TOKEN_KEY, Settings
+from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients, topic_counts
 from tests.support.scripts import FRAUD
 
 
-def run_fraud(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+def run_fraud(
+    settings: Settings,
+    *args: str,
+    token_key: str = "a-test-token-key",  # noqa: S107 - a test key
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
     env.update(
+        FRAUD_TOKEN_KEY=token_key,
         FRAUD_HOME=str(settings.home),
         FRAUD_BOOTSTRAP_SERVERS=settings.bootstrap_servers or "",
         FRAUD_REDIS_URL=settings.redis_url or "",
@@ -68,6 +74,15 @@ def test_simulate_to_file_and_kafka_then_ingest_handbook_csv(
     status = run_fraud(settings, "topics", "list")
     assert status.returncode == 0, status.stderr
     assert f"{2 * len(simulated):,}" in status.stdout
+
+
+def test_the_public_demo_token_key_is_refused_with_a_kafka_of_ones_own(
+    settings: Settings, clients: Clients
+) -> None:
+    result = run_fraud(settings, "ingest", str(BAD_EVENTS_FILE), token_key=DEMO_TOKEN_KEY)
+    assert result.returncode == 2
+    assert "FRAUD_TOKEN_KEY is the public demo key" in result.stderr and "Traceback" not in result.stderr
+    assert topic_counts(clients, [settings.topics.transactions])[settings.topics.transactions] == 0
 
 
 def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> None:

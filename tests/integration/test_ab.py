@@ -1,0 +1,276 @@
+"""A/B replays end to end, as a data scientist runs them: the simulator's world in the topics, the feature
+job's records, two registered models of clearly different quality (one trained on shuffled labels), and
+`fraud ab run` over a week of history, in a process of its own. Then the live job's shadow mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
+from features.definitions import DEFAULT_PARAMS, FeatureParams
+from infra.clients import Clients, create_project_topics, read_topic, topic_counts
+from infra.embedded import StackInfo
+from infra.redis_store import RedisTarget
+from ingest.produce import produce_events
+from models.dataset import Dataset
+from models.estimators import ModelSpec, feature_set
+from models.registry import CHALLENGER, CHAMPION, registry_client, resolve_version
+from models.splits import SplitPlan
+from models.tracking import default_artifact_location, log_training
+from models.training import train_and_evaluate
+from scoring.job import ScoringJobConfig, start_scoring_job
+from tests.support.feature_jobs import (
+    MAX_EVENT_BYTES,
+    isolated_clients,
+    job_config,
+    prefix_of,
+    run_once,
+    simulated,
+)
+from tests.support.samples import SMALL
+from tests.support.scripts import FRAUD
+
+#: The week after the models' training period (SplitPlan(2018-04-20): train 7 days, delay 7 days).
+RANGE = ("2018-05-04", "2018-05-11")
+TIMEOUT_S = 600
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    clients: Clients
+    store: str
+    home: Path
+
+    @property
+    def topics(self) -> Topics:
+        return self.clients.settings.topics
+
+
+def register(store: str, dataset: Dataset) -> int:
+    spec = ModelSpec("random_forest", max_depth=6, n_estimators=40)
+    result = train_and_evaluate(
+        dataset, [SplitPlan(dt.date(2018, 4, 20))], spec, feature_set("all", DEFAULT_PARAMS)
+    )
+    logged = log_training(store, result, {}, {}, True, default_artifact_location(store))
+    assert logged.version is not None
+    return logged.version
+
+
+@pytest.fixture(scope="module")
+def world(
+    stack: StackInfo, spark: SparkSession, small_dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
+) -> World:
+    """The topics hold the world and its feature records; v1 (shuffled labels) is the champion, v2 (the
+    real labels) the challenger."""
+    home = tmp_path_factory.mktemp("ab")
+    clients = isolated_clients(stack, home)
+    sim = simulated(SMALL, clients.settings, FeatureParams())
+    produce_events(clients.producer(), clients.settings.topics, sim.events)
+    run_once(spark, job_config(clients, clients.settings.topics, home / "features-checkpoint", 20_000))
+    store = f"sqlite:///{home / 'mlflow.db'}"
+    rows = small_dataset.rows
+    shuffled = small_dataset.labels.assign(
+        tx_id=np.random.default_rng(1).choice(
+            rows["tx_id"].to_numpy(), len(small_dataset.labels), replace=False
+        )
+    )
+    assert register(store, dataclasses.replace(small_dataset, labels=shuffled)) == 1  # first: the champion
+    assert register(store, small_dataset) == 2
+    registry_client(store).set_registered_model_alias("fraud-detector", CHALLENGER, "2")
+    return World(clients, store, home)
+
+
+def fraud(
+    world: World, *args: str, topics: Topics | None = None, code: int = 0
+) -> subprocess.CompletedProcess[str]:
+    settings = world.clients.settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    env |= {
+        "FRAUD_HOME": str(world.home),
+        "FRAUD_BOOTSTRAP_SERVERS": str(settings.bootstrap_servers),
+        "FRAUD_REDIS_URL": str(settings.redis_url),
+        "FRAUD_MLFLOW_TRACKING_URI": world.store,
+        "FRAUD_PARTITIONS": str(settings.partitions),
+        "COLUMNS": "200",
+        **{
+            f"FRAUD_TOPICS__{role.upper()}": name
+            for role, name in (topics or world.topics).model_dump().items()
+        },
+    }
+    result = subprocess.run(
+        [FRAUD, *args],
+        env=env,
+        cwd=world.home,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == code, (
+        f"fraud {' '.join(args)}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    )
+    return result
+
+
+def ab(world: World, *args: str, topics: Topics | None = None) -> dict[str, Any]:
+    result = fraud(world, "ab", "run", "--from", RANGE[0], "--to", RANGE[1], "--json", *args, topics=topics)
+    return dict(json.loads(result.stdout))
+
+
+def numbers(document: dict[str, Any]) -> dict[str, Any]:
+    """The comparison's figures, without what names the run."""
+    return {
+        k: v for k, v in document.items() if k not in ("run_id", "report", "decision", "reason", "promoted")
+    }
+
+
+def snapshot(world: World) -> tuple[Any, ...]:
+    """What a replay must not touch: the live topics' records, the live Redis keys, the checkpoints."""
+    client = redis.Redis.from_url(str(world.clients.settings.redis_url))
+    keys = sorted(client.scan_iter(match=f"{prefix_of(world.topics)}*"))
+    values = [client.dump(key) for key in keys]
+    checkpoints = sorted(
+        (str(path), path.stat().st_mtime_ns) for path in (world.home / "features-checkpoint").rglob("*")
+    )
+    return topic_counts(world.clients, world.topics.all()), keys, values, checkpoints
+
+
+def scoring_run(spark: SparkSession, world: World, name: str, shadow: str | None) -> Topics:
+    """The scoring job once over the world's features, writing its own outputs (``name``)."""
+    outputs = world.topics.model_copy(
+        update={
+            role: f"{getattr(world.topics, role)}-{name}"
+            for role in ("scores", "shadow_scores", "alerts", "dead_letter")
+        }
+    )
+    create_project_topics(world.clients.admin(), world.clients.settings, outputs)
+    config = ScoringJobConfig(
+        kafka_config=world.clients.kafka_config(),
+        topics=outputs,
+        checkpoint=world.home / f"scoring-{name}",
+        redis=RedisTarget(str(world.clients.settings.redis_url), f"{name}:", DEFAULT_RETENTION_S),
+        tracking_uri=world.store,
+        max_event_bytes=MAX_EVENT_BYTES,
+        model_check_interval_s=DEFAULT_MODEL_CHECK_INTERVAL_S,
+        max_records_per_trigger=20_000,
+        shadow_alias=shadow,
+    )
+    query = start_scoring_job(spark, config, once=True)
+    try:
+        assert query.awaitTermination(TIMEOUT_S), "the scoring job did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    return outputs
+
+
+def records(world: World, topic: str) -> dict[int, dict[str, Any]]:
+    return {r["tx_id"]: r for r in (orjson.loads(m.value() or b"") for m in read_topic(world.clients, topic))}
+
+
+def test_shadow_scores_every_transaction_raises_no_alert_and_changes_no_live_output(
+    spark: SparkSession, world: World
+) -> None:
+    """The scoring job with --shadow challenger beside one without: the same scores and alerts; a shadow
+    score of v2 for every transaction, never an alert of v2. Then `fraud ab run --shadow` reports on them."""
+    plain = scoring_run(spark, world, "plain", None)
+    shadowed = scoring_run(spark, world, "shadowed", CHALLENGER)
+
+    def same(left: dict[int, dict[str, Any]], right: dict[int, dict[str, Any]]) -> None:
+        """Equal but for the scoring time, and the last bits of a score: a random forest sums its trees'
+        probabilities in threads, in whatever order they finish."""
+        assert left.keys() == right.keys()
+        for tx, record in left.items():
+            other = right[tx]
+            assert record["score"] == pytest.approx(other["score"], rel=1e-12, abs=1e-15)
+            drop = ("scored_at_ms", "score")
+            assert {k: v for k, v in record.items() if k not in drop} == {
+                k: v for k, v in other.items() if k not in drop
+            }
+
+    scores = records(world, shadowed.scores)
+    same(scores, records(world, plain.scores))
+    same(records(world, shadowed.alerts), records(world, plain.alerts))
+    shadow = records(world, shadowed.shadow_scores)
+    assert shadow.keys() == scores.keys() and len(scores) > 10_000
+    assert {r["model_version"] for r in shadow.values()} == {2}
+    assert {r["model_version"] for r in records(world, shadowed.alerts).values()} == {1}
+
+    report = ab(world, "--shadow", "--report", str(world.home / "shadow.html"), topics=shadowed)
+    assert (report["champion_version"], report["challenger_version"]) == (1, 2)
+    assert report["rows"] > 1_000
+
+
+def test_ab_ranks_the_models_reproducibly_and_leaves_the_live_pipeline_alone(world: World) -> None:
+    before = snapshot(world)
+    first = ab(world, "--champion", "1", "--challenger", "2", "--report", str(world.home / "ab.html"))
+    second = ab(world, "--champion", "champion", "--challenger", "models:/fraud-detector/2")
+    assert numbers(first) == numbers(second), "the same command twice gives the same numbers"
+    assert snapshot(world) == before, "a replay touched live topics, Redis keys or checkpoints"
+    for metric in ("roc_auc", "average_precision"):
+        diff = first["differences"][metric]
+        assert diff["diff"] > 0, diff
+        assert diff["ci_days"]["low"] > 0 and diff["ci_cards"]["low"] > 0, (
+            f"{metric}: an interval includes zero: {diff}"
+        )
+
+
+def test_features_recomputed_from_the_transactions_judge_the_same(world: World) -> None:
+    """The batch path of the feature definitions over the transactions topic gives the features the feature
+    job wrote: the same transactions, frauds and figures as the replay of the features topic."""
+    topic = ab(world, "--champion", "1", "--challenger", "2", "--features", "topic")
+    recomputed = ab(world, "--champion", "1", "--challenger", "2", "--features", "recompute")
+    assert (recomputed["rows"], recomputed["frauds"], recomputed["days"]) == (
+        topic["rows"],
+        topic["frauds"],
+        topic["days"],
+    )
+    for metric, diff in topic["differences"].items():
+        for side in ("a", "b", "diff"):
+            assert recomputed["differences"][metric][side] == pytest.approx(
+                diff[side], rel=1e-9, abs=1e-12
+            ), (
+                metric,
+                side,
+            )
+
+
+def test_the_gate_promotes_only_the_better_model(world: World) -> None:
+    worse = ab(world, "--champion", "2", "--challenger", "1", "--promote-if-better", "average_precision")
+    assert worse["decision"] is False and worse["promoted"] is False
+    assert resolve_version(world.store, CHAMPION) == 1
+    refused = fraud(world, "models", "promote", "1", code=2)
+    assert "no A/B evidence that version 1 beats the champion" in refused.stderr
+
+    better = ab(world, "--champion", "1", "--challenger", "2", "--promote-if-better", "average_precision")
+    assert better["decision"] is True and better["promoted"] is True
+    assert resolve_version(world.store, CHAMPION) == 2
+    tags = registry_client(world.store).get_model_version("fraud-detector", "2").tags
+    assert tags["fraud.ab.decision"] == "promote" and tags["fraud.ab.run_id"] == better["run_id"]
+    fraud(world, "models", "promote", "1", "--force")  # without evidence, on purpose
+    assert resolve_version(world.store, CHAMPION) == 1
+
+
+def test_the_report_renders_its_plots_in_chromium(world: World, browser: WebDriver) -> None:
+    report = world.home / "ab.html"
+    assert report.exists(), "the ranking test writes the report"
+    browser.get(report.as_uri())
+    sizes = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);"
+    )
+    assert len(sizes) == 4
+    assert all(done and width > 100 and height > 100 for done, width, height in sizes), sizes
+    assert "average_precision" in browser.page_source
