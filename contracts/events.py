@@ -26,6 +26,9 @@ SCHEMA_VERSION: Literal[1] = 1
 #: Event times outside this range (2000-01-01 .. 2100-01-01 UTC) are absurd, not transactions.
 MIN_EVENT_TIME_MS = 946_684_800_000
 MAX_EVENT_TIME_MS = 4_102_444_800_000
+#: How far an event time may run ahead of the clock that stamped it (ingest's wall clock, or the Kafka
+#: timestamp a producer gave the record) before the event is dead-lettered as ``future_event_time``.
+DEFAULT_MAX_CLOCK_SKEW_MS = 5 * 60 * 1000
 #: Larger amounts are absurd for a card transaction and are dead-lettered.
 MAX_AMOUNT = 1_000_000.0
 #: Card tokens are the first 32 hex digits of a keyed hash (see ``ingest.tokens``).
@@ -85,6 +88,15 @@ class Reason(StrEnum):
     OVERSIZED = "oversized"
     #: A valid feature record the model could not score (a value out of the model's range, say).
     UNSCORABLE = "unscorable"
+    #: An event time further ahead of the clock than the allowed skew: it would move the event-time
+    #: frontier and make every later event of its cards late.
+    FUTURE_EVENT_TIME = "future_event_time"
+
+
+def future_detail(event_time_ms: int, clock_ms: int, clock: str) -> str:
+    """The detail of a ``future_event_time`` dead letter."""
+    ahead_s = (event_time_ms - clock_ms) / 1000
+    return f"event_time_ms {event_time_ms} is {ahead_s:,.0f} s ahead of {clock} ({clock_ms})"
 
 
 class DeadLetter(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.errors import ConfigError
+from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS
 
 ENV_PREFIX = "FRAUD_"
 NESTED_DELIMITER = "__"
@@ -138,6 +139,11 @@ class Settings(BaseSettings):
     # Events.
     label_delay_days: float = Field(7.0, gt=0, le=7, description="Days until a fraud label becomes known.")
     max_event_bytes: int = Field(16_384, ge=256, le=900_000, description="Larger records are dead-lettered.")
+    max_clock_skew_s: float = Field(
+        DEFAULT_MAX_CLOCK_SKEW_MS / 1000,
+        ge=0,
+        description="Events dated further ahead of the clock than this are dead-lettered (future_event_time).",
+    )
     token_key: SecretStr = Field(
         SecretStr(DEMO_TOKEN_KEY),
         description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",

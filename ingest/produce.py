@@ -35,7 +35,7 @@ from contracts.settings import Topics
 from ingest.deadletter import DeadLetterSummary
 from ingest.files import JSONL_SUFFIXES, CleanTable, clean_table, read_jsonl, read_table
 from ingest.tokens import tokenise
-from ingest.validation import parse_transaction
+from ingest.validation import Clock, parse_transaction
 
 C = TxColumns
 DAY_MS = 86_400_000
@@ -112,9 +112,16 @@ def _json_rows(frame: pd.DataFrame, tokens: pd.Series) -> Iterator[bytes]:
 
 
 def events_from_table(
-    clean: CleanTable, source: str, token_key: bytes, label_delay_ms: int, max_bytes: int
+    clean: CleanTable,
+    source: str,
+    token_key: bytes,
+    label_delay_ms: int,
+    max_bytes: int,
+    clock: Clock | None = None,
 ) -> EventBatch:
-    """Tokenise, build and validate the events of a clean table; labels for rows flagged as fraud."""
+    """Tokenise, build and validate the events of a clean table; labels for rows flagged as fraud.
+
+    With a ``clock``, events dated too far ahead of it are dead letters (``future_event_time``)."""
     batch = EventBatch(dead_letters=list(clean.dead_letters))
     frame = clean.frame
     tokens = tokenise(frame[C.CARD_ID], token_key)
@@ -122,7 +129,7 @@ def events_from_table(
     rows = frame["source_row"].tolist()
     for position, (raw, flag, row) in enumerate(zip(_json_rows(frame, tokens), flags, rows, strict=True)):
         where = f"{source}:row {row}"
-        parsed = parse_transaction(raw, where, max_bytes)
+        parsed = parse_transaction(raw, where, max_bytes, clock)
         if isinstance(parsed, DeadLetter):
             batch.dead_letters.append(parsed)
         elif flag not in (0, 1):
@@ -139,11 +146,11 @@ def events_from_table(
     return batch
 
 
-def events_from_jsonl(path: Path, max_bytes: int) -> EventBatch:
+def events_from_jsonl(path: Path, max_bytes: int, clock: Clock | None = None) -> EventBatch:
     """Validate each line of a JSON-lines file of transaction events (already tokenised wire format)."""
     batch = EventBatch()
     for line_number, raw in read_jsonl(path):
-        parsed = parse_transaction(raw, f"file:{path}:line {line_number}", max_bytes)
+        parsed = parse_transaction(raw, f"file:{path}:line {line_number}", max_bytes, clock)
         if isinstance(parsed, DeadLetter):
             batch.dead_letters.append(parsed)
         else:
@@ -152,14 +159,19 @@ def events_from_jsonl(path: Path, max_bytes: int) -> EventBatch:
 
 
 def events_from_file(
-    path: Path, mapping: dict[str, str], token_key: bytes, label_delay_ms: int, max_bytes: int
+    path: Path,
+    mapping: dict[str, str],
+    token_key: bytes,
+    label_delay_ms: int,
+    max_bytes: int,
+    clock: Clock | None = None,
 ) -> EventBatch:
-    """Events of a CSV, Parquet or JSON-lines file."""
+    """Events of a CSV, Parquet or JSON-lines file (checked against ``clock``, if given)."""
     if path.suffix.lower() in JSONL_SUFFIXES:
-        return events_from_jsonl(path, max_bytes)
+        return events_from_jsonl(path, max_bytes, clock)
     source = f"file:{path}"
     return events_from_table(
-        clean_table(read_table(path, mapping), source), source, token_key, label_delay_ms, max_bytes
+        clean_table(read_table(path, mapping), source), source, token_key, label_delay_ms, max_bytes, clock
     )
 
 

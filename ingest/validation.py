@@ -6,11 +6,20 @@ stream jobs, so a record is judged the same wherever it enters.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from contracts.events import DeadLetter, LabelEvent, Reason, TransactionEvent
+from contracts.events import (
+    DEFAULT_MAX_CLOCK_SKEW_MS,
+    DeadLetter,
+    LabelEvent,
+    Reason,
+    TransactionEvent,
+    future_detail,
+)
 
 EventT = TypeVar("EventT", bound=BaseModel)
 
@@ -72,9 +81,35 @@ def parse_event(
         )
 
 
-def parse_transaction(raw: bytes, source: str, max_bytes: int) -> TransactionEvent | DeadLetter:
-    """A transaction event, or the reason it is not one."""
-    return parse_event(TransactionEvent, raw, source, max_bytes)
+def parse_transaction(
+    raw: bytes, source: str, max_bytes: int, clock: Clock | None = None
+) -> TransactionEvent | DeadLetter:
+    """A transaction event, or the reason it is not one; with a ``clock``, an event dated further ahead
+    of it than its skew is a ``future_event_time`` dead letter."""
+    event = parse_event(TransactionEvent, raw, source, max_bytes)
+    if clock is not None and isinstance(event, TransactionEvent) and clock.too_far_ahead(event.event_time_ms):
+        return DeadLetter(
+            raw=raw,
+            source=source,
+            reason=Reason.FUTURE_EVENT_TIME,
+            detail=future_detail(event.event_time_ms, clock.now_ms, "the clock of ingest"),
+        )
+    return event
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The time events are checked against (ingest's wall clock when it starts) and the skew allowed."""
+
+    now_ms: int
+    max_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS
+
+    @classmethod
+    def wall(cls, max_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS) -> Clock:
+        return cls(time.time_ns() // 1_000_000, max_skew_ms)
+
+    def too_far_ahead(self, event_time_ms: int) -> bool:
+        return event_time_ms > self.now_ms + self.max_skew_ms
 
 
 def parse_label(raw: bytes, source: str, max_bytes: int) -> LabelEvent | DeadLetter:

@@ -15,6 +15,7 @@ from infra.clients import Clients, create_project_topics
 from ingest.files import CleanTable, clean_table, parse_mapping
 from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet
+from ingest.validation import Clock
 
 DAY_MS = 86_400_000
 
@@ -162,7 +163,8 @@ def ingest_command(
 
     Card numbers are tokenised with a keyed hash; records are keyed by card token with the event time as
     the Kafka timestamp; each fraud becomes a label known one label delay later. Invalid rows go to the
-    dead-letter topic with the reason.
+    dead-letter topic with the reason, as do events dated further ahead of now than
+    FRAUD_MAX_CLOCK_SKEW_S.
     """
     settings = settings_of(ctx)
     with console.status(f"Reading and validating {file}..."):
@@ -172,5 +174,6 @@ def ingest_command(
             settings.card_token_key(),
             label_delay_ms(settings, label_delay_days),
             settings.max_event_bytes,
+            Clock.wall(round(settings.max_clock_skew_s * 1000)),
         )
     produce_batch(settings, batch, speedup)

@@ -3,7 +3,7 @@ import pytest
 
 from contracts.events import DeadLetter, Reason, TransactionEvent
 from contracts.privacy import mask_card_numbers_bytes
-from ingest.validation import parse_label, parse_transaction
+from ingest.validation import Clock, parse_label, parse_transaction
 from tests.support.samples import GOOD, TOKEN
 
 
@@ -92,3 +92,17 @@ def test_label_validation_uses_its_own_schema() -> None:
     bad = parse_label(orjson.dumps({**label, "is_fraud": "yes"}), "t", 1000)
     assert isinstance(bad, DeadLetter)
     assert bad.reason == Reason.WRONG_TYPE
+
+
+def test_an_event_dated_ahead_of_the_clock_is_a_future_event_time_dead_letter() -> None:
+    now = GOOD["event_time_ms"]
+    clock = Clock(now, max_skew_ms=60_000)
+    ahead = parse_transaction(with_(event_time_ms=now + 60_001), "test", 16_384, clock)
+    assert isinstance(ahead, DeadLetter) and ahead.reason == Reason.FUTURE_EVENT_TIME
+    assert "60 s ahead of the clock of ingest" in ahead.detail
+    assert isinstance(
+        parse_transaction(with_(event_time_ms=now + 60_000), "test", 16_384, clock), TransactionEvent
+    )
+    year_2099 = with_(event_time_ms=4_070_908_800_000)
+    assert isinstance(parse_transaction(year_2099, "test", 16_384), TransactionEvent), "no clock: no check"
+    assert parse_transaction(year_2099, "test", 16_384, Clock.wall()).reason == Reason.FUTURE_EVENT_TIME  # type: ignore[union-attr]

@@ -4,11 +4,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import orjson
 import pandas as pd
 
+from contracts.events import Reason, from_message
 from contracts.settings import DEMO_TOKEN_KEY, Settings
 from fraud.demo import BAD_EVENTS_FILE
-from infra.clients import Clients, topic_counts
+from infra.clients import Clients, read_topic, topic_counts
+from tests.support.samples import GOOD as TX
 from tests.support.scripts import FRAUD
 
 
@@ -83,6 +86,28 @@ def test_the_public_demo_token_key_is_refused_with_a_kafka_of_ones_own(
     assert result.returncode == 2
     assert "FRAUD_TOKEN_KEY is the public demo key" in result.stderr and "Traceback" not in result.stderr
     assert topic_counts(clients, [settings.topics.transactions])[settings.topics.transactions] == 0
+
+
+def test_an_event_dated_in_2099_is_dead_lettered_and_its_neighbours_are_kept(
+    settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    lines = [
+        orjson.dumps({**TX, "tx_id": tx_id, "event_time_ms": TX["event_time_ms"] + tx_id * 1000})
+        for tx_id in (1, 2, 3)
+    ]
+    lines.insert(1, orjson.dumps({**TX, "tx_id": 99, "event_time_ms": 4_070_908_800_000}))  # 2099-01-01
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(lines) + b"\n")
+    result = run_fraud(settings, "ingest", str(events))
+    assert result.returncode == 0, result.stderr
+    tx_ids = sorted(
+        orjson.loads(m.value() or b"")["tx_id"] for m in read_topic(clients, settings.topics.transactions)
+    )
+    assert tx_ids == [1, 2, 3]
+    letters = [from_message(m) for m in read_topic(clients, settings.topics.dead_letter)]
+    assert [(letter.reason, orjson.loads(letter.raw)["tx_id"]) for letter in letters] == [
+        (Reason.FUTURE_EVENT_TIME, 99)
+    ]
 
 
 def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> None:
