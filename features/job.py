@@ -228,24 +228,21 @@ class LatestFeaturesToRedis:
             known = latest.get(record[C.CARD_ID])
             if known is None or order > (known[EVENT_TIME_MS], known[C.TX_ID]):
                 latest[record[C.CARD_ID]] = record
-        set_latest(
-            self.redis.client(),
+        rows = [
             (
-                (
-                    card_features_key(card, self.redis.prefix),
-                    record[EVENT_TIME_MS],
-                    record[C.TX_ID],
-                    {
-                        C.TERMINAL_ID: record[C.TERMINAL_ID],
-                        C.AMOUNT: record[C.AMOUNT],
-                        LATE: int(record["late"]),
-                        **record["features"],
-                    },
-                )
-                for card, record in latest.items()
-            ),
-            self.redis.retention_s,
-        )
+                card_features_key(card, self.redis.prefix),
+                record[EVENT_TIME_MS],
+                record[C.TX_ID],
+                {
+                    C.TERMINAL_ID: record[C.TERMINAL_ID],
+                    C.AMOUNT: record[C.AMOUNT],
+                    LATE: int(record["late"]),
+                    **record["features"],
+                },
+            )
+            for card, record in latest.items()
+        ]
+        self.redis.write(lambda client: set_latest(client, rows, self.redis.retention_s))
 
 
 def prepare_checkpoint(config: FeatureJobConfig) -> None:

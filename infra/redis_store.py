@@ -12,14 +12,17 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel
 
 from contracts.records import AlertRecord, ScoreRecord
+from infra.retry import wait_out
+
+T = TypeVar("T")
 
 #: Sets each hash to its fields unless it holds a newer record; records are ordered by (event_time_ms,
 #: tx_id). KEYS = the hashes; ARGV = ttl_s, then per key: event_time_ms, tx_id, the number of field and
@@ -61,8 +64,31 @@ class RedisTarget:
         """This process's client of the server (Spark workers reuse it across micro-batches)."""
         return client_for(self.url)
 
+    def write(self, operation: Callable[[Any], T]) -> T:
+        """``operation(client)``, waiting out a Redis outage (a restart, a failover, a network cut): the
+        writes are idempotent and must not be lost, so they are retried until Redis answers."""
+        import redis
+
+        return wait_out(
+            lambda: operation(self.client()),
+            f"Redis at {redact_url(self.url)}",
+            (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
+        )
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the password it may carry (``redis://user:secret@host``)."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"
+
 
 _CLIENTS: dict[str, Any] = {}
+#: Seconds a Redis call may wait for the server before it counts as away.
+SOCKET_TIMEOUT_S = 5.0
 
 
 def client_for(url: str) -> Any:
@@ -70,7 +96,11 @@ def client_for(url: str) -> Any:
     import redis
 
     if url not in _CLIENTS:
-        _CLIENTS[url] = redis.Redis.from_url(url)
+        # Timeouts, so that a server that stops answering (paused, cut off) is an error to wait out
+        # (RedisTarget.write) rather than a write blocked forever.
+        _CLIENTS[url] = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+        )
     return _CLIENTS[url]
 
 

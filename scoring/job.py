@@ -496,12 +496,12 @@ class ScoresToRedis:
             )
             if topic == self.alerts_topic
         ]
-        client, prefix, retention_s = self.redis.client(), self.redis.prefix, self.redis.retention_s
+        prefix, retention_s = self.redis.prefix, self.redis.retention_s
         if alerts:
-            write_alerts(client, alerts, prefix, retention_s)
+            self.redis.write(lambda client: write_alerts(client, alerts, prefix, retention_s))
         # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
-        newest = newest_per_key(batches, self.scores_topic)
-        write_scores(client, [ScoreRecord.model_validate_json(v) for v in newest], prefix, retention_s)
+        scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, self.scores_topic)]
+        self.redis.write(lambda client: write_scores(client, scores, prefix, retention_s))
 
 
 # --- The query -------------------------------------------------------------------------------------------

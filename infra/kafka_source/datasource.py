@@ -53,7 +53,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from contracts.errors import NotFoundError
+from contracts.errors import NotFoundError, ServiceUnavailableError
 from infra.clients import cluster_metadata, first_offsets, log_bounds
 from infra.kafka_source.config import EARLIEST, KafkaSourceConfig, time_of
 from infra.kafka_source.planner import (
@@ -69,6 +69,7 @@ from infra.kafka_source.planner import (
 )
 from infra.kafka_source.reader import read_group
 from infra.kafka_source.splits import NO_FRONTIER, Split, group_splits, parse_tp, tp_name
+from infra.retry import wait_out
 from infra.spark_config import config_from, config_options
 
 if TYPE_CHECKING:
@@ -159,7 +160,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_continuity(begin, self.log_ends())
             self._tail = Tail(planner_consumer(self.config.kafka_config))
         known = set(begin) | set(self._tail.end)
-        added = [tp for tp in self._partitions() if tp_name(*tp) not in known]
+        # A running query waits a broker outage out (the checks at its start fail fast instead).
+        partitions = wait_out(self._partitions, "Kafka", (ServiceUnavailableError,))
+        added = [tp for tp in partitions if tp_name(*tp) not in known]
         if added:  # partitions added since the query started: from their first record
             consumer = self._driver_consumer()
             lows = []

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import cloudpickle
 
+from infra.embedded import HOST, Service, valkey_binary
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_sink.datasource import (
     FraudKafkaSink,
@@ -175,3 +176,44 @@ def kill_tree(job: subprocess.Popen[bytes]) -> None:
     while any(_alive(pid) for pid in tree):
         assert time.monotonic() < deadline, "killed processes did not exit"
         time.sleep(0.1)
+
+
+# --- outages of the services: pause the broker, restart Redis -------------------------------------------
+
+
+def pause(pid: int, seconds: float) -> None:
+    """SIGSTOP the process (a broker: it stops answering, its connections stay open) for ``seconds``."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def stop_redis(redis_service: Service) -> None:
+    """Shut the embedded Valkey down, saving its data first (as a persistent Redis keeps it)."""
+    import redis
+
+    redis.Redis(host=HOST, port=redis_service.port).shutdown(save=True)
+    deadline = time.monotonic() + 30
+    while _alive(redis_service.pid):
+        assert time.monotonic() < deadline, "Valkey did not shut down"
+        time.sleep(0.05)
+
+
+def start_redis(redis_service: Service, data_dir: Path) -> subprocess.Popen[bytes]:
+    """Start Valkey again on the port and data of ``redis_service``; the caller stops the new process."""
+    import redis
+
+    args = ["--port", str(redis_service.port), "--bind", HOST, "--dir", str(data_dir), "--appendonly", "no"]
+    process = subprocess.Popen(
+        [str(valkey_binary()), *args], stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if redis.Redis(host=HOST, port=redis_service.port, socket_timeout=1).ping():
+                return process
+        except redis.RedisError:
+            assert time.monotonic() < deadline, "Valkey did not start again"
+            time.sleep(0.05)

@@ -1,0 +1,49 @@
+"""Waiting out an outage (pure logic, with a fake clock) and keeping passwords out of what is logged."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from infra.redis_store import redact_url
+from infra.retry import Backoff, wait_out
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    assert [Backoff(0.1, 1.0).wait_s(n) for n in range(1, 7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+
+
+def test_a_call_is_retried_while_the_service_is_away_with_one_line_per_outage_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outcomes: list[object] = [ConnectionError("refused")] * 5 + ["done"]
+    waits: list[float] = []
+
+    def call() -> object:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    with caplog.at_level(logging.INFO, logger="infra.retry"):
+        assert wait_out(call, "Redis at x", (ConnectionError,), Backoff(1.0, 4.0), waits.append) == "done"
+    assert waits == [1.0, 2.0, 4.0, 4.0, 4.0]
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("Redis at x unreachable (ConnectionError: refused)")
+    assert "answers again" in lines[1] and "5 failed attempts" in lines[1]
+
+
+def test_other_errors_are_not_retried() -> None:
+    def call() -> None:
+        raise ValueError("a bug, not an outage")
+
+    with pytest.raises(ValueError, match="a bug"):
+        wait_out(call, "Redis", (ConnectionError,), sleep=lambda s: None)
+
+
+def test_passwords_are_kept_out_of_urls_that_are_logged() -> None:
+    assert redact_url("redis://default:hunter2@cache:6379/0") == "redis://default:***@cache:6379/0"
+    assert redact_url("rediss://:hunter2@cache:6380") == "rediss://***@cache:6380"
+    assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
