@@ -164,6 +164,15 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address `fraud serve` listens on.")
     api_port: int = Field(8000, ge=1, le=65_535, description="Port `fraud serve` listens on.")
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "
+        "an address other than loopback.",
+    )
+
+    def bearer_token(self) -> str | None:
+        """The API's bearer token (``api_token``), if one is set."""
+        return None if self.api_token is None else self.api_token.get_secret_value()
 
     def card_token_key(self) -> bytes:
         """The key that tokenises card numbers. The public demo key only with the embedded stack: with a

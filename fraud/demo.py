@@ -210,7 +210,10 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     speedup = rate * span_s / max(1, len(live))
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(clients.redis()), host=settings.api_host, port=settings.api_port, log_level="warning"
+            create_app(clients.redis(), token=settings.bearer_token()),
+            host=settings.api_host,
+            port=settings.api_port,
+            log_level="warning",
         )
     )
     threading.Thread(target=server.run, name="alerts-page", daemon=True).start()

@@ -8,11 +8,13 @@ so a re-run of a micro-batch never shows an alert twice.
 
 from __future__ import annotations
 
+import secrets
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Path, Query
+from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from contracts.events import CARD_TOKEN_PATTERN
@@ -49,11 +51,25 @@ class Health(BaseModel):
     redis: bool
 
 
-def create_app(redis: Any, prefix: str = "") -> FastAPI:
+def create_app(redis: Any, prefix: str = "", token: str | None = None) -> FastAPI:
     """The API and page over the Redis store behind this redis-py client.
 
-    ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix).
+    ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix). With a
+    ``token``, every data endpoint requires ``Authorization: Bearer <token>`` (401 otherwise); the page
+    itself holds no data and sends the token it is given in its URL fragment (``/#token=...``);
+    ``/healthz`` stays open.
     """
+    bearer = HTTPBearer(auto_error=False, description="FRAUD_API_TOKEN, when the server has one.")
+
+    # The default-value form: the dependency is a local name, which string annotations cannot reach.
+    def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if token is None:
+            return
+        given = "" if credentials is None else credentials.credentials
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+
+    guarded = [Depends(authorised)]
     app = FastAPI(
         title="kappa-fraud alerts",
         description="Alerts, scores and latest features of cards, from the Redis lookup store.",
@@ -70,11 +86,11 @@ def create_app(redis: Any, prefix: str = "") -> FastAPI:
         """Liveness and Redis reachability (503 when Redis does not answer)."""
         try:
             redis.ping()
-        except Exception as exc:  # any connection error means unhealthy
-            raise HTTPException(503, f"redis unreachable: {exc}") from exc
+        except Exception:  # any connection error means unhealthy; what it says stays in the server
+            raise HTTPException(503, "redis unreachable") from None
         return Health(status="ok", redis=True)
 
-    @app.get("/alerts/recent", response_model=list[AlertRecord], tags=["alerts"])
+    @app.get("/alerts/recent", response_model=list[AlertRecord], tags=["alerts"], dependencies=guarded)
     def alerts_recent(
         limit: Limit = 50,
         after_ms: Annotated[
@@ -86,6 +102,7 @@ def create_app(redis: Any, prefix: str = "") -> FastAPI:
 
     @app.get(
         "/alerts/{tx_id}",
+        dependencies=guarded,
         response_model=AlertRecord,
         tags=["alerts"],
         responses={404: {"description": "No alert for this transaction"}},
@@ -99,6 +116,7 @@ def create_app(redis: Any, prefix: str = "") -> FastAPI:
 
     @app.get(
         "/cards/{card_id}",
+        dependencies=guarded,
         response_model=CardSummary,
         tags=["cards"],
         responses={404: {"description": "Nothing stored for this card"}},
@@ -112,6 +130,7 @@ def create_app(redis: Any, prefix: str = "") -> FastAPI:
 
     @app.get(
         "/cards/{card_id}/alerts",
+        dependencies=guarded,
         response_model=list[AlertRecord],
         tags=["cards"],
         responses={404: {"description": "Nothing stored for this card"}},

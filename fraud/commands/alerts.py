@@ -6,6 +6,7 @@ manages (no consumer group: joining one takes ~25 s on the embedded broker); the
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from confluent_kafka import Message, TopicPartition
 from pydantic import ValidationError
 from rich.table import Table
 
+from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
@@ -210,6 +212,16 @@ def card_command(
     console.print(_alerts_table(summary["alerts"], f"Alerts: {len(summary['alerts'])} shown"))
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is only reachable from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any address
+
+
 def serve_command(
     ctx: typer.Context,
     host: Annotated[
@@ -224,7 +236,14 @@ def serve_command(
     import uvicorn
 
     settings = settings_of(ctx)
-    app_ = create_app(Clients.from_settings(settings).redis(), prefix)
     host, port = host or settings.api_host, port or settings.api_port
-    console.print(f"Live alerts page: http://{host}:{port}/   API docs: http://{host}:{port}/docs")
+    token = settings.bearer_token()
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"--host {host} serves the alerts beyond this machine: set FRAUD_API_TOKEN (clients then send "
+            "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
+        )
+    app_ = create_app(Clients.from_settings(settings).redis(), prefix, token)
+    page = f"http://{host}:{port}/" + ("#token=<FRAUD_API_TOKEN>" if token else "")
+    console.print(f"Live alerts page: {page}   API docs: http://{host}:{port}/docs")
     uvicorn.run(app_, host=host, port=port, log_level="warning")

@@ -34,6 +34,7 @@ CASES = {
     "mistyped setting": ({"FRAUD_PARTITONS": "4"}, ["topics", "list"], 2, "FRAUD_PARTITONS"),
     "unknown choice": ({"FRAUD_SECURITY_PROTOCOL": "TLS"}, ["status"], 2, "FRAUD_SECURITY_PROTOCOL"),
     "port out of range": ({}, ["serve", "--port", "99999"], 2, "--port"),
+    "public address without a token": ({}, ["serve", "--host", "0.0.0.0"], 2, "set FRAUD_API_TOKEN"),  # noqa: S104
     "unknown command": ({}, ["nosuch"], 2, "nosuch"),
     "no stack, nothing set": ({}, ["topics", "list"], 3, "fraud up"),
     "unreachable Kafka": (unreachable_services(), ["topics", "list"], 3, "Kafka did not answer"),

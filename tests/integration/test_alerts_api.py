@@ -62,6 +62,22 @@ def test_healthz_reports_an_unreachable_redis() -> None:
     )
     response = TestClient(create_app(dead)).get("/healthz")
     assert response.status_code == 503
+    assert response.json() == {"detail": "redis unreachable"}, "what the error says stays in the server"
+
+
+def test_with_a_token_every_data_endpoint_requires_it(store: tuple[Any, str]) -> None:
+    client, prefix = store
+    api = TestClient(create_app(client, prefix, token="s3cret-token"))  # noqa: S106 - a test token
+    paths = ["/alerts/recent", "/alerts/1", f"/cards/{CARD_A}", f"/cards/{CARD_A}/alerts"]
+    for path in paths:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+            response = api.get(path, headers=headers)
+            assert response.status_code == 401, (path, headers)
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+        assert api.get(path, headers={"Authorization": "Bearer s3cret-token"}).status_code == 200, path
+    assert api.get("/healthz").status_code == 200
+    assert api.get("/").status_code == 200, "the page holds no data: it sends the token it is given"
+    assert "s3cret-token" not in api.get("/").text
 
 
 def test_recent_alerts_newest_first_with_limit_and_after(api: TestClient) -> None:

@@ -37,6 +37,7 @@ REHEARSAL_ENV = {
     "SPARK_WORKER_MEMORY": "2g",
     "REDIS_PASSWORD": "rehearsal",
     "FRAUD_TOKEN_KEY": "rehearsal-token-key",
+    "FRAUD_API_TOKEN": "rehearsal-api-token",
 }
 FIRST_ALERT_TIMEOUT_S = 480
 REQUIRED = ("kafka", "redis", "mlflow", "spark-master", "spark-worker")
@@ -239,7 +240,10 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
         rehearsal.check_running()
         if "api" in rehearsal.processes:
             try:
-                with urllib.request.urlopen(url, timeout=5) as response:
+                request = urllib.request.Request(
+                    url, headers={"Authorization": f"Bearer {REHEARSAL_ENV['FRAUD_API_TOKEN']}"}
+                )
+                with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
                     alerts = json.loads(response.read())
             except OSError:
                 pass

@@ -126,6 +126,7 @@ def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(t
     while not lines.empty():
         output.append(lines.get())
     text = "".join(output)
+    (tmp_path / "demo-output.txt").write_text(text)  # the whole output, for a failure's post-mortem
     assert demo.returncode == 0, text[-3000:]
     assert "Summary" in text and "Stopping..." in text and "Embedded stack stopped." in text
     assert "Traceback" not in text, text[-3000:]
