@@ -5,6 +5,11 @@ terminals into a number of buckets). Spark checks the state schema on restart, n
 with other bucket counts, a job would read each card's history from the wrong bucket and compute wrong
 features without an error. So the first run writes its layout next to the checkpoint, and later runs
 must match it.
+
+A job without state can still depend on a layout: the scoring job's write tasks follow its read tasks,
+and the sink's exactly-once markers are per write task. A micro-batch re-run after a crash must split
+its rows as the first attempt did, whatever the cores of the machine it restarts on: such a layout is
+pinned (recorded by the first run, used as recorded by the later ones).
 """
 
 from __future__ import annotations
@@ -57,3 +62,17 @@ def bind_layout(
         )
     if not path.exists():
         path.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+
+
+def pinned_layout(checkpoint: Path, layout: Mapping[str, int], file: str = "pinned.json") -> dict[str, int]:
+    """The layout the checkpoint's first run recorded (``layout`` itself, recorded now, on a first run);
+    settings added since are recorded with their value in ``layout``."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / file
+    found = json.loads(path.read_text()) if path.exists() else {}
+    pinned = {**layout, **found}
+    if pinned != found:
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(pinned, sort_keys=True) + "\n")
+        temporary.replace(path)
+    return pinned

@@ -55,12 +55,10 @@ def experiment_id(client: MlflowClient, artifact_location: str | None, name: str
     found = client.get_experiment_by_name(name)
     if found is not None:
         return str(found.experiment_id)
-    location = None if artifact_location is None else f"{artifact_location.rstrip('/')}/{name}"
-    return str(
-        client.create_experiment(
-            name, artifact_location=location if name != EXPERIMENT_NAME else artifact_location
-        )
-    )
+    location = artifact_location  # training runs' artifacts at its root, each other experiment's below it
+    if artifact_location is not None and name != EXPERIMENT_NAME:
+        location = f"{artifact_location.rstrip('/')}/{name}"
+    return str(client.create_experiment(name, artifact_location=location))
 
 
 def log_evaluation(

@@ -13,9 +13,11 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
+from redis import RedisError
+from starlette.requests import Request
 
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord, ScoreRecord
@@ -70,12 +72,18 @@ def create_app(redis: Any, prefix: str = "", token: str | None = None) -> FastAP
             raise HTTPException(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
 
     guarded = [Depends(authorised)]
+
     app = FastAPI(
         title="kappa-fraud alerts",
         description="Alerts, scores and latest features of cards, from the Redis lookup store.",
         version="1",
     )
     page = resources.files("scoring").joinpath("static/index.html").read_text()
+
+    @app.exception_handler(RedisError)
+    async def redis_unavailable(request: Request, exc: RedisError) -> JSONResponse:
+        """Redis away: 503 for the client to retry, not a 500 (what it said stays in the server)."""
+        return JSONResponse({"detail": "redis unreachable"}, status_code=503)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> str:

@@ -25,6 +25,7 @@ import gc
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
+from infra.checkpoints import pinned_layout
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
@@ -107,31 +109,41 @@ class ScoringJobConfig:
 class ModelChooser:
     """Which model version scores each micro-batch.
 
-    The alias is re-read at most every ``interval_s``; a version that fails to load keeps the current one
-    serving. The choice for each batch id is recorded in ``path`` before the batch is written, so a re-run
-    of a batch (after a crash) uses the version it used the first time.
+    The alias is re-read at most every ``interval_s``, off the micro-batch's path: the check runs in a
+    thread of its own and a micro-batch waits for it at most ``check_timeout_s`` (an MLflow outage costs
+    one such wait per interval, never a stalled job; the version serving goes on serving). A version that
+    fails to load keeps the current one serving. The choice for each batch id is recorded in ``path``
+    before the batch is written, so a re-run of a batch (after a crash) uses the version it used the first
+    time.
     """
 
     #: Batch ids remembered: a re-run is always the last batch or so.
     KEPT = 100
 
-    def __init__(self, tracking_uri: str, alias: str, interval_s: float, path: Path) -> None:
+    def __init__(
+        self, tracking_uri: str, alias: str, interval_s: float, path: Path, check_timeout_s: float = 2.0
+    ) -> None:
         self.tracking_uri = tracking_uri
         self.alias = alias
         self.interval_s = interval_s
+        self.check_timeout_s = check_timeout_s
         self.path = path
         self.chosen: dict[int, int] = (
             {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
         )
         self.current: LoadedModel | None = None
         self.checked_at = -float("inf")
+        self._checking: threading.Thread | None = None
+        self._failing = False
 
     def version_for(self, batch_id: int) -> int:
         """The version that scores ``batch_id`` (recorded before it is returned)."""
         if batch_id in self.chosen:
             return self.chosen[batch_id]
-        if self.current is None or time.monotonic() - self.checked_at >= self.interval_s:
-            self.refresh()
+        if self.current is None:
+            self.refresh()  # the first: raises when there is no model at all
+        elif time.monotonic() - self.checked_at >= self.interval_s:
+            self._check()
         if self.current is None:  # pragma: no cover - refresh raises instead
             raise ModelNotFoundError(f"no model for alias {self.alias!r}")
         self.chosen[batch_id] = self.current.version
@@ -142,6 +154,16 @@ class ModelChooser:
         os.replace(temporary, self.path)
         return self.current.version
 
+    def _check(self) -> None:
+        """Re-read the alias in the background, waiting for it at most ``check_timeout_s``; while an
+        earlier check still waits for the registry, the micro-batch does not wait at all."""
+        if self._checking is not None and self._checking.is_alive():
+            return
+        self.checked_at = time.monotonic()
+        self._checking = threading.Thread(target=self.refresh, name=f"alias-{self.alias}", daemon=True)
+        self._checking.start()
+        self._checking.join(self.check_timeout_s)
+
     def refresh(self) -> None:
         """Re-read the alias; switch to its version if that version loads.
 
@@ -151,20 +173,27 @@ class ModelChooser:
         self.checked_at = time.monotonic()
         try:
             version = resolve_version(self.tracking_uri, self.alias)
-            if self.current is not None and version == self.current.version:
-                return
-            loaded = load_model(self.tracking_uri, version=version)
+            loaded = (
+                self.current
+                if self.current is not None and version == self.current.version
+                else load_model(self.tracking_uri, version=version)
+            )
         except Exception as exc:
             if self.current is None:
                 raise
-            _log.error(
-                "model alias %r: cannot switch (%s); version %d keeps serving",
-                self.alias,
-                exc,
-                self.current.version,
-            )
+            if not self._failing:  # one line per outage, not one per check
+                _log.error(
+                    "model alias %r: cannot check or switch (%s); version %d keeps serving",
+                    self.alias,
+                    exc,
+                    self.current.version,
+                )
+            self._failing = True
             return
-        if self.current is not None:
+        if self._failing:
+            _log.warning("model alias %r: checks work again", self.alias)
+            self._failing = False
+        if self.current is not None and loaded.version != self.current.version:
             _log.warning(
                 "model alias %r moved: version %d -> %d from the next micro-batch",
                 self.alias,
@@ -515,7 +544,11 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
         max_records_per_trigger=config.max_records_per_trigger,
         starting_offsets=config.starting_offsets,
         ending_offsets=config.ending_offsets,
-        read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
+        # One task per core when the checkpoint starts; a restart elsewhere keeps the count: a re-run
+        # micro-batch must give each write task (and its exactly-once marker) the rows it had the first time.
+        read_tasks=pinned_layout(config.checkpoint, {"read_tasks": spark.sparkContext.defaultParallelism})[
+            "read_tasks"
+        ],
     )
     return read_stream(spark, source)
 

@@ -1,6 +1,10 @@
+import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from contracts.settings import Settings, SettingsError, Topics, load_settings
@@ -100,3 +104,33 @@ def test_a_namespace_isolates_the_outputs_and_shares_the_inputs() -> None:
         replay.dead_letter,
     }.isdisjoint(live.all())
     assert replay.scores == f"ab-1.{live.scores}"
+
+
+#: Settings of every kind (numbers, a choice, a nested retention, a topic name, a path, a secret) and a typo.
+FUZZED = (
+    "FRAUD_PARTITIONS",
+    "FRAUD_LABEL_DELAY_DAYS",
+    "FRAUD_API_PORT",
+    "FRAUD_SECURITY_PROTOCOL",
+    "FRAUD_MAX_CLOCK_SKEW_S",
+    "FRAUD_RETENTION_MS__TRANSACTIONS",
+    "FRAUD_TOPICS__ALERTS",
+    "FRAUD_HOME",
+    "FRAUD_SASL_PASSWORD",
+    "FRAUD_PARTITONS",
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the env is patched per example
+@given(
+    name=st.sampled_from(FUZZED),
+    value=st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40),
+)
+def test_any_value_of_a_setting_gives_settings_or_one_settings_error(name: str, value: str) -> None:
+    with mock.patch.dict(os.environ, {name: value}, clear=False):
+        try:
+            load_settings()
+        except SettingsError as error:
+            assert "\n" not in str(error) and name.upper() in str(error)
+            if "PASSWORD" in name and value.strip():
+                assert value not in str(error)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout
+from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, pinned_layout
 
 LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 OLD = {"card_buckets": 16, "terminal_buckets": 16}
@@ -37,3 +37,11 @@ def test_a_checkpoint_from_before_layouts_has_the_old_layout(tmp_path: Path) -> 
         other = tmp_path / "other"
         (other / "offsets").mkdir(parents=True)
         bind_layout(other, LAYOUT)
+
+
+def test_a_pinned_layout_is_the_first_runs_whatever_a_restart_asks_for(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "scoring"
+    assert pinned_layout(checkpoint, {"read_tasks": 2}) == {"read_tasks": 2}
+    assert pinned_layout(checkpoint, {"read_tasks": 8}) == {"read_tasks": 2}, "a restart on 8 cores"
+    assert pinned_layout(checkpoint, {"read_tasks": 8, "extra": 1}) == {"read_tasks": 2, "extra": 1}
+    assert pinned_layout(checkpoint, {"read_tasks": 1, "extra": 5}) == {"read_tasks": 2, "extra": 1}

@@ -18,6 +18,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contracts.events import (
@@ -26,6 +28,7 @@ from contracts.events import (
     MIN_EVENT_TIME_MS,
     DeadLetter,
     LabelEvent,
+    Reason,
     TransactionEvent,
 )
 from contracts.records import FeatureRecord
@@ -910,3 +913,56 @@ def test_check_helper_catches_a_wrong_value() -> None:
     assert _same(float("nan"), float("nan"))
     assert not _same(1, 1.0)
     assert not _same(True, 1)
+
+
+# --- Property-based: any input, both paths agree, nothing raises --------------------------------------
+
+#: JSON values of every kind, the edges included: huge and non-finite numbers, negative zero, the bounds of
+#: amounts and event times, card numbers where tokens belong, long and odd strings, nulls, booleans.
+ANY_VALUE = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(
+        [1e39, -0.0, 0.0, 1e308, MAX_AMOUNT, MAX_AMOUNT * 2, MIN_EVENT_TIME_MS - 1, MAX_EVENT_TIME_MS, 1, 2]
+    ),
+    st.text(max_size=80),
+    st.sampled_from([TOKEN, "4111111111111111", "A" * 32, "", "x" * 70_000]),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=3),
+)
+
+
+def _judged_alike(model: type[BaseModel], raw: bytes, dict_keys: Mapping[str, Sequence[str]] | None) -> None:
+    check(model, [raw], dict_keys=dict_keys)  # the fast path accepts only what parse_event accepts, alike
+    outcome = parse_event(model, raw, "fuzz", MAX_BYTES)
+    if isinstance(outcome, DeadLetter):
+        assert outcome.reason in Reason and outcome.detail
+        assert "4111111111111111" not in outcome.detail and b"4111111111111111" not in outcome.raw
+
+
+@given(
+    fields=st.dictionaries(st.sampled_from([*TX, "merchant"]), ANY_VALUE, max_size=7),
+    on_a_good_event=st.booleans(),
+)
+def test_any_transaction_object_is_judged_alike_by_both_paths(
+    fields: dict[str, Any], on_a_good_event: bool
+) -> None:
+    record = {**TX, **fields} if on_a_good_event else fields
+    _judged_alike(TransactionEvent, json.dumps(record, allow_nan=True).encode(), None)
+
+
+@given(
+    fields=st.dictionaries(st.sampled_from([*FEATURE, "extra"]), ANY_VALUE, max_size=5),
+    features=st.dictionaries(st.sampled_from([*FEATURE_COLUMNS, "unknown"]), ANY_VALUE, max_size=4),
+)
+def test_any_feature_record_is_judged_alike_by_both_paths(
+    fields: dict[str, Any], features: dict[str, Any]
+) -> None:
+    record = {**FEATURE, **fields, "features": {**FEATURE["features"], **features}}
+    _judged_alike(FeatureRecord, json.dumps(record, allow_nan=True).encode(), FEATURES)
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_are_an_event_or_a_dead_letter(raw: bytes) -> None:
+    _judged_alike(TransactionEvent, raw, None)

@@ -63,6 +63,9 @@ def test_healthz_reports_an_unreachable_redis() -> None:
     response = TestClient(create_app(dead)).get("/healthz")
     assert response.status_code == 503
     assert response.json() == {"detail": "redis unreachable"}, "what the error says stays in the server"
+    for path in ("/alerts/recent", "/alerts/1", f"/cards/{CARD_A}", f"/cards/{CARD_A}/alerts"):
+        response = TestClient(create_app(dead)).get(path)
+        assert (response.status_code, response.json()) == (503, {"detail": "redis unreachable"}), path
 
 
 def test_with_a_token_every_data_endpoint_requires_it(store: tuple[Any, str]) -> None:

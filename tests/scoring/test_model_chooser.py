@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import shutil
+import socket
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -63,3 +65,30 @@ def test_alias_moves_switch_versions_failures_keep_serving_and_reruns_keep_their
     again = ModelChooser(store_uri, CHAMPION, 3600.0, path)
     assert [again.version_for(batch) for batch in (1, 2, 3)] == [first, first, third]
     assert again.version_for(4) == first  # a new batch: the alias as it is now
+
+
+def test_a_registry_outage_never_stalls_a_micro_batch_and_is_logged_once(
+    store_uri: str, trained: TrainingResult, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    version = register(store_uri, trained)
+    chooser = ModelChooser(store_uri, CHAMPION, 0.0, tmp_path / "versions.json", check_timeout_s=60)
+    assert chooser.version_for(0) == version
+
+    # A registry that answers, without the model: every check fails, the version serving goes on; one line.
+    chooser.tracking_uri = f"sqlite:///{tmp_path / 'other-mlflow.db'}"
+    with caplog.at_level(logging.WARNING, logger="scoring.job"):
+        assert [chooser.version_for(batch) for batch in range(1, 4)] == [version] * 3
+        chooser.tracking_uri = store_uri
+        assert chooser.version_for(4) == version
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert f"version {version} keeps serving" in lines[0] and "checks work again" in lines[1]
+
+    # A registry that does not answer at all (MLflow retries for minutes): batches wait at most once.
+    chooser.check_timeout_s = 0.5
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        chooser.tracking_uri = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    started = time.monotonic()
+    assert [chooser.version_for(batch) for batch in range(5, 15)] == [version] * 10
+    assert time.monotonic() - started < 2.0, "micro-batches waited for an unreachable registry"
