@@ -1,4 +1,5 @@
-"""Card numbers are never stored: anything that looks like one is masked before it is written or shown.
+"""Card numbers are never stored and secrets never shown: anything that looks like a card number is masked
+before it is written or shown, and credentials inside URLs are redacted wherever a URL is shown.
 
 The pipeline itself only ever holds card tokens (a keyed hash, ``ingest.tokens``). What can still carry a
 card number in clear is input that failed validation (a dead letter keeps the original record), and the
@@ -97,3 +98,13 @@ def mask_card_numbers_bytes(raw: bytes) -> bytes:
     if len(raw) < MIN_DIGITS:
         return raw
     return _RUN_BYTES.sub(lambda match: _masked_run(match.group().decode("ascii")).encode("ascii"), raw)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the password it may carry (``redis://user:secret@host``, ``https://user:pw@mlflow``)."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.errors import ConfigError
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS
+from contracts.privacy import redact_url
 
 ENV_PREFIX = "FRAUD_"
 NESTED_DELIMITER = "__"
@@ -169,6 +170,11 @@ class Settings(BaseSettings):
         description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "
         "an address other than loopback.",
     )
+
+    def __repr_args__(self) -> Any:
+        """As pydantic shows a model, with the credentials a Redis or MLflow URL may carry redacted."""
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name in ("redis_url", "mlflow_tracking_uri") and value else value
 
     def bearer_token(self) -> str | None:
         """The API's bearer token (``api_token``), if one is set."""

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel
 
+from contracts.privacy import redact_url
 from contracts.records import AlertRecord, ScoreRecord
 from infra.retry import wait_out
 
@@ -60,6 +61,11 @@ class RedisTarget:
     prefix: str
     retention_s: int
 
+    def __repr__(self) -> str:
+        return (
+            f"RedisTarget({redact_url(self.url)!r}, prefix={self.prefix!r}, retention_s={self.retention_s})"
+        )
+
     def client(self) -> Any:
         """This process's client of the server (Spark workers reuse it across micro-batches)."""
         return client_for(self.url)
@@ -74,16 +80,6 @@ class RedisTarget:
             f"Redis at {redact_url(self.url)}",
             (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
         )
-
-
-def redact_url(url: str) -> str:
-    """``url`` without the password it may carry (``redis://user:secret@host``)."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"
 
 
 _CLIENTS: dict[str, Any] = {}

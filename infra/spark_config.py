@@ -17,8 +17,10 @@ from pyspark import cloudpickle
 
 from contracts.errors import ConfigError
 
-#: The one option a project data source reads.
-CONFIG_OPTION = "config"
+#: The one option a project data source reads. It carries credentials (a SASL password inside the Kafka
+#: settings), so its name matches Spark's ``spark.redaction.regex`` (``secret``): Spark shows it as
+#: redacted in query plans, ``explain`` and the UI.
+CONFIG_OPTION = "config_secret"
 
 T = TypeVar("T")
 

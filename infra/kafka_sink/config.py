@@ -79,7 +79,7 @@ class KafkaSinkConfig:
         SinkConfigError: a setting is missing or not allowed.
     """
 
-    kafka_config: Mapping[str, Any]
+    kafka_config: Mapping[str, Any] = field(repr=False)  # credentials: never in a repr
     sink_id: str
     topic: str | None = None
     marker_topic: str | None = None

@@ -81,7 +81,7 @@ class KafkaSourceConfig:
         ConfigError: a setting is out of range.
     """
 
-    kafka_config: Mapping[str, Any]
+    kafka_config: Mapping[str, Any] = field(repr=False)  # credentials: never in a repr
     topics: tuple[str, ...]
     starting_offsets: str = EARLIEST
     ending_offsets: str = LATEST

@@ -134,3 +134,17 @@ def test_any_value_of_a_setting_gives_settings_or_one_settings_error(name: str, 
             assert "\n" not in str(error) and name.upper() in str(error)
             if "PASSWORD" in name and value.strip():
                 assert value not in str(error)
+
+
+def test_settings_do_not_show_credentials() -> None:
+    settings = Settings(
+        bootstrap_servers="kafka:9092",
+        sasl_password="hunter2-kafka-secret",  # noqa: S106 - the secrets the test looks for
+        redis_url="redis://default:hunter2-redis-secret@cache:6379/0",
+        mlflow_tracking_uri="https://ml:hunter2-mlflow-secret@mlflow.example:5000",
+        token_key="hunter2-token-key",  # noqa: S106
+        api_token="hunter2-api-token",  # noqa: S106
+    )
+    for text in (repr(settings), str(settings)):
+        assert "hunter2" not in text, text
+        assert "cache:6379" in text and "mlflow.example:5000" in text

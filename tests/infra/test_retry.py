@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from infra.redis_store import redact_url
+from contracts.privacy import redact_url
 from infra.retry import Backoff, wait_out
 
 

@@ -12,9 +12,10 @@ from fraud.progress import records_read
 from infra.clients import Clients, read_topic
 from infra.kafka_source import reader
 from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
-from infra.kafka_source.datasource import read_batch, read_stream
+from infra.kafka_source.datasource import read_batch, read_stream, source_options
 from infra.kafka_source.planner import Tail, planner_consumer
 from infra.kafka_source.splits import NO_FRONTIER, Split
+from infra.spark_config import CONFIG_OPTION
 
 T0 = 1_522_540_800_000
 
@@ -156,3 +157,15 @@ def test_the_planner_reads_on_without_seeking_and_knows_ends_past_markers(
         assert tail.end[name] == 116
     finally:
         tail.consumer.close()
+
+
+def test_the_source_configuration_is_redacted_in_query_plans(spark: SparkSession) -> None:
+    """The one option that carries the Kafka settings (a SASL password among them) is shown redacted."""
+    password = "hunter2-plan-secret"  # noqa: S105 - the secret the test looks for
+    config = KafkaSourceConfig(
+        {"bootstrap.servers": "127.0.0.1:9", "sasl.password": password}, ("transactions",)
+    )
+    encoded = source_options(config)[CONFIG_OPTION]
+    frame = read_stream(spark, config)
+    plans = frame._jdf.queryExecution().toString() + frame._jdf.queryExecution().logical().toString()
+    assert password not in plans and encoded not in plans and encoded[:40] not in plans
