@@ -20,6 +20,7 @@ import pandas as pd
 
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import TxColumns
+from contracts.records import ScoreRecord
 from contracts.settings import Settings
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FEATURE_COLUMNS
 from fraud.console import console
@@ -263,27 +264,25 @@ def _shadow(
     """The live job's scores and shadow scores of the range, paired by transaction."""
     # Whole topics: written in processing order, their offsets do not follow event time.
     with console.status("Reading the live scores and the shadow scores..."):
-        scores = [m.value() or b"" for m in read_topic(clients, settings.topics.scores)]
-        shadow = [m.value() or b"" for m in read_topic(clients, settings.topics.shadow_scores)]
+        scores, shadow = (
+            [ScoreRecord.model_validate_json(m.value() or b"") for m in read_topic(clients, topic)]
+            for topic in (settings.topics.scores, settings.topics.shadow_scores)
+        )
     if not shadow:
         raise NotFoundError(
             f"{settings.topics.shadow_scores!r} holds no shadow score: run the scoring job with --shadow first"
         )
-    pairs, used = shadow_pairs(scores, shadow)
-    versions = []
-    for side, records in (("a", scores), ("b", shadow)):
-        counts = Counter(json.loads(value)["model_version"] for value in records)
+    versions, thresholds = [], []
+    for records in (scores, shadow):
+        counts = Counter(record.model_version for record in records)
         version, _ = counts.most_common(1)[0]
-        if len(used[side]) > 1:
+        if len(counts) > 1:
             console.print(
-                f"[yellow]note:[/yellow] versions {sorted(used[side])} scored the range; comparing v{version}"
+                f"[yellow]note:[/yellow] versions {sorted(counts)} scored the range; comparing v{version}"
             )
-        versions.append(int(version))
-    thresholds = tuple(
-        next(float(json.loads(v)["threshold"]) for v in records if json.loads(v)["model_version"] == version)
-        for records, version in ((scores, versions[0]), (shadow, versions[1]))
-    )
-    return pairs, (versions[0], versions[1]), (thresholds[0], thresholds[1])
+        versions.append(version)
+        thresholds.append(next(record.threshold for record in records if record.model_version == version))
+    return shadow_pairs(scores, shadow), (versions[0], versions[1]), (thresholds[0], thresholds[1])
 
 
 def _iso(ms: int) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -148,7 +148,7 @@ class Interval:
     replicates: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"low": _json(self.low), "high": _json(self.high), "replicates": self.replicates}
+        return _plain(self)
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,7 @@ class McNemar:
     exact: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "a_only_correct": self.a_only_correct,
-            "b_only_correct": self.b_only_correct,
-            "statistic": _json(self.statistic),
-            "p_value": _json(self.p_value),
-            "exact": self.exact,
-        }
+        return _plain(self)
 
 
 @dataclass(frozen=True)
@@ -216,17 +210,8 @@ class Agreement:
     frauds_b_only: int
     frauds_neither: int
 
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "both": self.both,
-            "a_only": self.a_only,
-            "b_only": self.b_only,
-            "neither": self.neither,
-            "frauds_both": self.frauds_both,
-            "frauds_a_only": self.frauds_a_only,
-            "frauds_b_only": self.frauds_b_only,
-            "frauds_neither": self.frauds_neither,
-        }
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
 
 
 @dataclass(frozen=True)
@@ -711,6 +696,13 @@ def _interval(replicates: FloatArray | None) -> Interval:
 
 def _json(value: float) -> float | None:
     return round(float(value), 6) if math.isfinite(value) else None
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    """A flat dataclass's fields as plain JSON values (floats through ``_json``)."""
+    return {
+        f.name: _json(v) if isinstance(v := getattr(record, f.name), float) else v for f in fields(record)
+    }
 
 
 def _signed(value: float) -> str:

@@ -138,22 +138,16 @@ def recomputed_pairs(
     )
 
 
-def shadow_pairs(scores: list[bytes], shadow_scores: list[bytes]) -> tuple[pd.DataFrame, dict[str, set[int]]]:
-    """Pair the live scores with the shadow's of the same transactions (score records as on the topics);
-    also the model versions each side used."""
-    live = [ScoreRecord.model_validate_json(value) for value in scores]
-    shadow = {record.tx_id: record for record in map(ScoreRecord.model_validate_json, shadow_scores)}
+def shadow_pairs(scores: list[ScoreRecord], shadow_scores: list[ScoreRecord]) -> pd.DataFrame:
+    """Pair the live scores with the shadow's of the same transactions."""
+    shadow = {record.tx_id: record for record in shadow_scores}
     rows = [
         (record.tx_id, record.card_id, record.event_time_ms, record.score, shadow[record.tx_id].score)
-        for record in live
+        for record in scores
         if record.tx_id in shadow
     ]
     frame = pd.DataFrame(rows, columns=list(PAIR_FIELDS.names)).drop_duplicates(TX_ID)
-    versions = {
-        "a": {record.model_version for record in live},
-        "b": {record.model_version for record in shadow.values()},
-    }
-    return frame.reset_index(drop=True), versions
+    return frame.reset_index(drop=True)
 
 
 def evaluation_frame(
