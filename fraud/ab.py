@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from contracts.errors import ConfigError, NotFoundError
+from contracts.errors import NotFoundError
 from contracts.events import TxColumns
 from contracts.records import ScoreRecord
 from contracts.settings import Settings
-from features.definitions import DAY_MS, DEFAULT_PARAMS, FEATURE_COLUMNS
+from features.definitions import DAY_MS, DEFAULT_PARAMS
 from fraud.console import console
 from fraud.jobs import job_spark_session
 from fraud.options import FeatureSource, feature_params
@@ -53,6 +53,7 @@ from scoring.ab import (
     score_range,
     shadow_pairs,
 )
+from scoring.job import check_computable
 
 C = TxColumns
 
@@ -212,12 +213,7 @@ def _check_features(models: tuple[LoadedModel, LoadedModel]) -> set[str]:
     """The features the two models need; an error if this code does not compute one of them."""
     needed: set[str] = set()
     for model in models:
-        missing = sorted(set(model.feature_columns) - {*FEATURE_COLUMNS, C.AMOUNT})
-        if missing:
-            raise ConfigError(
-                f"{MODEL_NAME} v{model.version} needs features this version of the feature definitions "
-                f"does not compute: {', '.join(missing)}"
-            )
+        check_computable(model, f"{MODEL_NAME} v{model.version}")
         needed |= set(model.feature_columns) - {C.AMOUNT}
     return needed
 

@@ -568,13 +568,15 @@ def model_chooser(
     chooser = ModelChooser(tracking_uri, alias, interval_s, checkpoint / f"{role}-versions.json")
     chooser.refresh()
     if chooser.current is not None:
-        missing = sorted(set(chooser.current.feature_columns) - {*FEATURE_COLUMNS, C.AMOUNT})
-        if missing:
-            raise ConfigError(
-                f"{MODEL_NAME}@{alias} (version {chooser.current.version}) needs features the feature job does "
-                f"not compute: {', '.join(missing)}"
-            )
+        check_computable(chooser.current, f"{MODEL_NAME}@{alias} (version {chooser.current.version})")
     return chooser
+
+
+def check_computable(model: LoadedModel, name: str) -> None:
+    """Raise ConfigError when ``model`` needs a feature the feature definitions do not compute."""
+    missing = sorted(set(model.feature_columns) - {*FEATURE_COLUMNS, C.AMOUNT})
+    if missing:
+        raise ConfigError(f"{name} needs features the feature job does not compute: {', '.join(missing)}")
 
 
 def model_choosers(
