@@ -200,7 +200,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
         lagging = {name for name, end in chosen.items() if end < ends[name] or name not in complete}
         lateness_ms = self.config.allowed_lateness_ms
-        return end_offset(start, begin, chosen, lagging, last_read, lateness_ms, available_now)
+        marks = start.get("copies", {})
+        copies = {
+            name: found
+            for name, end in chosen.items()
+            if (found := tail.copy_marks(name, marks.get(name, {}), end))
+        }
+        return end_offset(start, begin, chosen, lagging, last_read, lateness_ms, available_now, copies)
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._tail is None else {"offsets": dict(self._tail.end)}
@@ -212,12 +218,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Each topic-partition's range from ``start`` to ``end``; the first split carries the heartbeat."""
         frontier = int(end["frontier"])
         final = bool(end.get("final", False))  # offsets from before the flag: not final
+        marks = start.get("copies", {})
         splits: list[Split] = []
         for name, stop in sorted(end["offsets"].items()):
             topic, partition = parse_tp(name)
             begin = int(start["offsets"].get(name, stop))
+            copies = tuple((writer, int(b), int(s)) for writer, (b, s) in marks.get(name, {}).items())
             splits.append(
-                Split(topic, partition, begin, int(stop), frontier, heartbeat=not splits, final=final)
+                Split(topic, partition, begin, int(stop), frontier, not splits, final=final, copies=copies)
             )
         return splits
 

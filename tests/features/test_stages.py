@@ -114,6 +114,31 @@ def test_card_stage_holds_events_until_the_frontier_passes_them() -> None:
     assert by_id.loc[4, "card_nb_tx_1d"] == 2
 
 
+def test_a_repeated_tx_id_is_processed_once_and_dead_lettered_after() -> None:
+    """Repeats of a transaction (an at-least-once producer, a file imported twice) count once: repeats within
+    a batch, of one waiting for the frontier, and of one already in the card's history become dead rows."""
+    params = FeatureParams()
+    bucket = CardBucket(CardState.empty(), empty_events(), -(2**62))
+    rows = pd.concat([events([(1, T0), (2, T0 + 10), (1, T0), (3, T0 + 20)]), tick(T0 + 11)])
+    bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
+    released = out[out["kind"] == TX]
+    assert sorted(released["tx_id"]) == [1, 2]
+    assert released.set_index("tx_id").loc[2, "card_nb_tx_1d"] == 2
+    (dead,) = out[out["kind"] == DEAD].itertuples()
+    assert (dead.tx_id, dead.reason, dead.source_offset) == (1, "duplicate_tx_id", 2)
+    assert orjson.loads(dead.raw)["tx_id"] == 1 and "processed already" in dead.detail
+
+    # 2 is in the history, 3 still waits: both repeats are dead; 4 is new.
+    rows = pd.concat([events([(2, T0 + 10), (3, T0 + 20), (4, T0 + 30)]), tick(T0 + 40)])
+    bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
+    assert sorted(out.loc[out["kind"] == TX, "tx_id"]) == [3, 4]
+    assert sorted(out.loc[out["kind"] == DEAD, "tx_id"]) == [2, 3]
+    assert out.set_index("tx_id").loc[4, "card_nb_tx_1d"] == 4  # 1, 2, 3 and itself: no repeat counted
+    features = terminal_stage(TerminalState.empty(), out, params)[1]
+    records = kafka_records(features, "features", "dead", params).to_pylist()
+    assert [r["topic"] for r in records].count("dead") == 2
+
+
 S = 1_000  # ms
 
 
