@@ -144,10 +144,14 @@ class Tail:
             copies.is_copy_of(name, provenance)
         return copies.marks(name)
 
-    def stamp_before(self, name: str, offset: int) -> int | None:
-        """Timestamp of the last record below ``offset`` read since the planned position (None: none)."""
+    def stamp_before(self, name: str, offset: int, newest_ms: int | None = None) -> int | None:
+        """Timestamp of the last record below ``offset`` read since the planned position, skipping records
+        stamped after ``newest_ms`` (None: none)."""
+        stamps = self._stamps[name]
         index = bisect_left(self._offsets[name], offset)
-        return self._stamps[name][index - 1] if index else None
+        while index and newest_ms is not None and stamps[index - 1] > newest_ms:
+            index -= 1
+        return stamps[index - 1] if index else None
 
 
 def check_continuity(begin: Mapping[str, int], bounds: Mapping[str, tuple[int, int]]) -> None:
@@ -198,6 +202,7 @@ def end_offset(
     lateness_ms: int,
     available_now: bool,
     copies: dict[str, WriterMarks] | None = None,
+    clock_ms: int | None = None,
 ) -> dict:
     """The end offset of a micro-batch that reads ``[begin, chosen)`` of each partition.
 
@@ -210,6 +215,7 @@ def end_offset(
         lateness_ms: the allowed lateness.
         available_now: the query runs with the ``availableNow`` trigger.
         copies: the copy filter's marks at ``chosen``, per partition that has any (``Tail.copy_marks``).
+        clock_ms: the planner's clock, for a source that keeps one (``max_clock_skew_ms``).
     """
     progress: dict[str, int] = dict(start.get("progress", {}))
     for name, stamp in last_read.items():
@@ -229,6 +235,8 @@ def end_offset(
     }
     if copies:  # where the next batch's readers start judging copies (contracts.provenance)
         end["copies"] = copies
+    if clock_ms is not None:
+        end["clock"] = clock_ms
     return end
 
 

@@ -30,6 +30,8 @@ class Split(InputPartition):
     heartbeat: bool
     final: bool = False
     copies: tuple[tuple[str, int, int], ...] = ()
+    #: The planner's clock when it planned the micro-batch (None: the source keeps no clock).
+    clock_ms: int | None = None
 
     def copy_filter(self) -> CopyFilter:
         """A filter of this split's partition that judges its records as the planner did."""

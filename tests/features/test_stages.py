@@ -83,6 +83,39 @@ def test_decode_routes_events_and_dead_letters() -> None:
     assert "unexpected topic" in frame["detail"].iloc[3]
 
 
+def test_transactions_dated_too_far_ahead_of_the_micro_batchs_clock_are_dead() -> None:
+    """Another producer's transaction dated in 2099 (ingest would have refused it) would move its card
+    bucket's frontier: the decoder makes it a dead row, with its bytes and why; labels are not checked."""
+    far = T0 + 3_000 * DAY
+    label = orjson.dumps(
+        {
+            "schema_version": 1,
+            "tx_id": 3,
+            "card_id": TOKEN,
+            "terminal_id": "t1",
+            "tx_time_ms": far,
+            "known_at_ms": far,
+            "is_fraud": True,
+        }
+    )
+    records = raw_records([("tx", tx_json(1, T0)), ("tx", tx_json(2, far)), ("labels", label), ("tx", b"{")])
+    skewed = DecodeOptions("tx", "labels", card_buckets=4, max_event_bytes=16_384, max_clock_skew_ms=60_000)
+    frame = decode(records, skewed, clock_ms=T0 + 1_000).to_pandas()
+    assert frame["kind"].tolist() == [TX, DEAD, LABEL, DEAD]
+    future = frame.iloc[1]
+    assert (future["reason"], future["raw"], future["source_offset"]) == (
+        "future_event_time",
+        tx_json(2, far),
+        1,
+    )
+    assert "ahead of the micro-batch's clock" in future["detail"]
+    assert future["card_bucket"] == card_bucket(TOKEN, 4)
+    assert frame.iloc[3]["reason"] == "malformed_json"
+    # Without a clock (offsets planned before it existed) or a skew, nothing is checked.
+    assert decode(records, skewed).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
+    assert decode(records, OPTIONS, clock_ms=T0).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
+
+
 def events(rows: list[tuple[int, int]]) -> pd.DataFrame:
     """Decoded transaction rows (tx_id, event time) of one card."""
     return decode(raw_records([("tx", tx_json(i, t)) for i, t in rows]), OPTIONS).to_pandas()
