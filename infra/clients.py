@@ -420,8 +420,8 @@ def time_span(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> tuple[
 def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
     """Number of records in each topic, as a read_committed consumer sees them.
 
-    Counted by reading: offset spans would also count transaction markers (and, on Tansu, records of
-    aborted transactions are counted, as its consumers see them).
+    Counted by reading: offset spans would also count transaction markers (and, on a broker that shows
+    records of aborted transactions, their copies, which :func:`read_topic` skips).
     """
     return {topic: sum(1 for _ in read_topic(clients, topic)) for topic in topics}
 
