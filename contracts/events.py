@@ -91,6 +91,9 @@ class Reason(StrEnum):
     #: An event time further ahead of the clock than the allowed skew: it would move the event-time
     #: frontier and make every later event of its cards late.
     FUTURE_EVENT_TIME = "future_event_time"
+    #: A transaction whose tx id the feature job has processed already (within its state's horizon): an
+    #: at-least-once producer sent it again, or a file was imported twice.
+    DUPLICATE_TX_ID = "duplicate_tx_id"
 
 
 def future_detail(event_time_ms: int, clock_ms: int, clock: str) -> str:

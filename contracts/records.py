@@ -55,7 +55,9 @@ class _Scored(BaseModel):
     terminal_id: TerminalId
     amount: float
     event_time_ms: EventTimeMs = Field(description="The transaction's event time, UTC milliseconds.")
-    scored_at_ms: int = Field(ge=0, description="When the scoring job scored it, UTC milliseconds.")
+    scored_at_ms: int = Field(
+        ge=0, description="When its micro-batch was scored (the same on a re-run), UTC milliseconds."
+    )
     score: FiniteFloat = Field(description="The model's fraud score (probability of fraud).")
     threshold: FiniteFloat = Field(description="The model's alert threshold: score >= threshold alerts.")
     model_name: str = Field(min_length=1, description="Registered MLflow model name.")

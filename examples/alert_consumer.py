@@ -4,8 +4,9 @@ Run several copies with the same ``--group`` and Kafka shares the topic's partit
 consumer reads committed records only (``isolation.level=read_committed``: alerts of a scoring batch
 that was rolled back are never seen on Apache Kafka) and commits an alert's offset only after handling
 it, so delivery is at-least-once: after a crash, the alerts since the last commit come again. Make the
-handler idempotent by keying its effects on ``tx_id`` (a case id, an upsert), which also absorbs the
-records of aborted transactions that the embedded broker (Tansu) shows.
+handler idempotent by keying its effects on ``tx_id`` (a case id, an upsert). The embedded broker (Tansu)
+also shows the records of aborted transactions: the consumer skips those copies by their provenance
+header (``contracts.provenance.CopyFilter``).
 
     python examples/alert_consumer.py --bootstrap-servers 127.0.0.1:9092 --group case-management
 """
@@ -17,6 +18,7 @@ import signal
 
 from confluent_kafka import Consumer, KafkaException, Message
 
+from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 
 
@@ -49,6 +51,7 @@ def consume(bootstrap_servers: str, topic: str, group: str, max_records: int | N
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     handled = 0
+    copies = CopyFilter()  # copies left by aborted attempts of the scoring job (brokers that show them)
     consumer.subscribe([topic])
     try:
         while not stop and (max_records is None or handled < max_records):
@@ -57,6 +60,9 @@ def consume(bootstrap_servers: str, topic: str, group: str, max_records: int | N
                 continue
             if message.error() is not None:
                 raise KafkaException(message.error())
+            if copies.is_copy(f"{message.topic()}/{message.partition()}", message.headers()):
+                consumer.commit(message=message, asynchronous=False)
+                continue
             try:
                 alert = AlertRecord.model_validate_json(message.value() or b"")
             except ValueError as exc:  # not an alert: log it and move on, never block the partition

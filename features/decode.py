@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from contracts.events import DeadLetter, LabelEvent, Reason, TransactionEvent, TxColumns
+from contracts.events import DeadLetter, LabelEvent, Reason, TransactionEvent, TxColumns, future_detail
+from contracts.privacy import mask_card_numbers_bytes
 from features.buckets import card_bucket
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
 from features.rows import (
@@ -41,15 +43,27 @@ class DecodeOptions:
     labels_topic: str
     card_buckets: int
     max_event_bytes: int
+    #: Transactions dated further ahead of the micro-batch's clock than this are dead (None: no check).
+    max_clock_skew_ms: int | None = None
 
 
-def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
+def decode(records: pa.RecordBatch, options: DecodeOptions, clock_ms: int | None = None) -> pa.RecordBatch:
     """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows).
 
     Records are validated in bulk (``ingest.columnar.validate_many``); the few it cannot decide go
     through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
-    records' order.
+    records' order, one per record. With ``clock_ms`` (the micro-batch's clock, ``Split.clock_ms``) and
+    ``options.max_clock_skew_ms``, transactions dated too far ahead of it are dead rows
+    (``future_event_time``): their time would move their card bucket's frontier and make every later
+    event of its cards late.
     """
+    decoded = _decode(records, options)
+    if clock_ms is None or options.max_clock_skew_ms is None or not decoded.num_rows:
+        return decoded
+    return _future_as_dead(decoded, records, clock_ms, options.max_clock_skew_ms)
+
+
+def _decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
     topics = records.column("topic").to_numpy(zero_copy_only=False)
     parts: list[tuple[np.ndarray, pa.RecordBatch]] = []
     for topic, model in ((options.transactions_topic, TransactionEvent), (options.labels_topic, LabelEvent)):
@@ -74,6 +88,32 @@ def decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
     order = np.argsort(np.concatenate([positions for positions, _ in parts]), kind="stable")
     combined = one_batch([batch for _, batch in parts])
     return combined.take(pa.array(order))
+
+
+def _future_as_dead(
+    decoded: pa.RecordBatch, records: pa.RecordBatch, clock_ms: int, max_skew_ms: int
+) -> pa.RecordBatch:
+    """``decoded`` with its transactions dated more than ``max_skew_ms`` after ``clock_ms`` made dead rows."""
+    is_future = pc.and_(
+        pc.equal(decoded.column(KIND), TX), pc.greater(decoded.column(EVENT_TIME_MS), clock_ms + max_skew_ms)
+    )
+    rows = np.flatnonzero(pc.fill_null(is_future, False).to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return decoded
+    columns = {name: decoded.column(name).to_pylist() for name in (KIND, RAW, REASON, DETAIL)}
+    times = decoded.column(EVENT_TIME_MS).to_pylist()
+    values = records.column("value").to_pylist()
+    for row in rows.tolist():
+        columns[KIND][row] = DEAD
+        columns[RAW][row] = mask_card_numbers_bytes(values[row] or b"")
+        columns[REASON][row] = Reason.FUTURE_EVENT_TIME.value
+        columns[DETAIL][row] = future_detail(times[row], clock_ms, "the micro-batch's clock")
+    for name, cells in columns.items():
+        index = decoded.schema.get_field_index(name)
+        decoded = decoded.set_column(
+            index, decoded.schema.field(index), pa.array(cells, decoded.schema.field(index).type)
+        )
+    return decoded
 
 
 def _event_batch(

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from contracts.events import TxColumns
+from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
 from contracts.settings import Topics
 from features.core import CardState, TerminalState
 from features.decode import DecodeOptions, decode, ticks
@@ -56,7 +56,7 @@ class EventDecoder:
     schema: str = spark_ddl(PACKED_FIELDS)
 
     def decode(self, records: pa.RecordBatch, split: Split) -> Iterator[pa.RecordBatch]:
-        yield pack(decode(records, self.options), CARD_BUCKET)
+        yield pack(decode(records, self.options, split.clock_ms), CARD_BUCKET)
 
     def heartbeat(self, split: Split) -> Iterator[pa.RecordBatch]:
         yield pack(ticks(split.frontier_ms, self.options.card_buckets, split.final), CARD_BUCKET)
@@ -170,6 +170,9 @@ class FeatureJobConfig:
     terminal_buckets: int = 6
     #: More records made from the feature rows, written with them (the pipeline's scoring).
     hook: FeatureRowsHook | None = None
+    #: Transactions dated further ahead of the planner's clock than this are dead letters
+    #: (``future_event_time``) and move no frontier (None: no check).
+    max_clock_skew_ms: int | None = DEFAULT_MAX_CLOCK_SKEW_MS
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
@@ -180,6 +183,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
             labels_topic=config.topics.labels,
             card_buckets=config.card_buckets,
             max_event_bytes=config.max_event_bytes,
+            max_clock_skew_ms=config.max_clock_skew_ms,
         )
     )
     source = KafkaSourceConfig(
@@ -191,6 +195,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         allowed_lateness_ms=config.params.max_lateness_ms,
         read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
         decoder=decoder,
+        max_clock_skew_ms=config.max_clock_skew_ms,
     )
     card = (
         read_stream(spark, source)

@@ -88,6 +88,7 @@ def feature_job_config(
         max_records_per_trigger=max_records,
         starting_offsets=scope.starting_offsets,
         ending_offsets=scope.ending_offsets,
+        max_clock_skew_ms=round(settings.max_clock_skew_s * 1000),
     )
 
 

@@ -9,14 +9,18 @@ must match it.
 A job without state can still depend on a layout: the scoring job's write tasks follow its read tasks,
 and the sink's exactly-once markers are per write task. A micro-batch re-run after a crash must split
 its rows as the first attempt did, whatever the cores of the machine it restarts on: such a layout is
-pinned (recorded by the first run, used as recorded by the later ones).
+pinned (recorded by the first run, used as recorded by the later ones). Choices made per micro-batch
+(the model version that scores it, the time it is stamped with) are recorded the same way, per batch id
+(:class:`PerBatch`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from contracts.errors import StateError
 
@@ -76,3 +80,30 @@ def pinned_layout(checkpoint: Path, layout: Mapping[str, int], file: str = "pinn
         temporary.write_text(json.dumps(pinned, sort_keys=True) + "\n")
         temporary.replace(path)
     return pinned
+
+
+class PerBatch:
+    """A value per micro-batch id, kept in a JSON file of the checkpoint and recorded before the batch is
+    written: a re-run of a batch (after a crash) gets the value its first run got.
+
+    Spark re-runs only its last micro-batch or so; the ``kept`` newest batch ids are remembered.
+    """
+
+    def __init__(self, path: Path, kept: int = 100) -> None:
+        self.path = path
+        self.kept = kept
+        self.values: dict[int, Any] = (
+            {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+        )
+
+    def get(self, batch_id: int, choose: Callable[[], Any]) -> Any:
+        """The value of ``batch_id``: the recorded one, or ``choose()``, recorded first."""
+        if batch_id in self.values:
+            return self.values[batch_id]
+        value = self.values[batch_id] = choose()
+        for old in sorted(self.values)[: -self.kept]:
+            del self.values[old]
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.values))
+        os.replace(temporary, self.path)
+        return value

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
+from contracts.provenance import CopyFilter
 from contracts.settings import KEEP_FOREVER, Settings, Topics
 from infra.embedded import EmbeddedStack, StackInfo
 from infra.redis_store import RedisOptions, redis_client
@@ -441,8 +442,8 @@ def time_span(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> tuple[
 def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
     """Number of records in each topic, as a read_committed consumer sees them.
 
-    Counted by reading: offset spans would also count transaction markers (and, on Tansu, records of
-    aborted transactions are counted, as its consumers see them).
+    Counted by reading: offset spans would also count transaction markers (and, on a broker that shows
+    records of aborted transactions, their copies, which :func:`read_topic` skips).
     """
     return {topic: sum(1 for _ in read_topic(clients, topic)) for topic in topics}
 
@@ -457,13 +458,18 @@ def offsets_for_time(consumer: Consumer, topic: str, partitions: list[int], time
 
 
 def read_topic(
-    clients: Clients, topic: str, idle_timeout_s: float = 10.0, start_ms: int | None = None
+    clients: Clients,
+    topic: str,
+    idle_timeout_s: float = 10.0,
+    start_ms: int | None = None,
+    skip_copies: bool = True,
 ) -> Generator[Message]:
     """Every record of ``topic`` present now (read_committed), in offset order within each partition.
 
     With ``start_ms``, each partition starts at its first record with a Kafka timestamp at or after it.
     Stops at the end offsets measured at the start; fails if neither a record nor the end arrives for
-    ``idle_timeout_s``.
+    ``idle_timeout_s``. Copies of the project's sink records that an aborted attempt left in the log are
+    skipped (``contracts.provenance``; the embedded broker shows them), unless ``skip_copies`` is False.
     """
     consumer = clients.consumer(overrides={"enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
@@ -474,6 +480,7 @@ def read_topic(
         pending = {p: end for p, (first, end) in bounds.items() if end > first}
         consumer.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
         idle_since = time.monotonic()
+        copies = CopyFilter()
         while pending:
             idle = True
             for message, at_end in consumed(consumer, 10_000, timeout=0.1):
@@ -485,7 +492,7 @@ def read_topic(
                 # transaction, a high watermark that lags): only the position says the partition is done.
                 if (message.offset() or 0) >= pending[partition]:
                     del pending[partition]
-                elif not at_end:
+                elif not at_end and not (skip_copies and copies.is_copy(str(partition), message.headers())):
                     yield message
             if not idle:
                 idle_since = time.monotonic()

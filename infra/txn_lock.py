@@ -65,9 +65,14 @@ def topics_of(batches: Iterable[pa.RecordBatch], default_topic: str | None) -> s
 def topic_locks(bootstrap_servers: str, topics: Iterable[str]) -> Iterator[None]:
     """Hold this host's exclusive lock of each topic of the cluster (taken in name order: no deadlock)."""
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    cluster = hashlib.sha256(bootstrap_servers.encode()).hexdigest()[:12]
     with ExitStack() as held:
         for topic in sorted(set(topics)):
-            handle = held.enter_context((LOCK_DIR / f"{cluster}-{topic}.lock").open("ab"))
+            handle = held.enter_context(lock_path(bootstrap_servers, topic).open("ab"))
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file is closed
         yield
+
+
+def lock_path(bootstrap_servers: str, topic: str) -> Path:
+    """The file whose lock a write task of ``topic`` holds from its first record to its commit."""
+    cluster = hashlib.sha256(bootstrap_servers.encode()).hexdigest()[:12]
+    return LOCK_DIR / f"{cluster}-{topic}.lock"

@@ -22,9 +22,7 @@ each committed Kafka transaction, idempotently.
 from __future__ import annotations
 
 import gc
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -38,13 +36,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, ServiceUnavailableError
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
+from contracts.privacy import redact_url
 from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
-from infra.checkpoints import pinned_layout
+from infra.checkpoints import PerBatch, pinned_layout
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
@@ -59,6 +58,7 @@ from infra.kafka_sink.records import (
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.redis_store import RedisTarget, write_alerts, write_scores
+from infra.retry import wait_out
 from infra.spark import start_stream
 from ingest.columnar import validate_many
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
@@ -127,10 +127,7 @@ class ModelChooser:
         self.alias = alias
         self.interval_s = interval_s
         self.check_timeout_s = check_timeout_s
-        self.path = path
-        self.chosen: dict[int, int] = (
-            {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
-        )
+        self.chosen = PerBatch(path, self.KEPT)
         self.current: LoadedModel | None = None
         self.checked_at = -float("inf")
         self._checking: threading.Thread | None = None
@@ -138,20 +135,16 @@ class ModelChooser:
 
     def version_for(self, batch_id: int) -> int:
         """The version that scores ``batch_id`` (recorded before it is returned)."""
-        if batch_id in self.chosen:
-            return self.chosen[batch_id]
+        return int(self.chosen.get(batch_id, self._serving))
+
+    def _serving(self) -> int:
+        """The version serving now (the alias checked if it is time)."""
         if self.current is None:
             self.refresh()  # the first: raises when there is no model at all
         elif time.monotonic() - self.checked_at >= self.interval_s:
             self._check()
         if self.current is None:  # pragma: no cover - refresh raises instead
             raise ModelNotFoundError(f"no model for alias {self.alias!r}")
-        self.chosen[batch_id] = self.current.version
-        for old in sorted(self.chosen)[: -self.KEPT]:
-            del self.chosen[old]
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.chosen))
-        os.replace(temporary, self.path)
         return self.current.version
 
     def _check(self) -> None:
@@ -214,12 +207,17 @@ KEPT_MODELS = 2
 
 
 def worker_model(tracking_uri: str, version: int) -> LoadedModel:
-    """The model version, loaded once per worker process (the oldest loaded one is dropped)."""
+    """The model version, loaded once per worker process (the oldest loaded one is dropped). A worker
+    that needs it while MLflow is away waits for MLflow (``infra.retry.wait_out``) rather than fail."""
     key = (tracking_uri, version)
     if key not in _MODELS:
         while len(_MODELS) >= KEPT_MODELS:
             del _MODELS[next(iter(_MODELS))]  # a replaced version is never needed again
-        _MODELS[key] = load_model(tracking_uri, version=version)
+        _MODELS[key] = wait_out(
+            lambda: load_model(tracking_uri, version=version),
+            f"MLflow at {redact_url(tracking_uri)}",
+            (ServiceUnavailableError,),
+        )
         # The model, and the MLflow and scikit-learn modules imported to load it, live as long as the
         # worker: out of the full collection PySpark runs after every task (it took 100-300 ms a task).
         # Unfrozen first, so that the collection frees what the replaced model leaves behind.
@@ -265,6 +263,9 @@ class Scorer:
     topics: Topics
     max_event_bytes: int
     shadow_version: int | None = None
+    #: The records' ``scored_at_ms``: the micro-batch's, recorded in the checkpoint, so that a re-run writes
+    #: the same records (None: now).
+    scored_at_ms: int | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         model = worker_model(self.tracking_uri, self.version)
@@ -280,10 +281,11 @@ class Scorer:
         """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
         others = SinkRows()
         scored = []
+        at_ms = now_ms() if self.scored_at_ms is None else self.scored_at_ms
         for event, frame, raws in self.valid(records, others):
-            scored.append(score_rows(model, event, frame, raws, self.topics, others))
+            scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms))
             if shadow is not None:
-                scored.append(shadow_rows(shadow, event, frame, self.topics))
+                scored.append(shadow_rows(shadow, event, frame, self.topics, at_ms))
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches)
 
@@ -362,6 +364,7 @@ def score_rows(
     raws: pa.Array,
     topics: Topics,
     others: SinkRows,
+    scored_at_ms: int,
 ) -> pa.RecordBatch | None:
     """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
 
@@ -391,9 +394,7 @@ def score_rows(
         event = {name: column.take(taken) for name, column in event.items()}
         frame, scores = frame.iloc[kept].reset_index(drop=True), scores[kept]
     alerting = scores >= model.threshold
-    values = score_values(
-        event, int(time.time() * 1000), pa.array(scores, pa.float64()), pa.array(alerting), model
-    )
+    values = score_values(event, scored_at_ms, pa.array(scores, pa.float64()), pa.array(alerting), model)
     if alerting.any():
         chosen = np.flatnonzero(alerting)
         drivers = top_features(model, frame.iloc[chosen])
@@ -412,7 +413,7 @@ def score_rows(
 
 
 def shadow_rows(
-    model: LoadedModel, event: dict[str, pa.Array], features: pd.DataFrame, topics: Topics
+    model: LoadedModel, event: dict[str, pa.Array], features: pd.DataFrame, topics: Topics, scored_at_ms: int
 ) -> pa.RecordBatch | None:
     """The shadow model's score records of valid feature records, for the shadow scores topic: the same
     record as a live score (``alert`` says whether it would have alerted), never an alert, never Redis.
@@ -427,7 +428,7 @@ def shadow_rows(
     scores = scores[kept]
     values = score_values(
         event,
-        int(time.time() * 1000),
+        scored_at_ms,
         pa.array(scores, pa.float64()),
         pa.array(scores >= model.threshold),
         model,
@@ -572,6 +573,16 @@ def model_chooser(
     return chooser
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def scoring_clock(checkpoint: Path) -> PerBatch:
+    """When each micro-batch is scored (its records' ``scored_at_ms``), recorded in the checkpoint before
+    the batch is written: a re-run writes the same records, and Redis agrees with the topic."""
+    return PerBatch(checkpoint / "scored-at.json")
+
+
 def check_computable(model: LoadedModel, name: str) -> None:
     """Raise ConfigError when ``model`` needs a feature the feature definitions do not compute."""
     missing = sorted(set(model.feature_columns) - {*FEATURE_COLUMNS, C.AMOUNT})
@@ -615,6 +626,8 @@ def start_scoring_job(
         after_commit=ScoresToRedis(config.redis, config.topics.alerts, config.topics.scores),
     )
 
+    clock = scoring_clock(config.checkpoint)
+
     def score_batch(records: DataFrame, batch_id: int) -> None:
         scorer = Scorer(
             config.tracking_uri,
@@ -622,6 +635,7 @@ def start_scoring_job(
             config.topics,
             config.max_event_bytes,
             None if shadow is None else shadow.version_for(batch_id),
+            clock.get(batch_id, now_ms),
         )
         write_micro_batch(records.mapInArrow(scorer, PACKED_DDL), sink, batch_id)
 

@@ -45,14 +45,18 @@ from scoring.job import (
     SCORED_EVENT_FIELDS,
     ScoresToRedis,
     model_choosers,
+    now_ms,
     score_rows,
+    scoring_clock,
     shadow_rows,
     worker_model,
 )
 
-#: Spark local properties carrying the model version of a micro-batch (and the shadow's) to its tasks.
+#: Spark local properties carrying the model version of a micro-batch (and the shadow's) and its scoring
+#: time to its tasks.
 MODEL_VERSION_PROPERTY = "fraud.model.version"
 SHADOW_VERSION_PROPERTY = "fraud.shadow.version"
+SCORED_AT_PROPERTY = "fraud.scored.at"
 
 
 @dataclass(frozen=True)
@@ -86,19 +90,22 @@ class RowScorer:
     def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None:
         context = TaskContext.get()
         version = context.getLocalProperty(MODEL_VERSION_PROPERTY) if context is not None else None
-        if version is None:
+        if context is None or version is None:
             raise RuntimeError(
                 f"no model version for this micro-batch: {MODEL_VERSION_PROPERTY} is set by start_pipeline"
             )
         model = worker_model(self.tracking_uri, int(version))
+        scored_at_ms = int(context.getLocalProperty(SCORED_AT_PROPERTY) or now_ms())
         event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
         others = SinkRows()
         features = rows[list(self.feature_columns)]
-        scored = [score_rows(model, event, features, values, self.topics, others)]
-        shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY) if context is not None else None
+        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms)]
+        shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY)
         if shadow:
             scored.append(
-                shadow_rows(worker_model(self.tracking_uri, int(shadow)), event, features, self.topics)
+                shadow_rows(
+                    worker_model(self.tracking_uri, int(shadow)), event, features, self.topics, scored_at_ms
+                )
             )
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches) if batches else None
@@ -131,9 +138,11 @@ def start_pipeline(
         )
     )
     sink = replace(feature_sink(features), after_commit=to_redis)
+    clock = scoring_clock(config.checkpoint)
 
     def write_batch(records: DataFrame, batch_id: int) -> None:
         context = records.sparkSession.sparkContext
+        context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
         context.setLocalProperty(MODEL_VERSION_PROPERTY, str(chooser.version_for(batch_id)))
         shadow_version = "" if shadow is None else str(shadow.version_for(batch_id))
         context.setLocalProperty(SHADOW_VERSION_PROPERTY, shadow_version)

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
+from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, settings_of
 from fraud.options import PrefixOption, parse_time
@@ -34,7 +35,8 @@ def _format_ms(ms: int) -> str:
 
 
 def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[Message]:
-    """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever."""
+    """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever; copies
+    left by aborted attempts of the sink skipped (``contracts.provenance``)."""
     consumer = clients.consumer(overrides={"fetch.wait.max.ms": 100, "enable.partition.eof": True})
     try:
         if from_ms is None:
@@ -42,9 +44,10 @@ def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[
         else:
             starts = offsets_for_time(consumer, topic, partitions_of(consumer, topic), from_ms)
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
+        copies = CopyFilter()
         while True:
             for message, at_end in consumed(consumer, 1_000, timeout=0.5):
-                if not at_end:
+                if not at_end and not copies.is_copy(str(message.partition()), message.headers()):
                     yield message
     finally:
         consumer.close()

@@ -37,11 +37,15 @@ Delivery guarantee:
   one is open, applies transactional offset commits only on commit and fences zombies, but its fetch
   responses never list aborted transactions: its ``read_committed`` consumers therefore also see the rows
   of aborted attempts once the abort is written. A clean run, and a re-run after a crash that came
-  between transactions, are exactly-once there too; a crash or task failure mid-transaction is
-  at-least-once on Tansu. Tansu also drops offset-commit metadata, so the marker is the offset alone.
+  between transactions, are exactly-once there too; after a crash or task failure mid-transaction,
+  readers that skip copies by provenance (below) are exactly-once there, others at-least-once.
+  Tansu also drops offset-commit metadata, so the marker is the offset alone.
   Its commits can stay half done when two transactions write one partition at once (the partition then
   holds back read_committed consumers for good), so on Tansu the write tasks of one host take turns per
   topic (:mod:`infra.txn_lock`): each reads its rows first, then produces and commits under the lock.
+* Provenance: each record of a micro-batch write carries the header ``fraud.provenance``
+  (``{transactional id}/{batch}/{attempt}/{position}``, :mod:`contracts.provenance`), by which a reader
+  tells an aborted attempt's copies from the records of the attempt that committed.
 * The marker is a consumer-group offset: Kafka expires the offsets of a group without members after
   ``offsets.retention.minutes`` (7 days by default). A query stopped in the crash window for longer
   than that rewrites its last micro-batch on restart.
@@ -55,7 +59,9 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -71,6 +77,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from contracts.provenance import header_prefix
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -179,8 +186,9 @@ class _ArrowKafkaWriter:
             self.config.run_after_commit(kept)
             return self._message(batch_id, partition_id, drained, "already-written")
         self.on_transaction_event("opened", batch_id, partition_id)
+        prefix = header_prefix(writer.transactional_id, batch_id, uuid.uuid4().hex[:8])
         with self._one_at_a_time(writer, first, batches) as batches:
-            rows = self._produce_all(producer, writer, first, batches, what)
+            rows = self._produce_all(producer, writer, first, batches, what, prefix)
             try:
                 commit(producer, what)
             except SinkWriteError:
@@ -259,11 +267,16 @@ class _ArrowKafkaWriter:
         first: pa.RecordBatch,
         rest: Iterator[pa.RecordBatch],
         what: str,
+        provenance: str | None = None,
     ) -> int:
+        """Produce the rows; with a ``provenance`` header prefix (micro-batch writes), each row gets its
+        header (``contracts.provenance``)."""
         try:
-            rows = produce(producer, first, self.config.topic)
-            for batch in rest:
-                rows += produce(producer, batch, self.config.topic)
+            rows = 0
+            for batch in itertools.chain((first,), rest):
+                rows += produce(
+                    producer, batch, self.config.topic, None if provenance is None else (provenance, rows)
+                )
             return rows
         except BaseException as exc:
             writer.discard_producer()  # never reuse a producer whose transaction is in an unknown state

@@ -19,6 +19,7 @@ from typing import Literal
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from contracts.provenance import HEADER as PROVENANCE_HEADER
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -156,8 +157,17 @@ def is_fenced(error: KafkaError) -> bool:
     )
 
 
-def produce(producer: Producer, batch: pa.RecordBatch, default_topic: str | None) -> int:
-    """Produce every row of ``batch`` (inside the open transaction); returns the number of rows."""
+def produce(
+    producer: Producer,
+    batch: pa.RecordBatch,
+    default_topic: str | None,
+    provenance: tuple[str, int] | None = None,
+) -> int:
+    """Produce every row of ``batch`` (inside the open transaction); returns the number of rows.
+
+    ``provenance``: the header prefix of the task's batch and the position of this batch's first row
+    (``contracts.provenance``); each row gets its header.
+    """
     names = set(batch.schema.names)
     n = batch.num_rows
     none = [None] * n
@@ -169,6 +179,12 @@ def produce(producer: Producer, batch: pa.RecordBatch, default_topic: str | None
     headers: list[list[tuple[str, bytes | None]] | None] = none  # type: ignore[assignment]
     if "headers" in names and batch.column("headers").null_count < n:
         headers = [kafka_headers(cell) for cell in batch.column("headers").to_pylist()]
+    if provenance is not None:
+        prefix, first = provenance
+        headers = [
+            [*(cell or ()), (PROVENANCE_HEADER, f"{prefix}{seq}".encode())]
+            for seq, cell in enumerate(headers, first)
+        ]
     send = producer.produce
     for value, key, topic, timestamp, partition, header in zip(
         values, keys, topics, timestamps, partitions, headers, strict=True

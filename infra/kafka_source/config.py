@@ -76,6 +76,9 @@ class KafkaSourceConfig:
         read_tasks: Spark tasks per micro-batch, each reading its topic-partitions one after another
             (None: one per topic-partition). Every task has a fixed cost; the job's cores are enough.
         decoder: turns raw records into the output rows (None: raw records, ``RAW_FIELDS``).
+        max_clock_skew_ms: records stamped further ahead of the planner's clock than this move no
+            partition's progress, hence no frontier (None: no limit). The clock of each micro-batch is
+            kept in its end offset and reaches the decoder (``Split.clock_ms``), which can reject them.
 
     Raises:
         ConfigError: a setting is out of range.
@@ -89,6 +92,7 @@ class KafkaSourceConfig:
     allowed_lateness_ms: int = 0
     read_tasks: int | None = None
     decoder: Decoder | None = field(default=None, compare=False)
+    max_clock_skew_ms: int | None = None
 
     def __post_init__(self) -> None:
         if "bootstrap.servers" not in self.kafka_config:
@@ -103,6 +107,8 @@ class KafkaSourceConfig:
                 raise ConfigError(f"{name} must be at least 1, not {value}")
         if self.allowed_lateness_ms < 0:
             raise ConfigError("allowed_lateness_ms must not be negative")
+        if self.max_clock_skew_ms is not None and self.max_clock_skew_ms < 0:
+            raise ConfigError("max_clock_skew_ms must not be negative")
 
     @property
     def schema(self) -> str:

@@ -23,6 +23,11 @@ disorder the newest record read may be an earlier one. An ``availableNow`` run t
 after a batch that was not final (a continuous run read everything) plans one micro-batch without records
 that is final. Offsets written before this flag existed read as not final.
 
+A record stamped further ahead of the planner's clock than ``max_clock_skew_ms`` (a producer's bad clock,
+an event dated 2099) moves no partition's progress: it would hold the frontier in the future, making every
+later event late. The clock of each micro-batch is kept in its end offset (``"clock"``) and reaches the
+decoder with the splits (``Split.clock_ms``), so a re-run judges such records as the first run did.
+
 The frontier reaches the job through its decoder (:class:`~infra.kafka_source.config.Decoder`): ``decode``
 turns raw records into the job's rows, and ``heartbeat``, called once per micro-batch (on one split),
 returns the rows that carry the frontier (and the final mark) to every state key, so that keys without new
@@ -40,6 +45,7 @@ query and of an ``availableNow`` run find each partition's first record and true
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -193,14 +199,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start, available_now, self.config.decoder is not None
         ):
             return start
+        skew = self.config.max_clock_skew_ms
+        clock_ms = None if skew is None else time.time_ns() // 1_000_000
+        newest_ms = None if clock_ms is None or skew is None else clock_ms + skew
         last_read = {
             name: stamp
             for name, end in chosen.items()
-            if end > begin[name] and (stamp := tail.stamp_before(name, end)) is not None
+            if end > begin[name] and (stamp := tail.stamp_before(name, end, newest_ms)) is not None
         }
         lagging = {name for name, end in chosen.items() if end < ends[name] or name not in complete}
         lateness_ms = self.config.allowed_lateness_ms
-        return end_offset(start, begin, chosen, lagging, last_read, lateness_ms, available_now)
+        marks = start.get("copies", {})
+        copies = {
+            name: found
+            for name, end in chosen.items()
+            if (found := tail.copy_marks(name, marks.get(name, {}), end))
+        }
+        return end_offset(
+            start, begin, chosen, lagging, last_read, lateness_ms, available_now, copies, clock_ms
+        )
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._tail is None else {"offsets": dict(self._tail.end)}
@@ -212,12 +229,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Each topic-partition's range from ``start`` to ``end``; the first split carries the heartbeat."""
         frontier = int(end["frontier"])
         final = bool(end.get("final", False))  # offsets from before the flag: not final
+        clock_ms = end.get("clock")
+        marks = start.get("copies", {})
         splits: list[Split] = []
         for name, stop in sorted(end["offsets"].items()):
             topic, partition = parse_tp(name)
             begin = int(start["offsets"].get(name, stop))
+            copies = tuple((writer, int(b), int(s)) for writer, (b, s) in marks.get(name, {}).items())
             splits.append(
-                Split(topic, partition, begin, int(stop), frontier, heartbeat=not splits, final=final)
+                Split(topic, partition, begin, int(stop), frontier, not splits, final, copies, clock_ms)
             )
         return splits
 

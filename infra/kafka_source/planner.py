@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from contracts.errors import ServiceUnavailableError
+from contracts.provenance import CopyFilter, Provenance, WriterMarks, provenance_of
 from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, HistoryGapError, consumed
 from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
 
@@ -66,6 +67,7 @@ class Tail:
         self.reached: dict[str, bool] = {}  # the end was reached once since the partition was positioned
         self._offsets: dict[str, array[int]] = {}  # records read from the planned position on
         self._stamps: dict[str, array[int]] = {}
+        self._provenance: dict[str, list[tuple[int, Provenance]]] = {}  # (offset, provenance) of the sink's
 
     def follow(self, begin: Mapping[str, int]) -> None:
         """Keep what is read from ``begin`` on; a partition not read up to ``begin`` (new, or a restart
@@ -78,10 +80,13 @@ class Tail:
                 if cut:
                     self._offsets[name] = self._offsets[name][cut:]
                     self._stamps[name] = self._stamps[name][cut:]
+                    provenance = self._provenance[name]
+                    del provenance[: bisect_left(provenance, offset, key=lambda entry: entry[0])]
                 self.base[name] = offset
                 continue
             (moved if name in self.base else added).append(TopicPartition(*parse_tp(name), offset))
             self._offsets[name], self._stamps[name] = array("q"), array("q")
+            self._provenance[name] = []
             self.base[name], self.end[name] = offset, offset
             self.at_end[name] = self.reached[name] = False
         if added:
@@ -109,6 +114,9 @@ class Tail:
                 offset = message.offset() or 0
                 self._offsets[name].append(offset)
                 self._stamps[name].append(message.timestamp()[1])
+                headers = message.headers()
+                if headers and (provenance := provenance_of(headers)) is not None:
+                    self._provenance[name].append((offset, provenance))
                 self.end[name] = offset + 1
                 self.at_end[name] = False
             if time.monotonic() > deadline or (
@@ -125,10 +133,25 @@ class Tail:
                 return
             timeout = POLL_S
 
-    def stamp_before(self, name: str, offset: int) -> int | None:
-        """Timestamp of the last record below ``offset`` read since the planned position (None: none)."""
+    def copy_marks(self, name: str, marks: WriterMarks, offset: int) -> WriterMarks:
+        """The copy filter's marks of partition ``name`` after its records below ``offset``, given its
+        ``marks`` at the planned position: what a reader's ``contracts.provenance.CopyFilter`` remembers
+        after reading them."""
+        copies = CopyFilter({name: marks})
+        for at, provenance in self._provenance[name]:
+            if at >= offset:
+                break
+            copies.is_copy_of(name, provenance)
+        return copies.marks(name)
+
+    def stamp_before(self, name: str, offset: int, newest_ms: int | None = None) -> int | None:
+        """Timestamp of the last record below ``offset`` read since the planned position, skipping records
+        stamped after ``newest_ms`` (None: none)."""
+        stamps = self._stamps[name]
         index = bisect_left(self._offsets[name], offset)
-        return self._stamps[name][index - 1] if index else None
+        while index and newest_ms is not None and stamps[index - 1] > newest_ms:
+            index -= 1
+        return stamps[index - 1] if index else None
 
 
 def check_continuity(begin: Mapping[str, int], bounds: Mapping[str, tuple[int, int]]) -> None:
@@ -178,6 +201,8 @@ def end_offset(
     last_read: dict[str, int],
     lateness_ms: int,
     available_now: bool,
+    copies: dict[str, WriterMarks] | None = None,
+    clock_ms: int | None = None,
 ) -> dict:
     """The end offset of a micro-batch that reads ``[begin, chosen)`` of each partition.
 
@@ -189,6 +214,8 @@ def end_offset(
         last_read: timestamp of the last record of each partition the batch reads records of.
         lateness_ms: the allowed lateness.
         available_now: the query runs with the ``availableNow`` trigger.
+        copies: the copy filter's marks at ``chosen``, per partition that has any (``Tail.copy_marks``).
+        clock_ms: the planner's clock, for a source that keeps one (``max_clock_skew_ms``).
     """
     progress: dict[str, int] = dict(start.get("progress", {}))
     for name, stamp in last_read.items():
@@ -199,13 +226,18 @@ def end_offset(
     final = available_now and not lagging
     frontier = _frontier(progress, sorted(lagging), 0 if final else lateness_ms)
     read = int(start.get("read", 0)) + sum(chosen[name] - begin[name] for name in chosen)
-    return {
+    end = {
         "offsets": chosen,
         "progress": progress,
         "frontier": max(int(start["frontier"]), frontier),
         "read": read,  # records read since the query started: progress reports use it
         "final": final,
     }
+    if copies:  # where the next batch's readers start judging copies (contracts.provenance)
+        end["copies"] = copies
+    if clock_ms is not None:
+        end["clock"] = clock_ms
+    return end
 
 
 def release_without_records(start: dict, available_now: bool, heartbeats: bool) -> bool:

@@ -8,6 +8,7 @@ start.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,14 +16,16 @@ import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from contracts.provenance import Provenance, provenance_of
 from infra.clients import KAFKA_LOGGER, consumed
 from infra.kafka_source.config import RAW_FIELDS, KafkaSourceConfig
 from infra.kafka_source.planner import FETCH_WAIT_MS, POLL_S, check_deadline, deadline
 from infra.kafka_source.splits import Split, SplitGroup, tp_name
 
-_Record = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, value
+_Record = tuple[int, int, bytes | None, bytes | None, Provenance | None]  # offset, timestamp, key, value, ...
 _CONSUMERS: dict[tuple[str, str, int], tuple[Consumer, int, list[_Record]]] = {}
 _BATCH_ROWS = 20_000
+_log = logging.getLogger(__name__)
 
 
 def read_group(config: KafkaSourceConfig, group: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -78,6 +81,8 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
         return
     consumer, pending = _source_consumer(kafka_config, split)
     tp = TopicPartition(split.topic, split.partition)
+    name = tp_name(split.topic, split.partition)
+    copies = split.copy_filter()
     position = split.start
     chunk: list[_Record] = []
     until = deadline()
@@ -88,8 +93,16 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
             wanted = min(_BATCH_ROWS, split.end - position)
             for message, at_end in consumed(consumer, wanted, timeout=POLL_S):
                 if not at_end:
+                    headers = message.headers()
+                    provenance = provenance_of(headers) if headers else None
                     pending.append(
-                        (message.offset() or 0, message.timestamp()[1], message.key(), message.value())
+                        (
+                            message.offset() or 0,
+                            message.timestamp()[1],
+                            message.key(),
+                            message.value(),
+                            provenance,
+                        )
                     )
             if pending:
                 until = deadline()
@@ -102,7 +115,8 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
         for record in pending:
             if record[0] >= split.end:
                 break
-            chunk.append(record)
+            if record[4] is None or not copies.is_copy_of(name, record[4]):
+                chunk.append(record)
             position = max(position, record[0] + 1)
             taken += 1
         pending = pending[taken:]
@@ -111,9 +125,18 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
         if len(chunk) >= _BATCH_ROWS:
             yield _records(split, chunk)
             chunk = []
-        check_deadline(until, {tp_name(split.topic, split.partition)} if position < split.end else set())
+        check_deadline(until, {name} if position < split.end else set())
     if chunk:
         yield _records(split, chunk)
+    if copies.copies:
+        _log.info(
+            "%s offsets %d..%d: skipped %d copies of records that an aborted attempt of their writer left "
+            "in the log",
+            name,
+            split.start,
+            split.end - 1,
+            copies.copies,
+        )
     # Paused until the next range: a cached consumer that fetched on would cost the broker a fetch every
     # FETCH_WAIT_MS, and the workers together keep many (one per partition each, most of them stale).
     consumer.pause([tp])
@@ -122,7 +145,7 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
 
 
 def _records(split: Split, chunk: list[_Record]) -> pa.RecordBatch:
-    offsets, stamps, keys, values = zip(*chunk, strict=True)
+    offsets, stamps, keys, values, _ = zip(*chunk, strict=True)
     n = len(chunk)
     return pa.RecordBatch.from_arrays(
         [

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from contracts.provenance import CopyFilter
+
 #: A frontier before any event: nothing is complete yet.
 NO_FRONTIER = -(2**62)
 
@@ -15,7 +17,9 @@ NO_FRONTIER = -(2**62)
 class Split(InputPartition):
     """One topic-partition's offset range in one micro-batch, plus the batch's frontier.
 
-    ``final``: the last micro-batch of an ``availableNow`` run (see the module docstring).
+    ``final``: the last micro-batch of an ``availableNow`` run (see the module docstring). ``copies``: the
+    copy filter's marks at ``start`` as (writer, batch, position), in the filter's order
+    (``contracts.provenance.CopyFilter``).
     """
 
     topic: str
@@ -25,6 +29,14 @@ class Split(InputPartition):
     frontier_ms: int
     heartbeat: bool
     final: bool = False
+    copies: tuple[tuple[str, int, int], ...] = ()
+    #: The planner's clock when it planned the micro-batch (None: the source keeps no clock).
+    clock_ms: int | None = None
+
+    def copy_filter(self) -> CopyFilter:
+        """A filter of this split's partition that judges its records as the planner did."""
+        marks = {writer: (batch, seq) for writer, batch, seq in self.copies}
+        return CopyFilter({tp_name(self.topic, self.partition): marks})
 
 
 @dataclass(frozen=True)

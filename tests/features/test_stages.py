@@ -83,6 +83,39 @@ def test_decode_routes_events_and_dead_letters() -> None:
     assert "unexpected topic" in frame["detail"].iloc[3]
 
 
+def test_transactions_dated_too_far_ahead_of_the_micro_batchs_clock_are_dead() -> None:
+    """Another producer's transaction dated in 2099 (ingest would have refused it) would move its card
+    bucket's frontier: the decoder makes it a dead row, with its bytes and why; labels are not checked."""
+    far = T0 + 3_000 * DAY
+    label = orjson.dumps(
+        {
+            "schema_version": 1,
+            "tx_id": 3,
+            "card_id": TOKEN,
+            "terminal_id": "t1",
+            "tx_time_ms": far,
+            "known_at_ms": far,
+            "is_fraud": True,
+        }
+    )
+    records = raw_records([("tx", tx_json(1, T0)), ("tx", tx_json(2, far)), ("labels", label), ("tx", b"{")])
+    skewed = DecodeOptions("tx", "labels", card_buckets=4, max_event_bytes=16_384, max_clock_skew_ms=60_000)
+    frame = decode(records, skewed, clock_ms=T0 + 1_000).to_pandas()
+    assert frame["kind"].tolist() == [TX, DEAD, LABEL, DEAD]
+    future = frame.iloc[1]
+    assert (future["reason"], future["raw"], future["source_offset"]) == (
+        "future_event_time",
+        tx_json(2, far),
+        1,
+    )
+    assert "ahead of the micro-batch's clock" in future["detail"]
+    assert future["card_bucket"] == card_bucket(TOKEN, 4)
+    assert frame.iloc[3]["reason"] == "malformed_json"
+    # Without a clock (offsets planned before it existed) or a skew, nothing is checked.
+    assert decode(records, skewed).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
+    assert decode(records, OPTIONS, clock_ms=T0).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
+
+
 def events(rows: list[tuple[int, int]]) -> pd.DataFrame:
     """Decoded transaction rows (tx_id, event time) of one card."""
     return decode(raw_records([("tx", tx_json(i, t)) for i, t in rows]), OPTIONS).to_pandas()
@@ -112,6 +145,31 @@ def test_card_stage_holds_events_until_the_frontier_passes_them() -> None:
     # Only the already released 2 (which saw 1 and itself) misses the late 4.
     assert by_id.loc[3, "card_nb_tx_1d"] == 4
     assert by_id.loc[4, "card_nb_tx_1d"] == 2
+
+
+def test_a_repeated_tx_id_is_processed_once_and_dead_lettered_after() -> None:
+    """Repeats of a transaction (an at-least-once producer, a file imported twice) count once: repeats within
+    a batch, of one waiting for the frontier, and of one already in the card's history become dead rows."""
+    params = FeatureParams()
+    bucket = CardBucket(CardState.empty(), empty_events(), -(2**62))
+    rows = pd.concat([events([(1, T0), (2, T0 + 10), (1, T0), (3, T0 + 20)]), tick(T0 + 11)])
+    bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
+    released = out[out["kind"] == TX]
+    assert sorted(released["tx_id"]) == [1, 2]
+    assert released.set_index("tx_id").loc[2, "card_nb_tx_1d"] == 2
+    (dead,) = out[out["kind"] == DEAD].itertuples()
+    assert (dead.tx_id, dead.reason, dead.source_offset) == (1, "duplicate_tx_id", 2)
+    assert orjson.loads(dead.raw)["tx_id"] == 1 and "processed already" in dead.detail
+
+    # 2 is in the history, 3 still waits: both repeats are dead; 4 is new.
+    rows = pd.concat([events([(2, T0 + 10), (3, T0 + 20), (4, T0 + 30)]), tick(T0 + 40)])
+    bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
+    assert sorted(out.loc[out["kind"] == TX, "tx_id"]) == [3, 4]
+    assert sorted(out.loc[out["kind"] == DEAD, "tx_id"]) == [2, 3]
+    assert out.set_index("tx_id").loc[4, "card_nb_tx_1d"] == 4  # 1, 2, 3 and itself: no repeat counted
+    features = terminal_stage(TerminalState.empty(), out, params)[1]
+    records = kafka_records(features, "features", "dead", params).to_pylist()
+    assert [r["topic"] for r in records].count("dead") == 2
 
 
 S = 1_000  # ms

@@ -1,9 +1,11 @@
+from array import array
+
 import pytest
 
 from contracts.errors import ConfigError
 from infra.kafka_source.config import KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import KafkaStreamReader
-from infra.kafka_source.planner import _frontier, end_offset, release_without_records, share
+from infra.kafka_source.planner import Tail, _frontier, end_offset, release_without_records, share
 from infra.kafka_source.splits import NO_FRONTIER, Split, SplitGroup, group_splits
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -133,3 +135,23 @@ def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_le
     begin = read["offsets"]
     final = end_offset(read, begin, begin, [], {}, 300, available_now=True)
     assert final == {**read, "frontier": 1_001, "final": True}
+
+
+def test_records_stamped_too_far_ahead_of_the_planners_clock_move_no_progress() -> None:
+    """A record dated in 2099 (another producer, no ingest checks) would set its partition's progress, hence
+    the frontier, to 2099: every later event of its cards would be late. The planner skips it for progress
+    and keeps its clock in the end offset; the splits carry that clock to the decoder."""
+    tail = Tail(consumer=None)  # type: ignore[arg-type]  # only its bookkeeping is used
+    tail._offsets["tx/0"] = array("q", [0, 1, 2])
+    tail._stamps["tx/0"] = array("q", [1_000, 4_070_908_800_000, 2_000])
+    assert tail.stamp_before("tx/0", 3) == 2_000
+    assert tail.stamp_before("tx/0", 2) == 4_070_908_800_000
+    assert tail.stamp_before("tx/0", 2, newest_ms=10_000) == 1_000
+    assert tail.stamp_before("tx/0", 1, newest_ms=500) is None
+
+    start = {"offsets": {"tx/0": 0}, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
+    end = end_offset(start, {"tx/0": 0}, {"tx/0": 2}, [], {"tx/0": 1_000}, 0, False, clock_ms=9_000)
+    assert end["clock"] == 9_000 and end["frontier"] == 1_001
+    (split,) = reader("tx").splits(start, end)
+    assert split.clock_ms == 9_000
+    assert reader("tx").splits(start, {**end, "clock": None})[0].clock_ms is None

@@ -15,73 +15,65 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
-import pandas as pd
 import pytest
 import redis
 from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql import SparkSession
 
-import features.job
 from contracts.events import (
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_REASON_HEADER,
     DLQ_SOURCE_HEADER,
-    SCHEMA_VERSION,
     Reason,
     TxColumns,
     from_message,
 )
-from contracts.records import FeatureRecord
 from contracts.settings import Settings, Topics
-from features.definitions import EVENT_TIME_MS, HOUR_MS, FeatureParams
+from features.definitions import HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig
 from fraud.progress import records_read
 from infra.clients import METADATA_TIMEOUT_S, Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import StackInfo, temporary_stack
-from infra.kafka_sink.datasource import register as register_sink
-from infra.redis_store import card_features_key
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (
-    TASKS_LOG,
     Pause,
-    chaos_sink,
-    entries,
     kill_tree,
     logged_tasks,
-    open_transactions,
     pause,
     pause_args,
     pause_reports,
-    ship_by_value,
     start_redis,
     stop_redis,
 )
 from tests.support.feature_jobs import (
     JOB_TIMEOUT_S,
+    FeatureOutput,
     Simulated,
+    assert_each_transaction_once,
+    assert_redis_holds_latest,
+    assert_same_as_batch,
+    features_topic,
     isolated_clients,
     job_config,
+    latest_per_card,
     prefix_of,
     run_once,
     simulated,
+    split_at,
 )
 
 C = TxColumns
-TOLERANCE = 1e-9
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = "tests.support.feature_job_runner"
 
@@ -92,22 +84,6 @@ PARITY_MAX_RECORDS = (25_000, 80_000)
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-
-
-def split_at(events: EventBatch, cut_ms: int) -> tuple[EventBatch, EventBatch]:
-    """The events (transactions and labels) with Kafka timestamps before ``cut_ms``, and the others."""
-    before, after = EventBatch(), EventBatch()
-    for key, value, ts in zip(events.tx_keys, events.tx_values, events.tx_times, strict=True):
-        part = before if ts < cut_ms else after
-        part.tx_keys.append(key)
-        part.tx_values.append(value)
-        part.tx_times.append(ts)
-    for key, value, ts in zip(events.label_keys, events.label_values, events.label_times, strict=True):
-        part = before if ts < cut_ms else after
-        part.label_keys.append(key)
-        part.label_values.append(value)
-        part.label_times.append(ts)
-    return before, after
 
 
 Record = tuple[str, bytes | None, bytes | None, int]  # topic, key, value, Kafka timestamp (ms)
@@ -167,116 +143,6 @@ def outputs_of(clients: Clients, input_topics: Topics, prefix: str) -> Topics:
     own = Topics().with_prefix(prefix)
     ensure_topics(clients.admin(), [own.features, own.dead_letter], clients.settings.partitions, 1)
     return own.model_copy(update={"transactions": input_topics.transactions, "labels": input_topics.labels})
-
-
-@dataclass
-class FeatureOutput:
-    """The features topic as a read_committed consumer sees it."""
-
-    records: list[Message]
-
-    def counts(self) -> collections.Counter[int]:
-        return collections.Counter(orjson.loads(m.value() or b"null")[C.TX_ID] for m in self.records)
-
-    def by_tx(self) -> dict[int, Message]:
-        """One record per transaction (the first one seen)."""
-        found: dict[int, Message] = {}
-        for message in self.records:
-            found.setdefault(orjson.loads(message.value() or b"null")[C.TX_ID], message)
-        return found
-
-
-def features_topic(clients: Clients, topic: str) -> FeatureOutput:
-    return FeatureOutput(list(read_topic(clients, topic)))
-
-
-def assert_each_transaction_once(output: FeatureOutput, expected: Iterable[int]) -> None:
-    counts = output.counts()
-    expected_ids = set(expected)
-    missing = sorted(expected_ids - set(counts))
-    unexpected = sorted(set(counts) - expected_ids)
-    repeated = {tx: n for tx, n in counts.items() if n > 1}
-    assert not missing, f"{len(missing)} transactions have no feature record, e.g. {missing[:10]}"
-    assert not unexpected, f"feature records of unknown transactions, e.g. {unexpected[:10]}"
-    assert not repeated, (
-        f"{len(repeated)} transactions have several records, e.g. {list(repeated.items())[:10]}"
-    )
-
-
-def assert_same_as_batch(records: dict[int, Message], sim: Simulated, params: FeatureParams) -> None:
-    """Each record is well formed, carries its transaction and has the batch path's features (records of
-    transactions missing here are not looked for: see ``assert_each_transaction_once``)."""
-    rows = []
-    for tx_id, message in records.items():
-        record = FeatureRecord.model_validate_json(message.value() or b"")
-        event = sim.transactions[tx_id]
-        assert record.schema_version == SCHEMA_VERSION
-        assert (record.card_id, record.terminal_id, record.amount, record.event_time_ms) == (
-            event.card_id,
-            event.terminal_id,
-            event.amount,
-            event.event_time_ms,
-        ), f"tx {tx_id}: the record does not carry its transaction"
-        assert (record.terminal_x, record.terminal_y) == (event.terminal_x, event.terminal_y)
-        assert message.key() == event.card_id.encode()
-        assert message.timestamp()[1] == event.event_time_ms
-        assert not record.late, f"tx {tx_id} is marked late, but every event arrived within the lateness"
-        assert list(record.features) == list(params.feature_columns)
-        rows.append({C.TX_ID: tx_id, **record.features})
-    streamed = pd.DataFrame(rows).set_index(C.TX_ID).sort_index()
-    reference = sim.reference.loc[streamed.index]
-    for column in params.feature_columns:
-        got = streamed[column].to_numpy(dtype=np.float64)
-        want = reference[column].to_numpy(dtype=np.float64)
-        wrong = np.flatnonzero(~(np.abs(got - want) <= TOLERANCE))
-        examples = [(int(reference.index[i]), got[i], want[i]) for i in wrong[:5]]
-        assert not len(wrong), (
-            f"{column}: {len(wrong)} of {len(got)} transactions differ from the batch path; "
-            f"(tx_id, stream, batch): {examples}"
-        )
-
-
-def latest_per_card(sim: Simulated) -> pd.DataFrame:
-    """By card token: tx_id, event time and batch-path features of the card's latest transaction.
-
-    Latest by (event time, tx_id), the order in which Redis keeps the newest record.
-    """
-    events = pd.DataFrame(
-        {
-            C.TX_ID: list(sim.transactions),
-            C.CARD_ID: [e.card_id for e in sim.transactions.values()],
-            EVENT_TIME_MS: [e.event_time_ms for e in sim.transactions.values()],
-        }
-    ).sort_values([EVENT_TIME_MS, C.TX_ID])
-    latest = events.groupby(C.CARD_ID).tail(1)
-    return latest.join(sim.reference, on=C.TX_ID).set_index(C.CARD_ID)
-
-
-def assert_redis_holds_latest(
-    client: redis.Redis, prefix: str, sim: Simulated, params: FeatureParams
-) -> None:
-    """``card:{card}:features`` of every card holds the features of the card's latest transaction."""
-    latest = latest_per_card(sim)
-    chosen = list(latest.index)
-    pipe = client.pipeline(transaction=False)
-    for card in chosen:
-        pipe.hgetall(card_features_key(card, prefix))
-    for card, stored in zip(chosen, pipe.execute(), strict=True):
-        assert stored, f"no {card_features_key(card, prefix)} in Redis"
-        fields = {k.decode(): v.decode() for k, v in stored.items()}
-        want = latest.loc[card]
-        assert (int(fields[C.TX_ID]), int(fields[EVENT_TIME_MS])) == (
-            int(want[C.TX_ID]),
-            int(want[EVENT_TIME_MS]),
-        ), f"card {card}: Redis holds tx {fields[C.TX_ID]}, not the card's latest tx {want[C.TX_ID]}"
-        event = sim.transactions[int(want[C.TX_ID])]
-        assert fields[C.TERMINAL_ID] == event.terminal_id
-        assert float(fields[C.AMOUNT]) == event.amount
-        assert fields["late"] == "0"
-        for column in params.feature_columns:
-            assert abs(float(fields[column]) - float(want[column])) <= TOLERANCE, (
-                f"card {card}: {column} is {fields[column]} in Redis, {want[column]} in the batch path"
-            )
 
 
 # --- parity with the batch path: two admission limits, a stop and a restart in the middle -------------
@@ -451,12 +317,20 @@ def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
 # --- bad records --------------------------------------------------------------------------------------
 
 
+#: An event time far ahead of any clock, and the reason of the dead letters it makes.
+IN_2099 = 4_070_908_800_000
+FUTURE = Reason.FUTURE_EVENT_TIME
+
+
 def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
     spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
 ) -> None:
     """Malformed records among good ones on the transactions and labels topics, spread over several
     micro-batches: each lands on the dead-letter topic once, with its original bytes and the reason, topic,
-    partition and offset; every good transaction still gets its features."""
+    partition and offset; every good transaction still gets its features, on time. Among them, as another
+    producer than ``fraud ingest`` might write them: transactions dated in 2099 (one with its Kafka
+    timestamp in 2099 too, which would move the event-time frontier there and make every later event
+    late), and a transaction produced again."""
     params = FeatureParams()
     sim = simulated(SimulatorConfig(customers=120, terminals=240, days=21, seed=9), settings, params)
     topics = settings.topics
@@ -483,13 +357,25 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
         ),
         (topics.transactions, b"[1, 2, 3]", Reason.NOT_AN_OBJECT),
         (
+            topics.transactions,
+            orjson.dumps({**tx_base, "tx_id": 900000005, "event_time_ms": IN_2099}),
+            FUTURE,
+        ),
+        (
+            topics.transactions,
+            orjson.dumps({**tx_base, "tx_id": 900000006, "event_time_ms": IN_2099}),
+            FUTURE,
+        ),
+        (topics.transactions, good[tx_at[0]][2] or b"", Reason.DUPLICATE_TX_ID),
+        (
             topics.labels,
             orjson.dumps({k: v for k, v in label_base.items() if k != "known_at_ms"}),
             Reason.MISSING_FIELD,
         ),
     ]
-    # Each bad record goes right after a good one of its topic, with that record's key and timestamp.
-    after = [tx_at[len(tx_at) * k // 5] for k in (1, 2, 3, 4)] + [label_at[len(label_at) // 2]]
+    # Each bad record goes right after a good one of its topic, with that record's key and timestamp (the
+    # second record dated 2099 has that Kafka timestamp too).
+    after = [tx_at[len(tx_at) * k // 8] for k in range(1, 8)] + [label_at[len(label_at) // 2]]
     records: list[Record] = []
     bad_index: dict[int, tuple[str, bytes, Reason]] = {}
     inserts = dict(zip(after, bad_values, strict=True))
@@ -498,7 +384,8 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
         if i in inserts:
             topic, value, _ = inserts[i]
             bad_index[len(records)] = inserts[i]
-            records.append((topic, record[1], value, record[3]))
+            stamp = IN_2099 if b"900000006" in value else record[3]
+            records.append((topic, record[1], value, stamp))
 
     placed = produce_records(clients.producer(), records)
     progress = run_once(spark, job_config(clients, topics, tmp_path / "cp", 1_500, params))
@@ -522,7 +409,11 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
         where = (letter.source, letter.partition, letter.offset)
         assert where in expected, f"unexpected dead letter {letter}"
         value, reason = expected[where]
-        assert (message.value(), letter.raw, letter.reason) == (value, value, reason), letter
+        if reason == Reason.DUPLICATE_TX_ID:  # the transaction as decoded: the record itself is at the offset
+            assert orjson.loads(letter.raw)["tx_id"] == orjson.loads(value)["tx_id"], letter
+            assert letter.reason == reason and "processed already" in letter.detail, letter
+        else:
+            assert (message.value(), letter.raw, letter.reason) == (value, value, reason), letter
         letters[where] += 1
     assert letters == collections.Counter({where: 1 for where in expected})
 
@@ -626,106 +517,6 @@ def test_sigkill_between_transactions_and_restart_writes_every_record_once(
 
 #: The random kill: the chaos input shuffled within the lateness, read in micro-batches of 1,500 records
 #: (about seven). One kill: each more would cost another Spark start-up and first micro-batch (30-90 s here).
-RANDOM_KILL_MAX_RECORDS = 1_500
-
-
-def batches_in(query: Path, log: str) -> list[int]:
-    """Ids of the micro-batches in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
-    folder = query / log
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.exists() else []
-
-
-def planned_offset(query: Path, batch: int) -> dict[str, Any]:
-    """The source's end offset of a planned micro-batch (the last line of its offsets log entry)."""
-    offset: dict[str, Any] = json.loads((query / "offsets" / str(batch)).read_text().splitlines()[-1])
-    return offset
-
-
-def rows_written(batch: int, partition: int, control: Path) -> int:
-    """Kafka records the sink's task (batch, partition) wrote (or found written), as its first run to return
-    logged it: the killed run's, else the re-run's."""
-    for task in entries(control / TASKS_LOG):
-        if (task[0], task[1]) == (batch, partition):
-            return int(task[3])
-    raise AssertionError(f"no write task of batch {batch}, partition {partition} returned")
-
-
-def logging_write_tasks(monkeypatch: pytest.MonkeyPatch, control: Path) -> None:
-    """Make the feature jobs this process starts write through a ChaosWriter without pauses, which logs
-    every write task's record count in ``control`` (Spark's progress counts the sink's packed rows)."""
-    ship_by_value()
-    sink = chaos_sink(control, set())
-    monkeypatch.setattr(features.job, "register_sink", lambda spark: spark.dataSource.register(sink))
-
-
-@pytest.mark.chaos
-def test_sigkill_at_a_random_moment_and_restart_writes_every_record_once(
-    spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Runs the job continuously in a subprocess over input shuffled within the allowed lateness and
-    SIGKILLs the whole application at a random moment of micro-batch 2 (of about seven): a seeded random
-    fraction of micro-batch 1's duration after micro-batch 1 commits, so the kill lands in any phase
-    (planning, reading, updating state, writing to Kafka, committing). Restarted from the checkpoint with
-    availableNow (in this process), the job finishes the input. The seed and where the kill landed are printed and repeated in
-    failures; ``CHAOS_SEED=N`` repeats the input order and the delay's fraction. Every transaction has its
-    feature record, equal to the batch path's and not late, and Redis holds each card's latest features.
-
-    Exactly once on the features topic: strictly, unless the kill landed inside a Kafka transaction. Then
-    the records that attempt sent are in the topic: read_committed consumers of Apache Kafka never see them,
-    Tansu's do (test_spark_sink.test_tansu_transaction_semantics_the_sink_relies_on). A transaction may
-    then have repeated records, but byte-identical ones (the re-run from the checkpoint computes the same
-    records), and no more of them than the interrupted write task wrote.
-    """
-    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1_000_000)))
-    params = FeatureParams(max_lateness_ms=LATENESS_MS)
-    sim = simulated(CHAOS_SIMULATION, settings, params)
-    records = shuffled(live_records(sim, settings.topics), LATENESS_MS, seed=seed)
-    placed = produce_records(clients.producer(), records)
-    assert_disorder_within(records, placed, LATENESS_MS)
-
-    job = JobProcess(tmp_path, clients, RANDOM_KILL_MAX_RECORDS, LATENESS_MS)
-    query = job.checkpoint / "query"
-    job.start()
-    job.wait_for(lambda: 0 in batches_in(query, "commits"), "the commit of micro-batch 0")
-    started = time.monotonic()  # micro-batch 0 also paid the start-up: time micro-batch 1
-    job.wait_for(lambda: 1 in batches_in(query, "commits"), "the commit of micro-batch 1")
-    batch_s = time.monotonic() - started
-    delay_s = random.Random(seed).random() * batch_s
-    time.sleep(delay_s)
-    job.kill()
-    planned, committed = batches_in(query, "offsets")[-1], batches_in(query, "commits")[-1]
-    interrupted = sorted(open_transactions(job.control))
-    context = (
-        f"chaos seed {seed}: killed {delay_s:.1f} s after batch 1 committed (it took {batch_s:.1f} s); "
-        f"batches planned up to {planned} ({planned_offset(query, planned)['read']} of {len(records)} "
-        f"records read), committed up to {committed}; Kafka transactions open (batch, partition): "
-        f"{interrupted or 'none'}"
-    )
-    print(context)
-
-    logging_write_tasks(monkeypatch, job.control)
-    try:
-        run_once(spark, job_config(clients, settings.topics, job.checkpoint, RANDOM_KILL_MAX_RECORDS, params))
-    finally:
-        register_sink(spark)  # the session's later queries write through the real sink again
-
-    output = features_topic(clients, settings.topics.features)
-    values: dict[int, set[bytes]] = collections.defaultdict(set)
-    for message in output.records:
-        values[orjson.loads(message.value() or b"null")[C.TX_ID]].add(message.value() or b"")
-    missing = sorted(set(sim.transactions) - set(values))
-    assert not missing, f"{context}: {len(missing)} transactions have no record, e.g. {missing[:10]}"
-    assert set(values) == set(sim.transactions), f"{context}: records of unknown transactions"
-    different = {tx: len(found) for tx, found in values.items() if len(found) > 1}
-    assert not different, f"{context}: repeated records that differ, e.g. {list(different.items())[:10]}"
-    repeated = len(output.records) - len(values)
-    allowed = sum(rows_written(batch, partition, job.control) for batch, partition in interrupted)
-    assert repeated <= allowed, (
-        f"{context}: {repeated} repeated records, more than the {allowed} rows of the interrupted write tasks"
-    )
-    assert_same_as_batch(output.by_tx(), sim, params)
-    client = redis.Redis.from_url(settings.redis_url)
-    assert_redis_holds_latest(client, prefix_of(settings.topics), sim, params)
 
 
 #: Longer than any metadata request of the job may wait (infra.clients.METADATA_TIMEOUT_S).

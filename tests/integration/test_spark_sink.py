@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from contracts.provenance import provenance_of
 from contracts.settings import Settings
 from infra.clients import Clients, partitions_of
 from infra.kafka_sink import datasource, transactions
@@ -203,6 +204,7 @@ def test_streaming_query_writes_every_row_once(
     assert [p["batchId"] for p in progress if p["numInputRows"]] == [0, 1, 2]
     even, odd = (read_committed(clients, topic) for topic in topics)
     assert_each_id_once(even + odd, expected)
+    positions: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
     for topic, records in ((topics[0], even), (topics[1], odd)):
         for record in records:
             record_id = json.loads(record.value() or b"")["id"]
@@ -210,7 +212,14 @@ def test_streaming_query_writes_every_row_once(
             assert record_id % 2 == (0 if topic == topics[0] else 1)
             assert record.key() == str(record_id).encode()
             assert record.timestamp()[1] == 1_700_000_000_000 + record_id
-            assert record.headers() == [("source-id", str(record_id).encode())]
+            # The row's own headers, then where it comes from (contracts.provenance).
+            own, provenance = record.headers() or []
+            assert own == ("source-id", str(record_id).encode())
+            found = provenance_of([provenance])
+            assert found is not None and found.writer.startswith(f"{sink_id}-"), provenance
+            positions[(found.writer, found.batch)].append(found.seq)
+    for seqs in positions.values():  # a write task's records are numbered 0, 1, ... across topics
+        assert sorted(seqs) == list(range(len(seqs)))
     assert markers(clients, sink_id, settings.topics.alerts) == [3, 3]  # last batch 2, + 1
 
 

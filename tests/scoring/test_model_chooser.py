@@ -8,18 +8,21 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
+import scoring.job
+from contracts.errors import ServiceUnavailableError
 from features.definitions import DEFAULT_PARAMS
 from models.dataset import Dataset
 from models.estimators import ModelSpec, feature_set
-from models.registry import CHAMPION, MODEL_NAME, ModelNotFoundError, promote, registry_client
+from models.registry import CHAMPION, MODEL_NAME, ModelNotFoundError, load_model, promote, registry_client
 from models.splits import SplitPlan
 from models.tracking import default_artifact_location, log_training
 from models.training import TrainingResult, train_and_evaluate
-from scoring.job import ModelChooser
+from scoring.job import ModelChooser, worker_model
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +95,28 @@ def test_a_registry_outage_never_stalls_a_micro_batch_and_is_logged_once(
     started = time.monotonic()
     assert [chooser.version_for(batch) for batch in range(5, 15)] == [version] * 10
     assert time.monotonic() - started < 2.0, "micro-batches waited for an unreachable registry"
+
+
+def test_a_worker_that_needs_the_model_while_mlflow_is_away_waits_for_it(
+    store_uri: str,
+    trained: TrainingResult,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Python worker loads its model at its first task; MLflow away then (the registry's client says
+    so) makes it wait and retry, one line when the outage starts and one when it ends, not fail the task."""
+    version = register(store_uri, trained)
+    refusals = [ServiceUnavailableError("MLflow at http://mlflow:5000 did not answer")] * 2
+
+    def load_after_an_outage(tracking_uri: str, alias: str | None = None, version: int | None = None) -> Any:
+        if refusals:
+            raise refusals.pop()
+        return load_model(tracking_uri, version=version)
+
+    monkeypatch.setattr(scoring.job, "load_model", load_after_an_outage)
+    monkeypatch.setattr(scoring.job, "_MODELS", {})
+    with caplog.at_level(logging.WARNING, logger="infra.retry"):
+        model = worker_model(store_uri, version)
+    assert model.version == version and not refusals
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2 and "unreachable" in lines[0] and "answers again" in lines[1], lines

@@ -1,26 +1,33 @@
 """The streaming feature job as the integration tests run it: simulated input with the batch path's
-features as reference, clients with topics of their own, the job's config over a test's topics, and one
-availableNow run of the job."""
+features as reference, clients with topics of their own, the job's config over a test's topics, one
+availableNow run of the job, and the checks of its output against the batch path."""
 
 from __future__ import annotations
 
+import collections
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import orjson
 import pandas as pd
+import redis
+from confluent_kafka import Message
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.events import TransactionEvent, TxColumns
+from contracts.events import SCHEMA_VERSION, TransactionEvent, TxColumns
+from contracts.records import FeatureRecord
 from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
-from features.definitions import FeatureParams
+from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra.clients import Clients, Endpoints, ensure_topics
+from infra.clients import Clients, Endpoints, ensure_topics, read_topic
 from infra.embedded import StackInfo
-from infra.redis_store import RedisTarget
+from infra.redis_store import RedisTarget, card_features_key
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
@@ -28,6 +35,8 @@ from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns
 MAX_EVENT_BYTES = 16_384
+#: Feature values equal to the batch path's within this.
+TOLERANCE = 1e-9
 JOB_TIMEOUT_S = 240
 
 
@@ -111,3 +120,129 @@ def isolated_clients(stack: StackInfo, home: Path) -> Clients:
     )
     ensure_topics(clients.admin(), settings.topics.all(), settings.partitions, settings.replication_factor)
     return clients
+
+
+def split_at(events: EventBatch, cut_ms: int) -> tuple[EventBatch, EventBatch]:
+    """The events (transactions and labels) with Kafka timestamps before ``cut_ms``, and the others."""
+    before, after = EventBatch(), EventBatch()
+    for key, value, ts in zip(events.tx_keys, events.tx_values, events.tx_times, strict=True):
+        part = before if ts < cut_ms else after
+        part.tx_keys.append(key)
+        part.tx_values.append(value)
+        part.tx_times.append(ts)
+    for key, value, ts in zip(events.label_keys, events.label_values, events.label_times, strict=True):
+        part = before if ts < cut_ms else after
+        part.label_keys.append(key)
+        part.label_values.append(value)
+        part.label_times.append(ts)
+    return before, after
+
+
+@dataclass
+class FeatureOutput:
+    """The features topic as a read_committed consumer sees it."""
+
+    records: list[Message]
+
+    def counts(self) -> collections.Counter[int]:
+        return collections.Counter(orjson.loads(m.value() or b"null")[C.TX_ID] for m in self.records)
+
+    def by_tx(self) -> dict[int, Message]:
+        """One record per transaction (the first one seen)."""
+        found: dict[int, Message] = {}
+        for message in self.records:
+            found.setdefault(orjson.loads(message.value() or b"null")[C.TX_ID], message)
+        return found
+
+
+def features_topic(clients: Clients, topic: str) -> FeatureOutput:
+    return FeatureOutput(list(read_topic(clients, topic)))
+
+
+def assert_each_transaction_once(output: FeatureOutput, expected: Iterable[int]) -> None:
+    counts = output.counts()
+    expected_ids = set(expected)
+    missing = sorted(expected_ids - set(counts))
+    unexpected = sorted(set(counts) - expected_ids)
+    repeated = {tx: n for tx, n in counts.items() if n > 1}
+    assert not missing, f"{len(missing)} transactions have no feature record, e.g. {missing[:10]}"
+    assert not unexpected, f"feature records of unknown transactions, e.g. {unexpected[:10]}"
+    assert not repeated, (
+        f"{len(repeated)} transactions have several records, e.g. {list(repeated.items())[:10]}"
+    )
+
+
+def assert_same_as_batch(records: dict[int, Message], sim: Simulated, params: FeatureParams) -> None:
+    """Each record is well formed, carries its transaction and has the batch path's features (records of
+    transactions missing here are not looked for: see ``assert_each_transaction_once``)."""
+    rows = []
+    for tx_id, message in records.items():
+        record = FeatureRecord.model_validate_json(message.value() or b"")
+        event = sim.transactions[tx_id]
+        assert record.schema_version == SCHEMA_VERSION
+        assert (record.card_id, record.terminal_id, record.amount, record.event_time_ms) == (
+            event.card_id,
+            event.terminal_id,
+            event.amount,
+            event.event_time_ms,
+        ), f"tx {tx_id}: the record does not carry its transaction"
+        assert (record.terminal_x, record.terminal_y) == (event.terminal_x, event.terminal_y)
+        assert message.key() == event.card_id.encode()
+        assert message.timestamp()[1] == event.event_time_ms
+        assert not record.late, f"tx {tx_id} is marked late, but every event arrived within the lateness"
+        assert list(record.features) == list(params.feature_columns)
+        rows.append({C.TX_ID: tx_id, **record.features})
+    streamed = pd.DataFrame(rows).set_index(C.TX_ID).sort_index()
+    reference = sim.reference.loc[streamed.index]
+    for column in params.feature_columns:
+        got = streamed[column].to_numpy(dtype=np.float64)
+        want = reference[column].to_numpy(dtype=np.float64)
+        wrong = np.flatnonzero(~(np.abs(got - want) <= TOLERANCE))
+        examples = [(int(reference.index[i]), got[i], want[i]) for i in wrong[:5]]
+        assert not len(wrong), (
+            f"{column}: {len(wrong)} of {len(got)} transactions differ from the batch path; "
+            f"(tx_id, stream, batch): {examples}"
+        )
+
+
+def latest_per_card(sim: Simulated) -> pd.DataFrame:
+    """By card token: tx_id, event time and batch-path features of the card's latest transaction.
+
+    Latest by (event time, tx_id), the order in which Redis keeps the newest record.
+    """
+    events = pd.DataFrame(
+        {
+            C.TX_ID: list(sim.transactions),
+            C.CARD_ID: [e.card_id for e in sim.transactions.values()],
+            EVENT_TIME_MS: [e.event_time_ms for e in sim.transactions.values()],
+        }
+    ).sort_values([EVENT_TIME_MS, C.TX_ID])
+    latest = events.groupby(C.CARD_ID).tail(1)
+    return latest.join(sim.reference, on=C.TX_ID).set_index(C.CARD_ID)
+
+
+def assert_redis_holds_latest(
+    client: redis.Redis, prefix: str, sim: Simulated, params: FeatureParams
+) -> None:
+    """``card:{card}:features`` of every card holds the features of the card's latest transaction."""
+    latest = latest_per_card(sim)
+    chosen = list(latest.index)
+    pipe = client.pipeline(transaction=False)
+    for card in chosen:
+        pipe.hgetall(card_features_key(card, prefix))
+    for card, stored in zip(chosen, pipe.execute(), strict=True):
+        assert stored, f"no {card_features_key(card, prefix)} in Redis"
+        fields = {k.decode(): v.decode() for k, v in stored.items()}
+        want = latest.loc[card]
+        assert (int(fields[C.TX_ID]), int(fields[EVENT_TIME_MS])) == (
+            int(want[C.TX_ID]),
+            int(want[EVENT_TIME_MS]),
+        ), f"card {card}: Redis holds tx {fields[C.TX_ID]}, not the card's latest tx {want[C.TX_ID]}"
+        event = sim.transactions[int(want[C.TX_ID])]
+        assert fields[C.TERMINAL_ID] == event.terminal_id
+        assert float(fields[C.AMOUNT]) == event.amount
+        assert fields["late"] == "0"
+        for column in params.feature_columns:
+            assert abs(float(fields[column]) - float(want[column])) <= TOLERANCE, (
+                f"card {card}: {column} is {fields[column]} in Redis, {want[column]} in the batch path"
+            )

@@ -1,0 +1,405 @@
+"""Exactly-once under faults, counted: the jobs as a user runs them (`fraud features run`, `fraud score run`,
+`fraud pipeline run`), SIGKILLed at seeded random moments, a Redis restart and a broker pause, on more than
+50,000 simulated transactions, on an embedded stack of the test's own.
+
+The feature job and the scoring job run side by side, continuously, and beside them the one-query
+pipeline in a namespace of its own (its own output topics and Redis keys, the same input). They are
+killed in turns (the whole application: driver, JVM, Python daemon and workers) and each is started
+again from its checkpoint at once: four kills of the feature job, four of the scoring job, two of the
+pipeline. Every other round of kills waits until a write task of the job holds its topic's transaction
+lock, which it holds from its first record to its commit: those kills land inside a Kafka transaction;
+the others at a seeded random moment up to 20 s after their turn comes (start-ups included). The input is
+there from the start (arriving while a job waits with nothing to do, it could be late across
+partitions: the jobs run without allowed lateness). After the second kill Redis is shut down until a job
+waits to write it, then started again; after the fifth, once every job works, the broker is stopped
+(SIGSTOP) for 30 s. Then each job finishes with ``--once``.
+
+Compared with an undisturbed run (the batch path's features, the model's scores of them): every
+transaction has exactly one committed feature record and one score, equal to the undisturbed ones; the
+alerts on the topic are exactly the transactions the model flags, once each, and Redis holds the same
+alert records. Tansu shows the records of aborted transactions to read_committed readers: the test
+counts those copies in the logs and checks that no reader processed one twice (a copy processed again
+would be a second score, or a second alert). ``CHAOS_SEED=N`` repeats another schedule.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import redis
+
+from contracts.events import TxColumns
+from contracts.provenance import provenance_of
+from contracts.records import AlertRecord, ScoreRecord
+from contracts.settings import Settings, Topics, redis_prefix
+from features.definitions import FeatureParams
+from fraud.training import Periods, TrainOptions, run_training
+from infra.clients import Clients, read_topic
+from infra.embedded import HOST, StackInfo, temporary_stack
+from infra.redis_store import alert_key, get_alert
+from infra.txn_lock import lock_path
+from ingest.produce import produce_events
+from ingest.simulator import SimulatorConfig, simulate
+from models.dataset import file_dataset
+from models.estimators import ModelSpec
+from models.metrics import DEFAULT_ALERTS_PER_DAY
+from models.registry import CHAMPION, load_model, promote
+from models.tracking import default_artifact_location
+from scoring.job import score_each
+from tests.support.chaos import kill_tree, pause, start_redis, stop_redis
+from tests.support.feature_jobs import (
+    MAX_EVENT_BYTES,
+    FeatureOutput,
+    Simulated,
+    assert_each_transaction_once,
+    assert_same_as_batch,
+    simulated,
+)
+from tests.support.samples import LABEL_DELAY_MS
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+C = TxColumns
+BIN = Path(sys.executable).parent
+SIMULATION = SimulatorConfig(customers=760, terminals=1500, days=35, seed=23)
+MIN_TRANSACTIONS = 50_000
+#: Records per micro-batch: enough micro-batches between kills for each to land in a running job.
+MAX_RECORDS = 2_500
+#: SIGKILLs of the feature and the scoring job each, and of the pipeline.
+SEPARATE_JOB_KILLS, PIPELINE_KILLS = 4, 2
+BROKER_PAUSE_S = 30.0
+#: How long a kill waits for a write task to hold its transaction lock before it kills anyway.
+LOCK_WAIT_S = 30.0
+#: The other kills land within this many seconds of their turn.
+RANDOM_KILL_WITHIN_S = 20.0
+PROGRESS_TIMEOUT_S = 60.0
+NAMESPACE = "chaos"
+SEED = int(os.environ.get("CHAOS_SEED", "20261126"))
+TOLERANCE = 1e-9
+
+
+@dataclass
+class Faults:
+    kills: collections.Counter[str] = field(default_factory=collections.Counter)
+    in_transaction: int = 0
+    redis_restarts: int = 0
+    broker_pauses: int = 0
+
+    def __str__(self) -> str:
+        per_job = ", ".join(f"{job} {n}" for job, n in sorted(self.kills.items()))
+        return (
+            f"{sum(self.kills.values())} SIGKILLs ({per_job}; {self.in_transaction} inside a Kafka transaction), "
+            f"{self.redis_restarts} Redis restart, {self.broker_pauses} broker pause of {BROKER_PAUSE_S:.0f} s"
+        )
+
+
+class Job:
+    """One `fraud` streaming command as a subprocess in a session of its own, started again after each kill."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path, lock: Path) -> None:
+        self.name, self.argv, self.env, self.lock = name, argv, env, lock
+        self.checkpoint = Path(argv[argv.index("--checkpoint") + 1])
+        self.log = logs / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.commits_at_start = 0
+
+    def start(self) -> None:
+        self.commits_at_start = self.commits()
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(BIN / "fraud"), *self.argv], env=self.env, stdout=log, stderr=log, start_new_session=True
+            )
+
+    def commits(self) -> int:
+        commits = self.checkpoint / "query" / "commits"
+        return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_for_progress(self) -> bool:
+        """Until a micro-batch commits after the last start (so the next kill finds a job at work), or
+        ``PROGRESS_TIMEOUT_S`` (the job may have caught up with its input): whether one did."""
+        deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+        while self.commits() <= self.commits_at_start:
+            assert self.running(), f"{self.name} exited: {self.tail()}"
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    def kill(self) -> None:
+        if self.process is not None:
+            kill_tree(self.process)
+            self.process = None
+
+    def finish(self) -> None:
+        """Kill the continuous run; run the same command with ``--once`` to the end of the input."""
+        self.kill()
+        with self.log.open("ab") as log:
+            done = subprocess.run(
+                [str(BIN / "fraud"), *self.argv, "--once"], env=self.env, stdout=log, stderr=log, timeout=600
+            )
+        assert done.returncode == 0, f"{self.name} --once failed: {self.tail()}"
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+def lock_held(path: Path) -> bool:
+    """Whether another process holds the exclusive lock of ``path`` now."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False
+
+
+def kill_at_random(job: Job, rng: random.Random, faults: Faults, inside_transaction: bool) -> None:
+    """Kill ``job`` inside a Kafka transaction (once it works, when a write task holds its lock), or at a
+    seeded random moment up to ``RANDOM_KILL_WITHIN_S`` from now; start it again at once."""
+    if inside_transaction and job.wait_for_progress():
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while not (held := lock_held(job.lock)) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        faults.in_transaction += held
+    else:
+        time.sleep(rng.uniform(0.0, RANDOM_KILL_WITHIN_S))
+    job.kill()
+    faults.kills[job.name] += 1
+    job.start()
+
+
+def run_with_kills(
+    kills: dict[Job, int], rng: random.Random, faults: Faults, between: dict[int, Callable[[], None]]
+) -> None:
+    """Each job killed as often as ``kills`` says, the jobs taking turns (one restarts while the next is
+    killed); in every other round the kills land inside a transaction. ``between[i]`` runs after the i-th
+    kill. Then every job finishes its input with ``--once``."""
+    rounds = [[job for job, n in kills.items() if n > turn] for turn in range(max(kills.values()))]
+    order = [(job, turn % 2 == 0) for turn, jobs in enumerate(rounds) for job in jobs]
+    for i, (job, inside_transaction) in enumerate(order):
+        kill_at_random(job, rng, faults, inside_transaction)
+        if i in between:
+            between[i]()
+    for job in kills:
+        job.finish()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The undisturbed results: batch-path features, and the model's score of each transaction."""
+
+    sim: Simulated
+    scores: pd.Series  # by tx_id
+    threshold: float
+    version: int
+
+
+def expected_results(sim: Simulated, tracking_uri: str, params: FeatureParams) -> Expected:
+    model = load_model(tracking_uri, version=1)
+    frame = sim.reference[list(params.feature_columns)].assign(
+        **{C.AMOUNT: [sim.transactions[tx].amount for tx in sim.reference.index]}
+    )
+    scores, failed = score_each(model, frame.reset_index(drop=True))
+    assert not failed
+    return Expected(sim, pd.Series(scores, index=sim.reference.index), model.threshold, model.version)
+
+
+def copies_in(clients: Clients, topic: str) -> int:
+    """Records of ``topic`` whose (writer, batch, position) an earlier record holds: copies that aborted
+    attempts left in the log, as a broker that shows them delivers them to read_committed readers."""
+    seen: set[tuple[int, str, int, int]] = set()
+    copies = 0
+    for message in read_topic(clients, topic, skip_copies=False):
+        found = provenance_of(message.headers())
+        if found is not None:
+            key = (message.partition() or 0, found.writer, found.batch, found.seq)
+            copies += key in seen
+            seen.add(key)
+    return copies
+
+
+def check_run(
+    clients: Clients, topics: Topics, prefix: str, expected: Expected, params: FeatureParams
+) -> dict[str, int]:
+    """Every figure of one run, asserting exactly-once and equality with the undisturbed results."""
+    sim = expected.sim
+    features = FeatureOutput(list(read_topic(clients, topics.features)))
+    assert_each_transaction_once(features, sim.transactions)
+    assert_same_as_batch(features.by_tx(), sim, params)
+
+    scores = [ScoreRecord.model_validate_json(m.value() or b"") for m in read_topic(clients, topics.scores)]
+    counts = collections.Counter(score.tx_id for score in scores)
+    lost = sorted(set(sim.transactions) - set(counts))
+    duplicated = {tx: n for tx, n in counts.items() if n > 1}
+    assert not lost, f"{len(lost)} transactions have no score, e.g. {lost[:10]}"
+    assert not duplicated, (
+        f"{len(duplicated)} transactions scored more than once, e.g. {list(duplicated.items())[:10]}"
+    )
+    got = pd.Series({score.tx_id: score.score for score in scores}).sort_index()
+    want = expected.scores.loc[got.index]
+    wrong = np.flatnonzero(~(np.abs(got.to_numpy() - want.to_numpy()) <= TOLERANCE))
+    assert not len(wrong), (
+        f"{len(wrong)} scores differ from the undisturbed ones, e.g. {got.index[wrong[:5]].tolist()}"
+    )
+    assert {score.model_version for score in scores} == {expected.version}
+
+    alerts = [AlertRecord.model_validate_json(m.value() or b"") for m in read_topic(clients, topics.alerts)]
+    alert_counts = collections.Counter(alert.tx_id for alert in alerts)
+    flagged = set(expected.scores.index[expected.scores >= expected.threshold])
+    assert set(alert_counts) == flagged, "the alerts are not the transactions the model flags"
+    assert max(alert_counts.values(), default=1) == 1, "an alert was written twice"
+    client = redis.Redis.from_url(clients.endpoints.redis_url)
+    for alert in alerts:
+        assert get_alert(client, alert.tx_id, prefix) == alert, (
+            f"Redis disagrees with the topic on tx {alert.tx_id}"
+        )
+    stored = sum(1 for _ in client.scan_iter(match=alert_key(0, prefix)[:-1] + "*", count=10_000))
+    assert stored == len(alerts), f"Redis holds {stored} alerts, the topic {len(alerts)}"
+    dead = list(read_topic(clients, topics.dead_letter))
+    assert not dead, f"{len(dead)} dead letters of good input"
+    return {
+        "feature records": len(features.records),
+        "scores": len(scores),
+        "alerts": len(alerts),
+        "lost": len(lost),
+        "duplicated": sum(n - 1 for n in counts.values()),
+        "copies seen": sum(
+            copies_in(clients, topic) for topic in (topics.features, topics.scores, topics.alerts)
+        ),
+    }
+
+
+@contextlib.contextmanager
+def chaos_stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Clients, dict[str, str]]]:
+    with temporary_stack(tmp_path / "stack") as stack:
+        values = {
+            "FRAUD_HOME": str(tmp_path / "home"),
+            "FRAUD_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            "FRAUD_REDIS_URL": stack.redis_url,
+            "FRAUD_MLFLOW_TRACKING_URI": stack.mlflow_tracking_uri,
+            "FRAUD_TOKEN_KEY": f"chaos-token-key-{SEED}",
+            "FRAUD_PARTITIONS": "3",
+        }
+        base = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+        env = {**base, **values, "SPARK_LOCAL_IP": HOST, "COLUMNS": "160"}
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in values.items():
+                patch.setenv(name, value)
+            clients = Clients.from_settings(Settings())
+        yield stack, clients, env
+
+
+@pytest.mark.timeout(1200)  # about 5 minutes on 2 idle cores; a loaded machine starts JVMs slower
+def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    params = FeatureParams()
+    faults = Faults()
+    with chaos_stack(tmp_path) as (stack, clients, env):
+        settings = clients.settings
+        tracking_uri = clients.endpoints.mlflow_tracking_uri
+        frame = simulate(SIMULATION)
+        assert len(frame) >= MIN_TRANSACTIONS
+        dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+        options = TrainOptions(
+            ModelSpec("decision_tree", max_depth=4),
+            "handbook",
+            params,
+            Periods().plans(dataset.last_ms),
+            DEFAULT_ALERTS_PER_DAY,
+        )
+        run_training(
+            dataset,
+            options,
+            tracking_uri,
+            default_artifact_location(tracking_uri, str(tmp_path / "artifacts")),
+            register=True,
+        )
+        promote(tracking_uri, 1, CHAMPION)
+        sim = simulated(SIMULATION, settings, params)
+        expected = expected_results(sim, tracking_uri, params)
+        subprocess.run([str(BIN / "fraud"), "topics", "create"], env=env, check=True, capture_output=True)
+        assert produce_events(clients.producer(), settings.topics, sim.events).delivery_errors == []
+
+        logs, home = tmp_path / "logs", tmp_path / "home"
+        logs.mkdir()
+
+        def make_job(name: str, command: list[str], lock_topic: str) -> Job:
+            argv = [*command, "--max-records", str(MAX_RECORDS), "--checkpoint", str(home / f"cp-{name}")]
+            return Job(name, argv, env, logs, lock_path(stack.bootstrap_servers, lock_topic))
+
+        every = ["--trigger-interval-s", "0.5"]
+        features = make_job("features", ["features", "run", *every], settings.topics.features)
+        scoring = make_job("scoring", ["score", "run", *every], settings.topics.scores)
+        in_namespace = settings.topics.in_namespace(NAMESPACE)
+        pipeline = make_job("pipeline", ["pipeline", "run", "--namespace", NAMESPACE], in_namespace.features)
+        restarted: list[subprocess.Popen[bytes]] = []
+        redis_said = f"Redis at {settings.redis_url}"
+
+        def said(line: str) -> bool:
+            return any(line in job.log.read_text(errors="replace") for job in jobs)
+
+        def restart_redis() -> None:
+            """Down until a job has committed to Kafka and waits to write Redis, then up again."""
+            stop_redis(stack.redis)
+            deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+            while not said(f"{redis_said} unreachable"):
+                assert time.monotonic() < deadline, "no job noticed that Redis is down"
+                time.sleep(0.2)
+            restarted.append(start_redis(stack.redis, tmp_path / "stack" / "redis"))
+            faults.redis_restarts += 1
+
+        def pause_broker() -> None:
+            """Once the jobs work (past their start: a job starting while Kafka is away fails at once,
+            saying so, by design), for longer than any Kafka metadata request waits."""
+            for job in jobs:
+                job.wait_for_progress()
+            pause(stack.broker.pid, BROKER_PAUSE_S)
+            faults.broker_pauses += 1
+
+        jobs = [features, scoring, pipeline]
+        started = time.monotonic()
+        try:
+            for job in jobs:
+                job.start()
+            kills = {features: SEPARATE_JOB_KILLS, scoring: SEPARATE_JOB_KILLS, pipeline: PIPELINE_KILLS}
+            run_with_kills(kills, rng, faults, {1: restart_redis, 4: pause_broker})
+            # One line when an outage starts, one when it ends. A job whose micro-batch waits for the broker
+            # all through its pause has nothing to say (test_feature_job.py pauses it under an idle job).
+            assert said(f"{redis_said} unreachable") and said(f"{redis_said} answers again")
+            assert said("Kafka unreachable") <= said("Kafka answers again")
+            separate = check_run(clients, settings.topics, "", expected, params)
+            together = check_run(clients, in_namespace, redis_prefix(NAMESPACE), expected, params)
+        finally:
+            for job in jobs:
+                job.kill()
+            for process in restarted:
+                process.kill()
+                process.wait()
+        elapsed = time.monotonic() - started
+
+    summary = (
+        f"chaos seed {SEED}: {len(sim.transactions):,} transactions, {elapsed:.0f} s; faults: {faults}\n"
+        f"  features + scoring jobs: {separate}\n  pipeline:                {together}"
+    )
+    print(summary)
+    assert sum(faults.kills.values()) >= 10 and faults.redis_restarts == 1 and faults.broker_pauses == 1, (
+        summary
+    )
