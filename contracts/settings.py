@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.errors import ConfigError
@@ -110,7 +110,26 @@ class Settings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: Path | None = Field(None, description="CA bundle for SSL / SASL_SSL.")
+    ssl_certificate_location: Path | None = Field(
+        None, description="Client certificate (PEM) for Kafka mutual TLS (SSL / SASL_SSL)."
+    )
+    ssl_key_location: Path | None = Field(
+        None, description="Private key (PEM) of the Kafka client certificate."
+    )
+    ssl_key_password: SecretStr | None = Field(None, description="Password of the Kafka client key, if any.")
     redis_url: str | None = Field(None, description="redis://host:port/db of the alert and feature store.")
+    redis_username: str | None = Field(
+        None, description="Redis ACL user (default: the URL's, else `default`)."
+    )
+    redis_password: SecretStr | None = Field(None, description="Redis password (instead of one in the URL).")
+    redis_tls: bool = Field(False, description="Connect to Redis over TLS (as a rediss:// URL does).")
+    redis_ca_file: Path | None = Field(
+        None, description="CA bundle that signs the Redis server's certificate."
+    )
+    redis_cert_file: Path | None = Field(None, description="Client certificate (PEM) for Redis mutual TLS.")
+    redis_key_file: Path | None = Field(
+        None, description="Private key (PEM) of the Redis client certificate."
+    )
     mlflow_tracking_uri: str | None = Field(None, description="MLflow tracking and registry URI.")
     spark_master: str = Field("local[2]", description="Spark master URL; local mode by default.")
     spark_driver_host: str | None = Field(
@@ -170,6 +189,39 @@ class Settings(BaseSettings):
         description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "
         "an address other than loopback.",
     )
+
+    @model_validator(mode="after")
+    def _connections_are_whole(self) -> Settings:
+        """A client certificate comes with its key; Redis credentials come from the URL or the settings, not
+        both; certificate files for Redis need TLS."""
+        pairs = (
+            (
+                "FRAUD_SSL_CERTIFICATE_LOCATION",
+                self.ssl_certificate_location,
+                "FRAUD_SSL_KEY_LOCATION",
+                self.ssl_key_location,
+            ),
+            ("FRAUD_REDIS_CERT_FILE", self.redis_cert_file, "FRAUD_REDIS_KEY_FILE", self.redis_key_file),
+        )
+        for cert_name, cert, key_name, key in pairs:
+            if (cert is None) != (key is None):
+                raise ValueError(f"{cert_name} and {key_name} go together: set both or neither")
+        url_credentials = self.redis_url is not None and redact_url(self.redis_url) != self.redis_url
+        if url_credentials and (self.redis_username or self.redis_password):
+            raise ValueError(
+                "FRAUD_REDIS_URL carries credentials and FRAUD_REDIS_USERNAME/FRAUD_REDIS_PASSWORD are set: "
+                "keep one of the two"
+            )
+        files = (self.redis_ca_file, self.redis_cert_file)
+        if any(f is not None for f in files) and not self.redis_uses_tls():
+            raise ValueError(
+                "FRAUD_REDIS_CA_FILE / FRAUD_REDIS_CERT_FILE need TLS: set FRAUD_REDIS_TLS=true or use a rediss:// URL"
+            )
+        return self
+
+    def redis_uses_tls(self) -> bool:
+        """Whether Redis is reached over TLS: ``redis_tls``, or a ``rediss://`` URL."""
+        return self.redis_tls or (self.redis_url or "").lower().startswith("rediss://")
 
     def __repr_args__(self) -> Any:
         """As pydantic shows a model, with the credentials a Redis or MLflow URL may carry redacted."""
@@ -232,6 +284,9 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
+            if not error["loc"]:  # a rule over several settings: its message names them, values unshown
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
             name = env_name(error["loc"])
             secret = any(word in name for word in ("PASSWORD", "KEY", "SECRET", "TOKEN"))
             shown = "***" if secret else repr(os.environ.get(name, error.get("input")))

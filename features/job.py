@@ -13,7 +13,7 @@ once. Redis holds the latest features per card, written idempotently after each 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -152,7 +152,7 @@ class FeatureJobConfig:
     topics, checkpoint and Redis prefix) cannot touch the live pipeline.
     """
 
-    kafka_config: dict[str, Any]
+    kafka_config: dict[str, Any] = field(repr=False)  # credentials: never in a repr
     topics: Topics
     checkpoint: Path
     redis: RedisTarget

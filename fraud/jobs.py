@@ -63,7 +63,9 @@ class Scope:
 
 def redis_target(settings: Settings, clients: Clients, prefix: str = "") -> RedisTarget:
     """Where a job in the key space ``prefix`` keeps its lookups, for the settings' retention."""
-    return RedisTarget(clients.endpoints.redis_url, prefix, settings.alert_retention_s)
+    return RedisTarget(
+        clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options()
+    )
 
 
 def feature_job_config(

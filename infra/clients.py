@@ -21,6 +21,7 @@ from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
 from contracts.provenance import CopyFilter
 from contracts.settings import KEEP_FOREVER, Settings, Topics
 from infra.embedded import EmbeddedStack, StackInfo
+from infra.redis_store import RedisOptions, redis_client
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20
@@ -138,6 +139,12 @@ class Clients:
             config["sasl.password"] = s.sasl_password.get_secret_value()
         if s.ssl_ca_location is not None:
             config["ssl.ca.location"] = str(s.ssl_ca_location)
+        if s.ssl_certificate_location is not None:
+            config["ssl.certificate.location"] = str(s.ssl_certificate_location)
+        if s.ssl_key_location is not None:
+            config["ssl.key.location"] = str(s.ssl_key_location)
+        if s.ssl_key_password is not None:
+            config["ssl.key.password"] = s.ssl_key_password.get_secret_value()
         return config
 
     def producer(self, **overrides: Any) -> Producer:
@@ -169,10 +176,25 @@ class Clients:
     def admin(self) -> AdminClient:
         return AdminClient(self.kafka_config(), logger=KAFKA_LOGGER)
 
-    def redis(self) -> Any:
-        import redis
+    def redis_options(self) -> RedisOptions:
+        """How to log in to Redis beyond its URL: user, password and TLS from the settings."""
+        s = self.settings
+        return RedisOptions(
+            username=s.redis_username,
+            password=None if s.redis_password is None else s.redis_password.get_secret_value(),
+            tls=s.redis_tls,
+            ca_file=_text(s.redis_ca_file),
+            cert_file=_text(s.redis_cert_file),
+            key_file=_text(s.redis_key_file),
+        )
 
-        return redis.Redis.from_url(self.endpoints.redis_url)
+    def redis(self) -> Any:
+        """A new Redis client (a process's jobs share theirs: ``RedisTarget.client``)."""
+        return redis_client(self.endpoints.redis_url, self.redis_options())
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def cluster_metadata(client: AdminClient | Consumer, topic: str | None = None) -> ClusterMetadata:

@@ -13,7 +13,7 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
@@ -53,22 +53,67 @@ _SET_IF_NEWER_SLICE = 500
 
 
 @dataclass(frozen=True)
+class RedisOptions:
+    """How to log in to a Redis server beyond its URL: an ACL user and password, TLS with the CA that signs
+    the server's certificate and a client certificate (mutual TLS). Unset fields leave the URL's own."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # a secret: never in a repr
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``redis.Redis.from_url`` that apply these options."""
+        import redis
+
+        kwargs: dict[str, Any] = {}
+        if self.username is not None:
+            kwargs["username"] = self.username
+        if self.password is not None:
+            kwargs["password"] = self.password
+        if self.tls:
+            kwargs["connection_class"] = redis.SSLConnection
+        tls_files = {
+            "ssl_ca_certs": self.ca_file,
+            "ssl_certfile": self.cert_file,
+            "ssl_keyfile": self.key_file,
+        }
+        kwargs.update({name: value for name, value in tls_files.items() if value is not None})
+        return kwargs
+
+
+#: A server reached by its URL alone (the embedded stack's Valkey).
+URL_ONLY = RedisOptions()
+
+
+def redis_client(url: str, options: RedisOptions = URL_ONLY, **kwargs: Any) -> Any:
+    """A new redis-py client of ``url`` with ``options`` (and any other client ``kwargs``)."""
+    import redis
+
+    return redis.Redis.from_url(url, **options.client_kwargs(), **kwargs)
+
+
+@dataclass(frozen=True)
 class RedisTarget:
     """Where a job keeps its lookups: the server, the key prefix of its namespace (empty for the live
-    pipeline) and how long what it writes is kept (``Settings.alert_retention_s``)."""
+    pipeline), how long what it writes is kept (``Settings.alert_retention_s``) and how to log in."""
 
     url: str
     prefix: str
     retention_s: int
+    options: RedisOptions = URL_ONLY
 
     def __repr__(self) -> str:
         return (
-            f"RedisTarget({redact_url(self.url)!r}, prefix={self.prefix!r}, retention_s={self.retention_s})"
+            f"RedisTarget({redact_url(self.url)!r}, prefix={self.prefix!r}, retention_s={self.retention_s}, "
+            f"options={self.options!r})"
         )
 
     def client(self) -> Any:
         """This process's client of the server (Spark workers reuse it across micro-batches)."""
-        return client_for(self.url)
+        return client_for(self.url, self.options)
 
     def write(self, operation: Callable[[Any], T]) -> T:
         """``operation(client)``, waiting out a Redis outage (a restart, a failover, a network cut): the
@@ -82,22 +127,21 @@ class RedisTarget:
         )
 
 
-_CLIENTS: dict[str, Any] = {}
+_CLIENTS: dict[tuple[str, RedisOptions], Any] = {}
 #: Seconds a Redis call may wait for the server before it counts as away.
 SOCKET_TIMEOUT_S = 5.0
 
 
-def client_for(url: str) -> Any:
-    """A redis-py client for ``url``, one per process (Spark workers reuse it across micro-batches)."""
-    import redis
-
-    if url not in _CLIENTS:
+def client_for(url: str, options: RedisOptions = URL_ONLY) -> Any:
+    """A redis-py client for ``url`` and ``options``, one per process (Spark workers reuse it across
+    micro-batches)."""
+    if (url, options) not in _CLIENTS:
         # Timeouts, so that a server that stops answering (paused, cut off) is an error to wait out
         # (RedisTarget.write) rather than a write blocked forever.
-        _CLIENTS[url] = redis.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+        _CLIENTS[url, options] = redis_client(
+            url, options, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
         )
-    return _CLIENTS[url]
+    return _CLIENTS[url, options]
 
 
 def card_features_key(card_id: str, prefix: str = "") -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow.parquet as pq
 
 from contracts.errors import ConfigError
 from contracts.events import DeadLetter, Reason, TxColumns
@@ -64,7 +65,9 @@ def read_table(path: Path, mapping: dict[str, str]) -> pd.DataFrame:
     if suffix == ".csv":
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     elif suffix in {".parquet", ".pq"}:
-        frame = pd.read_parquet(path)
+        # Integers stay integers in a column with nulls (pandas would make the column float, and every id
+        # in it "3156.0" instead of "3156": one empty cell would change the tokens of its neighbours).
+        frame = pq.read_table(path).to_pandas(integer_object_nulls=True)
     else:
         raise InputFileError(f"{path}: unknown table format {suffix!r}; use .csv or .parquet")
     frame = frame.rename(columns=mapping)
@@ -94,7 +97,8 @@ def _to_int(values: pd.Series) -> pd.Series:
 
 def _to_event_time_ms(values: pd.Series) -> pd.Series:
     """Epoch milliseconds from datetimes (naive = UTC), date strings, or numbers (already epoch ms)."""
-    if pd.api.types.is_numeric_dtype(values):
+    numbers = pd.api.types.infer_dtype(values, skipna=True) in ("integer", "floating", "mixed-integer-float")
+    if pd.api.types.is_numeric_dtype(values) or numbers:  # numbers, also with nulls among them
         return _to_int(values)
     if isinstance(values.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_any_dtype(values):
         stamps = pd.to_datetime(values, utc=True)
@@ -122,7 +126,8 @@ def clean_table(frame: pd.DataFrame, source: str) -> CleanTable:
         C.TX_ID: _to_int,
         C.CARD_ID: lambda s: s.astype(object).where(s.notna()).map(lambda v: v if v is None else str(v)),
         C.TERMINAL_ID: lambda s: s.astype(object).where(s.notna()).map(lambda v: v if v is None else str(v)),
-        C.AMOUNT: lambda s: pd.to_numeric(s, errors="coerce").round(2),
+        # Always a float: an integer column (or one empty cell in it) must not change how amounts are written.
+        C.AMOUNT: lambda s: pd.to_numeric(s, errors="coerce").astype("float64").round(2),
         C.EVENT_TIME: _to_event_time_ms,
         C.IS_FRAUD: _to_int,
         C.FRAUD_SCENARIO: _to_int,

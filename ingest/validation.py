@@ -20,6 +20,7 @@ from contracts.events import (
     TransactionEvent,
     future_detail,
 )
+from contracts.privacy import mask_card_numbers
 
 EventT = TypeVar("EventT", bound=BaseModel)
 
@@ -81,12 +82,23 @@ def parse_event(
         )
 
 
+#: Detail of the dead letter of a transaction whose terminal id looks like a card number.
+CARD_NUMBER_IN_TERMINAL_ID = "terminal_id: looks like a card number (13-19 digits, Luhn-valid); never stored"
+
+
 def parse_transaction(
     raw: bytes, source: str, max_bytes: int, clock: Clock | None = None
 ) -> TransactionEvent | DeadLetter:
     """A transaction event, or the reason it is not one; with a ``clock``, an event dated further ahead
-    of it than its skew is a ``future_event_time`` dead letter."""
+    of it than its skew is a ``future_event_time`` dead letter. A terminal id that looks like a card
+    number (``contracts.privacy``) is an ``invalid_value``: ingest is where card numbers stop."""
     event = parse_event(TransactionEvent, raw, source, max_bytes)
+    if isinstance(event, TransactionEvent) and mask_card_numbers(event.terminal_id) != event.terminal_id:
+        # The terminal id is the event's one free text that is stored as it is (topics, job state, Redis):
+        # a card number there would be kept everywhere, so the event stops here, masked in its dead letter.
+        return DeadLetter(
+            raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=CARD_NUMBER_IN_TERMINAL_ID
+        )
     if clock is not None and isinstance(event, TransactionEvent) and clock.too_far_ahead(event.event_time_ms):
         return DeadLetter(
             raw=raw,

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,11 @@ TOP_FEATURES = 3
 class ScoringJobConfig:
     """What one run of the scoring job reads, uses and writes (all from parameters, never globals)."""
 
-    kafka_config: dict[str, Any]
+    kafka_config: dict[str, Any] = field(repr=False)  # credentials: never in a repr
     topics: Topics
     checkpoint: Path
     redis: RedisTarget
-    tracking_uri: str
+    tracking_uri: str = field(repr=False)  # may carry credentials (https://user:password@...)
     max_event_bytes: int
     model_check_interval_s: float
     alias: str = CHAMPION

@@ -8,20 +8,7 @@ from hypothesis import strategies as st
 
 from contracts.events import DeadLetter, Reason
 from contracts.privacy import luhn_valid, mask_card_numbers, mask_card_numbers_bytes
-
-
-def luhn_complete(body: str) -> str:
-    """``body`` with the check digit that makes it Luhn-valid."""
-    return next(body + digit for digit in "0123456789" if luhn_valid(body + digit))
-
-
-card_numbers = st.integers(min_value=12, max_value=18).flatmap(
-    lambda n: st.text("0123456789", min_size=n, max_size=n).map(luhn_complete)
-)
-
-
-def formatted(number: str, separator: str) -> str:
-    return separator.join(number[i : i + 4] for i in range(0, len(number), 4))
+from tests.support.cards import card_numbers, formatted
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,10 @@ FUZZED = (
     "FRAUD_TOPICS__ALERTS",
     "FRAUD_HOME",
     "FRAUD_SASL_PASSWORD",
+    "FRAUD_SSL_KEY_PASSWORD",
+    "FRAUD_REDIS_PASSWORD",
+    "FRAUD_REDIS_TLS",
+    "FRAUD_REDIS_CERT_FILE",
     "FRAUD_PARTITONS",
 )
 
@@ -144,7 +148,50 @@ def test_settings_do_not_show_credentials() -> None:
         mlflow_tracking_uri="https://ml:hunter2-mlflow-secret@mlflow.example:5000",
         token_key="hunter2-token-key",  # noqa: S106
         api_token="hunter2-api-token",  # noqa: S106
+        ssl_key_password="hunter2-kafka-key",  # noqa: S106
     )
+    with_redis_password = Settings(redis_url="redis://cache:6379/0", redis_password="hunter2-redis")  # noqa: S106
+    assert "hunter2" not in repr(with_redis_password) + str(with_redis_password)
     for text in (repr(settings), str(settings)):
         assert "hunter2" not in text, text
         assert "cache:6379" in text and "mlflow.example:5000" in text
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        (
+            {"FRAUD_SSL_CERTIFICATE_LOCATION": "/c.pem"},
+            "FRAUD_SSL_CERTIFICATE_LOCATION and FRAUD_SSL_KEY_LOCATION",
+        ),
+        (
+            {"FRAUD_REDIS_KEY_FILE": "/k.pem", "FRAUD_REDIS_TLS": "1"},
+            "FRAUD_REDIS_CERT_FILE and FRAUD_REDIS_KEY_FILE",
+        ),
+        ({"FRAUD_REDIS_CA_FILE": "/ca.pem"}, "need TLS: set FRAUD_REDIS_TLS=true"),
+        (
+            {
+                "FRAUD_REDIS_URL": "redis://:hunter2-in-url@cache:6379/0",
+                "FRAUD_REDIS_PASSWORD": "hunter2-set",
+            },
+            "FRAUD_REDIS_URL carries credentials",
+        ),
+    ],
+)
+def test_connection_settings_that_belong_together_fail_alone_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], message: str
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=message) as raised:
+        load_settings()
+    assert "\n" not in str(raised.value) and "hunter2" not in str(raised.value)
+
+
+def test_redis_tls_comes_from_the_setting_or_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not Settings(redis_url="redis://cache:6379/0").redis_uses_tls()
+    assert Settings(redis_url="rediss://cache:6379/0", redis_ca_file=Path("/ca.pem")).redis_uses_tls()
+    monkeypatch.setenv("FRAUD_REDIS_TLS", "true")
+    monkeypatch.setenv("FRAUD_REDIS_USERNAME", "fraud")
+    settings = load_settings()
+    assert settings.redis_uses_tls() and settings.redis_username == "fraud"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_source.config import KafkaSourceConfig
-from infra.redis_store import RedisTarget
+from infra.redis_store import RedisOptions, RedisTarget
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for
 KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.password": PASSWORD}
@@ -15,7 +15,13 @@ def test_configs_carrying_credentials_do_not_show_them() -> None:
         repr(KafkaSourceConfig(KAFKA, ("transactions",))),
         repr(KafkaSinkConfig(KAFKA, "sink-1", topic="alerts")),
         repr(RedisTarget("redis://default:hunter2-redis-secret@cache:6379/0", "ab:", 60)),
+        repr(
+            RedisTarget(
+                "rediss://cache:6380/0", "", 60, RedisOptions("fraud", "hunter2-redis-secret", tls=True)
+            )
+        ),
     ]
     for text in shown:
         assert PASSWORD not in text and "hunter2-redis-secret" not in text, text
     assert "cache:6379" in shown[2] and "'ab:'" in shown[2]
+    assert "username='fraud'" in shown[3] and "tls=True" in shown[3]

@@ -106,3 +106,20 @@ def test_an_event_dated_ahead_of_the_clock_is_a_future_event_time_dead_letter() 
     year_2099 = with_(event_time_ms=4_070_908_800_000)
     assert isinstance(parse_transaction(year_2099, "test", 16_384), TransactionEvent), "no clock: no check"
     assert parse_transaction(year_2099, "test", 16_384, Clock.wall()).reason == Reason.FUTURE_EVENT_TIME  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("terminal_id", ["4111111111111111", "T 4111 1111 1111 1111", "5500-0000-0000-0004"])
+def test_a_terminal_id_that_looks_like_a_card_number_is_dead_lettered_masked(terminal_id: str) -> None:
+    letter = parsed(with_(terminal_id=terminal_id))
+    assert isinstance(letter, DeadLetter) and letter.reason == Reason.INVALID_VALUE
+    assert (
+        letter.raw
+        == mask_card_numbers_bytes(with_(terminal_id=terminal_id))
+        != with_(terminal_id=terminal_id)
+    )
+    assert "card number" in letter.detail and terminal_id not in letter.detail
+
+
+def test_terminal_ids_with_digits_that_are_no_card_number_are_kept() -> None:
+    for terminal_id in ("4111111111111112", "T-123456789012", "3156"):
+        assert isinstance(parsed(with_(terminal_id=terminal_id)), TransactionEvent), terminal_id

@@ -5,10 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -162,3 +165,64 @@ def test_page_is_served(api: TestClient) -> None:
     assert response.status_code == 200
     assert "text/html" in response.headers["content-type"]
     assert "/alerts/recent" in response.text and 'id="card-form"' in response.text
+
+
+# --- Property-based: any path and query parameters -----------------------------------------------------
+
+TOKEN = "fuzz-token"  # noqa: S105 - a test token
+#: A path segment: ids that exist, ids of the right shape that do not, and anything else.
+SEGMENT = st.one_of(
+    st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=60),
+    st.integers(min_value=-(2**80), max_value=2**80).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from([CARD_A, CARD_B, UNKNOWN_CARD, CARD_A.upper(), "1", "2", "3", "999", str(2**63 - 1)]),
+    st.sampled_from(["", ".", "..", "recent", "4111111111111111", "1e39", "-0", "%", "%00", "x" * 10_000]),
+)
+QUERY_VALUE = st.one_of(
+    SEGMENT,
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([1, 20, 1000, 1001, 0, -1, "1e39", "nan", "inf", ""]),
+)
+
+
+@pytest.fixture
+def token_api(store: tuple[Any, str]) -> TestClient:
+    client, prefix = store
+    return TestClient(create_app(client, prefix, token=TOKEN))
+
+
+@settings(
+    suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # read-only requests: one store is fine
+@given(
+    template=st.sampled_from(["/alerts/{}", "/cards/{}", "/cards/{}/alerts", "/alerts/recent", "/{}"]),
+    segment=SEGMENT,
+    keep_slashes=st.booleans(),
+    params=st.dictionaries(
+        st.one_of(st.sampled_from(["limit", "after_ms"]), st.text(max_size=8)), QUERY_VALUE, max_size=3
+    ),
+    authorization=st.one_of(
+        st.none(),
+        st.just(f"Bearer {TOKEN}"),
+        st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+    ),
+    guarded=st.booleans(),
+)
+def test_any_path_and_query_get_a_json_answer_never_a_server_error(
+    api: TestClient,
+    token_api: TestClient,
+    template: str,
+    segment: str,
+    keep_slashes: bool,
+    params: dict[str, object],
+    authorization: str | None,
+    guarded: bool,
+) -> None:
+    path = template.format(quote(segment, safe="/" if keep_slashes else ""))
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = (token_api if guarded else api).get(path, params=params, headers=headers)
+    assert 200 <= response.status_code < 500, (path, params, response.status_code, response.text[:300])
+    assert "Traceback" not in response.text
+    if response.request.url.path != "/":  # the page (also /x/.. ) is HTML; every other answer is JSON
+        assert response.headers["content-type"].startswith("application/json"), (path, response.headers)
+        response.json()

@@ -12,27 +12,7 @@ from contracts.settings import DEMO_TOKEN_KEY, Settings
 from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients, read_topic, topic_counts
 from tests.support.samples import GOOD as TX
-from tests.support.scripts import FRAUD
-
-
-def run_fraud(
-    settings: Settings,
-    *args: str,
-    token_key: str = "a-test-token-key",  # noqa: S107 - a test key
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
-    env.update(
-        FRAUD_TOKEN_KEY=token_key,
-        FRAUD_HOME=str(settings.home),
-        FRAUD_BOOTSTRAP_SERVERS=settings.bootstrap_servers or "",
-        FRAUD_REDIS_URL=settings.redis_url or "",
-        FRAUD_MLFLOW_TRACKING_URI=settings.mlflow_tracking_uri or "",
-        FRAUD_PARTITIONS=str(settings.partitions),
-        COLUMNS="200",
-    )
-    for name, topic in settings.topics.model_dump().items():
-        env[f"FRAUD_TOPICS__{name.upper()}"] = topic
-    return subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+from tests.support.scripts import FRAUD, run_fraud
 
 
 def test_simulate_to_file_and_kafka_then_ingest_handbook_csv(

@@ -17,6 +17,7 @@ import pandas as pd
 import redis
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import SCHEMA_VERSION, TransactionEvent, TxColumns
 from contracts.records import FeatureRecord
@@ -86,8 +87,9 @@ def job_config(
     )
 
 
-def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
-    """Run the job with the availableNow trigger until it stops; its micro-batches' progress reports."""
+def finished_query(spark: SparkSession, config: FeatureJobConfig) -> StreamingQuery:
+    """Run the job with the availableNow trigger until it stops; the stopped query (its plans and
+    progress reports can still be read)."""
     query = start_feature_job(spark, config, once=True)
     try:
         finished = query.awaitTermination(JOB_TIMEOUT_S)
@@ -95,7 +97,12 @@ def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, An
         query.stop()
     assert finished, f"the feature job did not finish within {JOB_TIMEOUT_S} s"
     assert query.exception() is None, f"the feature job failed: {query.exception()}"
-    return [dict(progress) for progress in query.recentProgress]
+    return query
+
+
+def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
+    """Run the job with the availableNow trigger until it stops; its micro-batches' progress reports."""
+    return [dict(progress) for progress in finished_query(spark, config).recentProgress]
 
 
 def isolated_clients(stack: StackInfo, home: Path) -> Clients:
