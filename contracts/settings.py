@@ -184,6 +184,14 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address `fraud serve` listens on.")
     api_port: int = Field(8000, ge=1, le=65_535, description="Port `fraud serve` listens on.")
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65_535,
+        description="Port of the Prometheus metrics (/metrics) of a streaming job (`features run`, `score run`, "
+        "`pipeline run`); unset: none.",
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address the metrics endpoint listens on.")
     api_token: SecretStr | None = Field(
         None,
         description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "

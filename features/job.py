@@ -21,6 +21,7 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -30,7 +31,7 @@ from features.core import CardState, TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.records import kafka_records
-from features.rows import CARD_BUCKET, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
+from features.rows import CARD_BUCKET, FEATURES, KIND, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.transport import KEY, PACKED_FIELDS, from_blob, pack, pack_frame, to_blob, unpack
 from infra.checkpoints import bind_layout
@@ -41,6 +42,7 @@ from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key,
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.kafka_source.splits import NO_FRONTIER, Split
+from infra.metrics import COUNTS, COUNTS_DDL, OBSERVATION, batch_counts, counts_row
 from infra.redis_store import RedisTarget, card_features_key, set_latest
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
@@ -138,7 +140,9 @@ class TerminalStage(StatefulProcessor):
             records = kafka_records(
                 out, self.topics.features, self.topics.dead_letter, self.params, self.hook
             )
-            yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)]})
+            late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
+            counts = counts_row(batch_counts(records, self.topics, late))
+            yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
 
     def close(self) -> None:
         pass
@@ -207,12 +211,15 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
             timeMode="None",
         )
     )
-    return card.groupBy(KEY).transformWithStateInPandas(
+    terminal = card.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=TerminalStage(config.params, config.topics, config.hook),
-        outputStructType=PACKED_DDL,
+        outputStructType=f"{PACKED_DDL}, {COUNTS_DDL}",
         outputMode="Append",
         timeMode="None",
     )
+    # Each micro-batch's counts (records, late events, dead letters by reason) in its progress report.
+    counted = terminal.observe(OBSERVATION, *(F.sum(name).alias(name) for name in COUNTS))
+    return counted.select(RECORDS_COLUMN)
 
 
 # --- Redis: the latest features of each card, written after each committed Kafka transaction ----------

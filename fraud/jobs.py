@@ -22,10 +22,11 @@ from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, watch_query
 from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
+from infra.metrics import JobMetrics
 from infra.redis_store import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches
 from models.registry import CHAMPION
-from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 
 #: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
@@ -146,14 +147,19 @@ JobConfig = FeatureJobConfig | ScoringJobConfig | PipelineConfig
 
 
 def start_job(
-    spark: SparkSession, config: JobConfig, once: bool, trigger_interval_s: float
+    spark: SparkSession,
+    config: JobConfig,
+    once: bool,
+    trigger_interval_s: float,
+    on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start the job ``config`` describes: the feature job, the scoring job or the pipeline."""
+    """Start the job ``config`` describes: the feature job, the scoring job or the pipeline. ``on_batch``:
+    see ``scoring.job.start_scoring_job`` (the feature job's counts come with its progress reports)."""
     if isinstance(config, FeatureJobConfig):
         return start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
     if isinstance(config, ScoringJobConfig):
-        return start_scoring_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
-    return start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s)
+        return start_scoring_job(spark, config, once, trigger_interval_s, on_batch)
+    return start_pipeline(spark, config, once, trigger_interval_s, on_batch)
 
 
 def describe(config: JobConfig) -> tuple[str, str]:
@@ -172,14 +178,21 @@ def run_job(settings: Settings, config: JobConfig, once: bool, trigger_interval_
     """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
     there), stop Spark, and print a summary."""
     app_name, what = describe(config)
+    metrics = JobMetrics(app_name.removeprefix("fraud-"))
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     with console.status("Starting Spark..."):
         spark = job_spark_session(settings, app_name)
     try:
         config.checkpoint.mkdir(parents=True, exist_ok=True)
         check_executors(spark, SPARK_PRELOAD, (config.checkpoint,))
-        query = start_job(spark, config, once, trigger_interval_s)
-        console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}.")
-        report = watch_query(query)
+        query = start_job(spark, config, once, trigger_interval_s, metrics.on_batch)
+        shown = f"; metrics at http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+        console.print(
+            f"{what}; {'until done' if once else 'Ctrl-C stops it'}"
+            f"{shown if settings.metrics_port is not None else ''}."
+        )
+        report = watch_query(query, on_progress=metrics.on_progress)
     finally:
         spark.stop()  # also stops the Python workers and their Kafka consumers
     console.print(

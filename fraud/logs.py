@@ -8,25 +8,14 @@ from __future__ import annotations
 
 import logging
 
-from contracts.privacy import mask_card_numbers
 from infra.clients import KAFKA_LOGGER
+from infra.spark_logs import CardNumberFilter
 
 
 def quiet_client_libraries() -> None:
     """Drop the Kafka clients' own log lines (they are routed to :data:`infra.clients.KAFKA_LOGGER`)."""
     KAFKA_LOGGER.addHandler(logging.NullHandler())
     KAFKA_LOGGER.propagate = False
-
-
-class CardNumberFilter(logging.Filter):
-    """Masks card numbers in a log record's message (``contracts.privacy``), whatever logged it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = mask_card_numbers(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        return True
 
 
 def mask_card_numbers_in_logs() -> None:

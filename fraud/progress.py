@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import FraudError
 from fraud.console import console
+from infra.metrics import records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
 _PYTHON_ERROR = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): (?P<message>.+)$")
@@ -37,23 +38,11 @@ class QueryReport:
     seconds: float = 0.0
 
 
-def records_read(progress: dict[str, Any]) -> int:
-    """Kafka records a micro-batch read (``fraud-kafka`` offsets count them), over all sources."""
-    return sum(
-        _read(source.get("endOffset")) - _read(source.get("startOffset"))
-        for source in progress.get("sources", [])
-    )
-
-
-def _read(raw: Any) -> int:
-    if not raw:
-        return 0
-    value = json.loads(raw) if isinstance(raw, str) else raw
-    return int(value.get("read", 0)) if isinstance(value, dict) else 0
-
-
-def watch_query(query: StreamingQuery, poll_s: int = 1) -> QueryReport:
-    """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure."""
+def watch_query(
+    query: StreamingQuery, poll_s: int = 1, on_progress: Callable[[dict[str, Any]], None] | None = None
+) -> QueryReport:
+    """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure.
+    ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics``)."""
     report = QueryReport()
     started = time.monotonic()
     seen = -1
@@ -64,6 +53,8 @@ def watch_query(query: StreamingQuery, poll_s: int = 1) -> QueryReport:
                 if progress["batchId"] > seen:
                     seen = progress["batchId"]
                     _report_batch(report, progress)
+                    if on_progress is not None:
+                        on_progress(progress)
             if not active:
                 break
             query.awaitTermination(poll_s)

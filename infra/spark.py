@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pyspark
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -29,6 +30,7 @@ from contracts.errors import ConfigError
 from contracts.settings import Settings
 from infra import spark_daemon
 from infra.spark_daemon import PRELOAD_ENV
+from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's
@@ -93,11 +95,17 @@ def local_file_system_jar(cache: Path | None = None) -> Path | None:
     return jar
 
 
+def spark_log(settings: Settings) -> Path:
+    """Where the output of Spark's JVM and Python processes goes (``infra.spark_logs``)."""
+    return settings.home / "logs" / "spark.log"
+
+
 def spark_session(
     settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
 ) -> SparkSession:
     """Get or create the session for ``settings.spark_master``; its Python workers start with the
-    ``preload`` modules imported (``infra.spark_daemon``)."""
+    ``preload`` modules imported (``infra.spark_daemon``). Spark's own output goes to :func:`spark_log`, the
+    project's warnings from Spark's Python processes to stderr (``infra.spark_logs``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ[PRELOAD_ENV] = ",".join(preload)
@@ -129,6 +137,13 @@ def spark_session(
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM
         )
+    builder = builder.config(f"spark.executorEnv.{WORKER_LOGS_ENV}", "1")
+    if SparkContext._gateway is None:  # the JVM starts now: its output into the log, not the terminal
+        conf = SparkConf(loadDefaults=False)
+        for key, value in builder._options.items():
+            conf.set(key, str(value))
+        gateway = launch_logged_gateway(conf, spark_log(settings))
+        SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -25,7 +25,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import ConfigError, ServiceUnavailableError
@@ -57,6 +58,7 @@ from infra.kafka_sink.records import (
 )
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
+from infra.metrics import COUNTS, COUNTS_DDL, COUNTS_FIELDS, OBSERVATION, batch_counts, counts_row
 from infra.redis_store import RedisTarget, write_alerts, write_scores
 from infra.retry import wait_out
 from infra.spark import start_stream
@@ -101,6 +103,12 @@ class ScoringJobConfig:
     #: time range replays just that range.
     starting_offsets: str = EARLIEST
     ending_offsets: str = LATEST
+
+
+#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.metrics``).
+SCORED_SCHEMA = pa.schema([(RECORDS_COLUMN, pa.binary()), *COUNTS_FIELDS])
+#: Gets each micro-batch's summed counts (``infra.metrics.COUNTS``) and the model versions that served it.
+BatchObserver = Callable[[Mapping[str, Any], Mapping[str, int | None]], None]
 
 
 # --- The model of each micro-batch (driver) ------------------------------------------------------------
@@ -272,8 +280,11 @@ class Scorer:
         shadow = None if self.shadow_version is None else worker_model(self.tracking_uri, self.shadow_version)
         for records in batches:
             if records.num_rows:
-                packed = pack_records(self.score(model, records, shadow))
-                yield pa.RecordBatch.from_arrays([pa.array([packed], pa.binary())], names=[RECORDS_COLUMN])
+                scored = self.score(model, records, shadow)
+                counts = counts_row(batch_counts(scored, self.topics))
+                yield pa.RecordBatch.from_pydict(
+                    {RECORDS_COLUMN: [pack_records(scored)], **counts}, schema=SCORED_SCHEMA
+                )
 
     def score(
         self, model: LoadedModel, records: pa.RecordBatch, shadow: LoadedModel | None = None
@@ -604,9 +615,14 @@ def model_choosers(
 
 
 def start_scoring_job(
-    spark: SparkSession, config: ScoringJobConfig, once: bool, trigger_interval_s: float = 1.0
+    spark: SparkSession,
+    config: ScoringJobConfig,
+    once: bool,
+    trigger_interval_s: float = 1.0,
+    on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start the streaming scoring job: ``once`` scores everything available, then stops.
+    """Start the streaming scoring job: ``once`` scores everything available, then stops. ``on_batch`` gets
+    each micro-batch's counts and model versions (``infra.metrics.JobMetrics.on_batch``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -629,15 +645,23 @@ def start_scoring_job(
     clock = scoring_clock(config.checkpoint)
 
     def score_batch(records: DataFrame, batch_id: int) -> None:
+        versions = {"model": chooser.version_for(batch_id)}
+        if shadow is not None:
+            versions["shadow"] = shadow.version_for(batch_id)
         scorer = Scorer(
             config.tracking_uri,
-            chooser.version_for(batch_id),
+            versions["model"],
             config.topics,
             config.max_event_bytes,
-            None if shadow is None else shadow.version_for(batch_id),
+            versions.get("shadow"),
             clock.get(batch_id, now_ms),
         )
-        write_micro_batch(records.mapInArrow(scorer, PACKED_DDL), sink, batch_id)
+        counted = Observation(OBSERVATION)
+        scored = records.mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
+        observed = scored.observe(counted, *(F.sum(name).alias(name) for name in COUNTS))
+        write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch_id)
+        if on_batch is not None:
+            on_batch(counted.get, versions)
 
     writer = (
         feature_records(spark, config)

@@ -43,6 +43,7 @@ from infra.spark import start_stream
 from models.registry import CHAMPION
 from scoring.job import (
     SCORED_EVENT_FIELDS,
+    BatchObserver,
     ScoresToRedis,
     model_choosers,
     now_ms,
@@ -112,9 +113,14 @@ class RowScorer:
 
 
 def start_pipeline(
-    spark: SparkSession, config: PipelineConfig, once: bool, trigger_interval_s: float = 1.0
+    spark: SparkSession,
+    config: PipelineConfig,
+    once: bool,
+    trigger_interval_s: float = 1.0,
+    on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start the pipeline: ``once`` processes everything available, then stops.
+    """Start the pipeline: ``once`` processes everything available, then stops. ``on_batch`` gets each
+    micro-batch's model versions (its counts come with Spark's progress reports, ``infra.metrics``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -143,10 +149,14 @@ def start_pipeline(
     def write_batch(records: DataFrame, batch_id: int) -> None:
         context = records.sparkSession.sparkContext
         context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
-        context.setLocalProperty(MODEL_VERSION_PROPERTY, str(chooser.version_for(batch_id)))
-        shadow_version = "" if shadow is None else str(shadow.version_for(batch_id))
-        context.setLocalProperty(SHADOW_VERSION_PROPERTY, shadow_version)
+        versions = {"model": chooser.version_for(batch_id)}
+        if shadow is not None:
+            versions["shadow"] = shadow.version_for(batch_id)
+        context.setLocalProperty(MODEL_VERSION_PROPERTY, str(versions["model"]))
+        context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(versions.get("shadow", "")))
         write_micro_batch(records, sink, batch_id)
+        if on_batch is not None:
+            on_batch({}, versions)
 
     writer = (
         feature_stream(spark, features)

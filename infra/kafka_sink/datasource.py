@@ -95,6 +95,7 @@ from infra.kafka_sink.transactions import (
     produce,
 )
 from infra.spark_config import config_from, config_options
+from infra.spark_logs import mark_worker_logs
 from infra.txn_lock import needs_locks, topic_locks, topics_of
 
 if TYPE_CHECKING:
@@ -105,6 +106,10 @@ _log = logging.getLogger(__name__)
 
 #: The short name the data source is registered under: ``writeStream.format(SINK_NAME)``.
 SINK_NAME = "fraud-kafka-sink"
+
+# Imported by the Python processes Spark starts (and preloaded by its daemon): there, the project's
+# warnings are marked for the driver to show (``infra.spark_logs``); elsewhere this does nothing.
+mark_worker_logs()
 
 
 #: Local property Spark's micro-batch execution sets on every task (also used by ``foreach``).

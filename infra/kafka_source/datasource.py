@@ -77,12 +77,17 @@ from infra.kafka_source.reader import read_group
 from infra.kafka_source.splits import NO_FRONTIER, Split, group_splits, parse_tp, tp_name
 from infra.retry import wait_out
 from infra.spark_config import config_from, config_options
+from infra.spark_logs import mark_worker_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The short name the data source is registered under.
 SOURCE_NAME = "fraud-kafka"
+
+# Imported by the Python processes Spark starts (and preloaded by its daemon): there, the project's
+# warnings are marked for the driver to show (``infra.spark_logs``); elsewhere this does nothing.
+mark_worker_logs()
 
 
 class KafkaDataSource(DataSource):

@@ -11,6 +11,7 @@ missing from the file refuses the file as a whole (``InputFileError``), with not
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,8 @@ def test_any_csv_row_is_a_transaction_or_a_dead_letter_and_its_neighbours_are_ke
     paths = []
     for name, table in (("with.csv", [*rows[:position], cells, *rows[position:]]), ("without.csv", rows)):
         paths.append(directory / name)
-        pd.DataFrame(table, columns=columns).to_csv(paths[-1], index=False)
+        # Every cell quoted: pandas leaves a bare carriage return unquoted, which ends the row in any CSV reader.
+        pd.DataFrame(table, columns=columns).to_csv(paths[-1], index=False, quoting=csv.QUOTE_ALL)
     check_rows_alone(outcome(paths[0]), outcome(paths[1]), position + 1)
 
 

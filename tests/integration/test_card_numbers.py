@@ -19,13 +19,10 @@ import redis
 from contracts.events import from_message
 from contracts.settings import Settings
 from features.definitions import DEFAULT_PARAMS
-from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, read_topic, topic_counts
 from models.dataset import Dataset
-from models.estimators import ModelSpec
-from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.tracking import default_artifact_location
 from tests.support.cards import formatted, random_card_numbers
+from tests.support.cli_stack import train_champion
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import run_fraud
 
@@ -125,16 +122,7 @@ def topic_contents(clients: Clients, topic: str) -> bytes:
 @pytest.fixture
 def champion(small_dataset: Dataset, store_uri: str, tmp_path: Path) -> str:
     """An MLflow store of this test with a registered champion (trained on the small simulated world)."""
-    options = TrainOptions(
-        ModelSpec("decision_tree", max_depth=3),
-        "handbook",
-        DEFAULT_PARAMS,
-        Periods().plans(small_dataset.last_ms),
-        DEFAULT_ALERTS_PER_DAY,
-    )
-    run_training(
-        small_dataset, options, store_uri, default_artifact_location(store_uri, str(tmp_path / "art")), True
-    )
+    train_champion(small_dataset, DEFAULT_PARAMS, store_uri, tmp_path / "art")
     return store_uri
 
 

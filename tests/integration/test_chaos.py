@@ -25,14 +25,13 @@ would be a second score, or a second alert). ``CHAOS_SEED=N`` repeats another sc
 from __future__ import annotations
 
 import collections
-import contextlib
 import fcntl
 import os
 import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,31 +43,24 @@ import redis
 from contracts.events import TxColumns
 from contracts.provenance import provenance_of
 from contracts.records import AlertRecord, ScoreRecord
-from contracts.settings import Settings, Topics, redis_prefix
+from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
-from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, read_topic
-from infra.embedded import HOST, StackInfo, temporary_stack
 from infra.redis_store import alert_key, get_alert
 from infra.txn_lock import lock_path
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from models.dataset import file_dataset
-from models.estimators import ModelSpec
-from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.registry import CHAMPION, load_model, promote
-from models.tracking import default_artifact_location
+from models.registry import load_model
 from scoring.job import score_each
 from tests.support.chaos import kill_tree, pause, start_redis, stop_redis
+from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import (
-    MAX_EVENT_BYTES,
     FeatureOutput,
     Simulated,
     assert_each_transaction_once,
     assert_same_as_batch,
     simulated,
 )
-from tests.support.samples import LABEL_DELAY_MS
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -287,52 +279,17 @@ def check_run(
     }
 
 
-@contextlib.contextmanager
-def chaos_stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Clients, dict[str, str]]]:
-    with temporary_stack(tmp_path / "stack") as stack:
-        values = {
-            "FRAUD_HOME": str(tmp_path / "home"),
-            "FRAUD_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-            "FRAUD_REDIS_URL": stack.redis_url,
-            "FRAUD_MLFLOW_TRACKING_URI": stack.mlflow_tracking_uri,
-            "FRAUD_TOKEN_KEY": f"chaos-token-key-{SEED}",
-            "FRAUD_PARTITIONS": "3",
-        }
-        base = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
-        env = {**base, **values, "SPARK_LOCAL_IP": HOST, "COLUMNS": "160"}
-        with pytest.MonkeyPatch.context() as patch:
-            for name, value in values.items():
-                patch.setenv(name, value)
-            clients = Clients.from_settings(Settings())
-        yield stack, clients, env
-
-
 @pytest.mark.timeout(1200)  # about 5 minutes on 2 idle cores; a loaded machine starts JVMs slower
 def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     params = FeatureParams()
     faults = Faults()
-    with chaos_stack(tmp_path) as (stack, clients, env):
+    with cli_stack(tmp_path, FRAUD_TOKEN_KEY=f"chaos-token-key-{SEED}") as (stack, clients, env):
         settings = clients.settings
         tracking_uri = clients.endpoints.mlflow_tracking_uri
         frame = simulate(SIMULATION)
         assert len(frame) >= MIN_TRANSACTIONS
-        dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-        options = TrainOptions(
-            ModelSpec("decision_tree", max_depth=4),
-            "handbook",
-            params,
-            Periods().plans(dataset.last_ms),
-            DEFAULT_ALERTS_PER_DAY,
-        )
-        run_training(
-            dataset,
-            options,
-            tracking_uri,
-            default_artifact_location(tracking_uri, str(tmp_path / "artifacts")),
-            register=True,
-        )
-        promote(tracking_uri, 1, CHAMPION)
+        register_champion(clients, frame, params, tmp_path / "artifacts")
         sim = simulated(SIMULATION, settings, params)
         expected = expected_results(sim, tracking_uri, params)
         subprocess.run([str(BIN / "fraud"), "topics", "create"], env=env, check=True, capture_output=True)

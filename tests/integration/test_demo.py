@@ -63,6 +63,17 @@ def get_json(url: str) -> object:
         return json.loads(response.read())
 
 
+#: What Spark's JVM and Python workers print, which belongs in their log file (``infra.spark_logs``).
+SPARK_NOTICES = (
+    "TransformWithStateInPandas Python worker",
+    "log4j",
+    " WARN ",
+    "NativeCodeLoader",
+    "incubator modules",
+    "setLogLevel",
+)
+
+
 def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
@@ -130,6 +141,8 @@ def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(t
     assert demo.returncode == 0, text[-3000:]
     assert "Summary" in text and "Stopping..." in text and "Embedded stack stopped." in text
     assert "Traceback" not in text, text[-3000:]
+    notices = [line for line in text.splitlines() if any(notice in line for notice in SPARK_NOTICES)]
+    assert not notices, f"{len(notices)} notices of Spark or its Python workers, e.g. {notices[:3]}"
     # The jobs end between micro-batches: no aborted writes, no errors, no client left calling the broker.
     shutdown = text[text.index("Stopping...") :]
     for noise in ("ERROR", "Exception", "|FAIL|"):

@@ -8,13 +8,13 @@ from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
-from fraud.progress import records_read
 from infra.clients import Clients, read_topic
 from infra.kafka_source import reader
 from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import read_batch, read_stream, source_options
 from infra.kafka_source.planner import Tail, planner_consumer
 from infra.kafka_source.splits import NO_FRONTIER, Split
+from infra.metrics import records_read
 from infra.spark_config import CONFIG_OPTION
 
 T0 = 1_522_540_800_000

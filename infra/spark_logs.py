@@ -1,0 +1,110 @@
+"""Spark's own output goes to a log file; the project's lines from Spark's Python processes still reach the
+terminal.
+
+Spark's JVM writes log4j notices to its stderr, and the Python processes it starts write there too: the
+workers that run the stages, the driver-side runners of the Python data sources, and PySpark's driver
+worker of ``transformWithStateInPandas``, which prints several notices per query start. A command that
+shows them floods its user. So the session's JVM starts with its stdout and stderr in a log file
+(:func:`launch_logged_gateway`); the Python processes it starts find :data:`WORKER_LOGS_ENV` in their
+environment and log the project's warnings with :data:`MARK` in front (:func:`mark_worker_logs`, called
+where the project's code is imported in them); a thread of the driver copies the marked lines, without
+the mark, to the driver's stderr (:class:`MarkedLines`). Everything stays in the log file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from contracts.privacy import mask_card_numbers
+
+#: Set in the environment of the JVM, hence of every Python process it starts (and of the executors').
+WORKER_LOGS_ENV = "FRAUD_SPARK_WORKER_LOGS"
+#: The start of a log line of the project's code in one of Spark's Python processes.
+MARK = "[fraud] "
+POLL_S = 0.2
+
+
+class CardNumberFilter(logging.Filter):
+    """Masks card numbers in a log record's message (``contracts.privacy``), whatever logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_card_numbers(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def mark_worker_logs() -> None:
+    """In a Python process Spark started (``WORKER_LOGS_ENV`` set): warnings go to stderr, marked, card
+    numbers masked. Anywhere else (a command, a test) it does nothing. Called once per process."""
+    root = logging.getLogger()
+    if not os.environ.get(WORKER_LOGS_ENV) or any(getattr(h, "fraud_marked", False) for h in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(MARK + "%(message)s"))
+    handler.addFilter(CardNumberFilter())
+    handler.fraud_marked = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+
+
+def marked(lines: Iterable[str]) -> Iterator[str]:
+    """The project's lines among a Spark log's lines, without their mark."""
+    for line in lines:
+        at = line.find(MARK)
+        if at >= 0:
+            yield line[at + len(MARK) :].rstrip("\n")
+
+
+class MarkedLines(threading.Thread):
+    """Copies the marked lines that reach ``path`` to ``out`` (a daemon thread: it ends with the process)."""
+
+    def __init__(self, path: Path, out: IO[str] | None = None) -> None:
+        super().__init__(name="spark-log-lines", daemon=True)
+        self.path = path
+        self.out = out
+        self.start_at = path.stat().st_size if path.exists() else 0
+
+    def run(self) -> None:
+        with self.path.open(errors="replace") as log:
+            log.seek(self.start_at)
+            pending = ""
+            while True:
+                chunk = log.read()
+                if not chunk:
+                    time.sleep(POLL_S)
+                    continue
+                *lines, pending = (pending + chunk).split("\n")
+                out = self.out or sys.stderr
+                for line in marked(lines):
+                    print(line, file=out, flush=True)
+
+
+def launch_logged_gateway(conf: Any, log_file: Path) -> Any:
+    """Start Spark's JVM (PySpark's gateway) with ``conf``, its output appended to ``log_file``, and copy the
+    project's lines from it to stderr. Returns the gateway, for ``SparkContext._ensure_initialized``."""
+    from pyspark.java_gateway import launch_gateway
+
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    copier = MarkedLines(log_file)
+    with log_file.open("ab") as log:
+        previous = os.environ.get(WORKER_LOGS_ENV)
+        os.environ[WORKER_LOGS_ENV] = "1"  # the JVM's environment only: restored below
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": subprocess.STDOUT})
+        finally:
+            if previous is None:
+                del os.environ[WORKER_LOGS_ENV]
+            else:
+                os.environ[WORKER_LOGS_ENV] = previous
+    copier.start()
+    return gateway

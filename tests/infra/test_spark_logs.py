@@ -1,0 +1,60 @@
+"""Spark's output in a log file; the project's marked lines from Spark's Python processes to the terminal."""
+
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, marked
+
+
+def test_only_marked_lines_are_shown_without_their_mark() -> None:
+    lines = [
+        "26/11/26 06:43:58 WARN Utils: Your hostname resolves to a loopback address",
+        "Starting Streaming TransformWithStateInPandas Python worker.",
+        f"{MARK}Kafka unreachable (timed out); retrying until it answers",
+        "",
+        f"PythonRunner: {MARK}Redis at redis://127.0.0.1:6379/0 answers again after 2.0 s",
+    ]
+    assert list(marked(lines)) == [
+        "Kafka unreachable (timed out); retrying until it answers",
+        "Redis at redis://127.0.0.1:6379/0 answers again after 2.0 s",
+    ]
+
+
+def test_the_copier_follows_the_log_from_where_it_stood(tmp_path: Path) -> None:
+    log = tmp_path / "spark.log"
+    log.write_text(f"{MARK}from an earlier run\n")
+    out = io.StringIO()
+    copier = MarkedLines(log, out)
+    copier.start()
+    with log.open("a") as spark:
+        spark.write(f"log4j noise\n{MARK}first\n{MARK}sec")
+        spark.flush()
+        time.sleep(0.5)
+        spark.write("ond\n")
+    deadline = time.monotonic() + 5
+    while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.getvalue() == "first\nsecond\n"
+
+
+def test_a_spark_python_process_marks_its_warnings_and_masks_card_numbers() -> None:
+    script = (
+        "import logging\n"
+        "from infra.spark_logs import mark_worker_logs\n"
+        "mark_worker_logs()\n"
+        "mark_worker_logs()\n"  # once per process, however often it is called
+        "logging.getLogger('scoring.job').info('not shown')\n"
+        "logging.getLogger('infra.retry').warning('Redis down; card 4111 1111 1111 1111 seen')\n"
+    )
+    env = {**os.environ, WORKER_LOGS_ENV: "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert done.stderr == f"{MARK}Redis down; card **** **** **** 1111 seen\n"
+    elsewhere = {k: v for k, v in env.items() if k != WORKER_LOGS_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=elsewhere, capture_output=True, text=True, check=True
+    )
+    assert MARK not in done.stderr, "a process Spark did not start logs as Python does by default"
