@@ -214,9 +214,21 @@ def test_shadow_scores_every_transaction_raises_no_alert_and_changes_no_live_out
     assert report["rows"] > 1_000
 
 
-def test_ab_ranks_the_models_reproducibly_and_leaves_the_live_pipeline_alone(world: World) -> None:
+@pytest.fixture(scope="module")
+def first(world: World) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The A/B test of version 1 against 2 on the features topic, with a report; and the live pipeline's
+    topics, Redis keys and checkpoints before it."""
     before = snapshot(world)
-    first = ab(world, "--champion", "1", "--challenger", "2", "--report", str(world.home / "ab.html"))
+    report = str(world.home / "ab.html")
+    return ab(
+        world, "--champion", "1", "--challenger", "2", "--features", "topic", "--report", report
+    ), before
+
+
+def test_ab_ranks_the_models_reproducibly_and_leaves_the_live_pipeline_alone(
+    world: World, first: tuple[dict[str, Any], tuple[Any, ...]]
+) -> None:
+    first, before = first
     second = ab(world, "--champion", "champion", "--challenger", "models:/fraud-detector/2")
     assert numbers(first) == numbers(second), "the same command twice gives the same numbers"
     assert snapshot(world) == before, "a replay touched live topics, Redis keys or checkpoints"
@@ -228,10 +240,12 @@ def test_ab_ranks_the_models_reproducibly_and_leaves_the_live_pipeline_alone(wor
         )
 
 
-def test_features_recomputed_from_the_transactions_judge_the_same(world: World) -> None:
+def test_features_recomputed_from_the_transactions_judge_the_same(
+    world: World, first: tuple[dict[str, Any], tuple[Any, ...]]
+) -> None:
     """The batch path of the feature definitions over the transactions topic gives the features the feature
     job wrote: the same transactions, frauds and figures as the replay of the features topic."""
-    topic = ab(world, "--champion", "1", "--challenger", "2", "--features", "topic")
+    topic, _ = first
     recomputed = ab(world, "--champion", "1", "--challenger", "2", "--features", "recompute")
     assert (recomputed["rows"], recomputed["frauds"], recomputed["days"]) == (
         topic["rows"],

@@ -1,7 +1,7 @@
 """Card numbers are never stored: 100 bad rows holding Luhn-valid card numbers (in the card_id field, in a
 free field, in a malformed line, in a terminal id, as an amount or a time; whole, or grouped with spaces
 or dashes) go through `fraud ingest` (JSON lines and CSV) beside good rows whose card ids are card numbers
-(tokenised at ingest), then `fraud features run` and `fraud score run` as a user runs them. None of the
+(tokenised at ingest), then `fraud pipeline run` (features and scoring) as a user runs it. None of the
 numbers is found, in any of its written forms, on any topic (keys, values, headers; dead letters
 included), in any Redis key or value, in the commands' output or in any file under their FRAUD_HOME.
 """
@@ -145,8 +145,7 @@ def test_card_numbers_in_bad_rows_are_stored_nowhere(
         ("ingest", str(events)),
         ("ingest", str(table)),
         ("ingest", str(malformed)),
-        ("features", "run", "--once"),
-        ("score", "run", "--once"),
+        ("pipeline", "run", "--once"),  # the feature job and the scoring job in one query
     ):
         result = run_fraud(settings, *args)
         assert result.returncode == 0, f"fraud {' '.join(args)}:\n{result.stderr[-3000:]}"

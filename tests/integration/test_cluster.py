@@ -71,7 +71,6 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(
     produce_events(clients.producer(), settings.topics, batch)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = settings.model_copy(update={"mlflow_tracking_uri": store})  # a registry of this test only
-    fraud(settings, tmp_path / "train", "local[2]", settings.topics, "train", "--no-register")
     fraud(settings, tmp_path / "train", "local[2]", settings.topics, "train")  # the champion
 
     runs = {}

@@ -42,19 +42,16 @@ from contracts.settings import Settings, Topics
 from features.definitions import HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig
 from fraud.progress import records_read
-from infra.clients import METADATA_TIMEOUT_S, Clients, ensure_topics, read_topic, topic_counts
-from infra.embedded import StackInfo, temporary_stack
+from infra.clients import Clients, ensure_topics, read_topic
+from infra.embedded import StackInfo
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (
     Pause,
     kill_tree,
     logged_tasks,
-    pause,
     pause_args,
     pause_reports,
-    start_redis,
-    stop_redis,
 )
 from tests.support.feature_jobs import (
     JOB_TIMEOUT_S,
@@ -517,55 +514,3 @@ def test_sigkill_between_transactions_and_restart_writes_every_record_once(
 
 #: The random kill: the chaos input shuffled within the lateness, read in micro-batches of 1,500 records
 #: (about seven). One kill: each more would cost another Spark start-up and first micro-batch (30-90 s here).
-
-
-#: Longer than any metadata request of the job may wait (infra.clients.METADATA_TIMEOUT_S).
-BROKER_PAUSE_S = METADATA_TIMEOUT_S + 5
-
-
-@pytest.mark.chaos
-def test_a_broker_pause_and_a_redis_restart_are_waited_out(tmp_path: Path) -> None:
-    """The job runs continuously on an embedded stack of its own. After its first micro-batch the broker
-    is paused (SIGSTOP) for longer than a metadata request may wait. Then Redis is shut down, the second
-    half of the input arrives, and Redis starts again only once the job has committed records of it to
-    Kafka (its Redis write is then waiting). The job never stops and says so in one line per outage;
-    every transaction has exactly one feature record, equal to the batch path's; Redis holds each card's
-    latest features."""
-    params = FeatureParams()
-    with temporary_stack(tmp_path / "stack") as stack:
-        clients = isolated_clients(stack, tmp_path / "home")
-        settings = clients.settings
-        sim = simulated(CHAOS_SIMULATION, settings, params)
-        times = sorted(sim.events.tx_times)
-        first, rest = split_at(sim.events, times[len(times) // 2])
-        assert produce_events(clients.producer(), settings.topics, first).delivery_errors == []
-
-        def written() -> int:
-            return sum(topic_counts(clients, [settings.topics.features]).values())
-
-        job = JobProcess(tmp_path, clients, CHAOS_MAX_RECORDS)
-        job.start()
-        job.wait_for(lambda: written() >= len(first.tx_values), "the first half")
-        pause(stack.broker.pid, BROKER_PAUSE_S)
-        job.wait_for(lambda: "Kafka answers again" in job.log.read_text(), "the end of the broker's pause")
-
-        stop_redis(stack.redis)
-        assert produce_events(clients.producer(), settings.topics, rest).delivery_errors == []
-        job.wait_for(lambda: written() > len(first.tx_values), "a commit while Redis is down")
-        restarted = start_redis(stack.redis, tmp_path / "stack" / "redis")
-        try:
-            job.wait_for(lambda: written() >= len(sim.transactions), "every transaction's feature record")
-            time.sleep(2)  # a write after the last record's would be a duplicate: give it the time to show
-            job.kill()
-            log = job.log.read_text(errors="replace")
-            for service in ("Kafka", f"Redis at {settings.redis_url}"):
-                assert f"{service} unreachable" in log and f"{service} answers again" in log, job.tail()
-            output = features_topic(clients, settings.topics.features)
-            assert_each_transaction_once(output, sim.transactions)
-            assert_same_as_batch(output.by_tx(), sim, params)
-            assert_redis_holds_latest(
-                redis.Redis.from_url(settings.redis_url), prefix_of(settings.topics), sim, params
-            )
-        finally:
-            restarted.kill()
-            restarted.wait()

@@ -108,7 +108,7 @@ def test_the_feature_query_plans_progress_and_configs_show_no_secret(
         "the query's logical plan": query._jsq.streamingQuery().logicalPlan().toString(),
         "explain(extended)": query._jsq.explainInternal(True),
         "the last progress": str(query.lastProgress),
-        "the progress reports": orjson.dumps([dict(p) for p in query.recentProgress]).decode(),
+        "the progress reports": orjson.dumps([dict(p) for p in query.recentProgress], default=str).decode(),
         "the status": str(query.status),
         "repr(settings)": repr(secret_settings),
         "str(settings)": str(secret_settings),
