@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from contracts.errors import ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
 
 #: Set in the environment of the JVM, hence of every Python process it starts (and of the executors').
@@ -99,8 +100,15 @@ def launch_logged_gateway(conf: Any, log_file: Path) -> Any:
     with log_file.open("ab") as log:
         previous = os.environ.get(WORKER_LOGS_ENV)
         os.environ[WORKER_LOGS_ENV] = "1"  # the JVM's environment only: restored below
+        start = log.tell()
         try:
             gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": subprocess.STDOUT})
+        except Exception as exc:  # the JVM's reasons are in the log, not in PySpark's error
+            said = log_file.read_bytes()[start:].decode(errors="replace").strip().splitlines()
+            last = said[-1] if said else str(exc)
+            raise ServiceUnavailableError(
+                f"Spark's JVM did not start: {last} (its output: {log_file})"
+            ) from exc
         finally:
             if previous is None:
                 del os.environ[WORKER_LOGS_ENV]

@@ -7,7 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, marked
+import pytest
+
+from contracts.errors import ServiceUnavailableError
+from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, launch_logged_gateway, marked
 
 
 def test_only_marked_lines_are_shown_without_their_mark() -> None:
@@ -58,3 +61,23 @@ def test_a_spark_python_process_marks_its_warnings_and_masks_card_numbers() -> N
         [sys.executable, "-c", script], env=elsewhere, capture_output=True, text=True, check=True
     )
     assert MARK not in done.stderr, "a process Spark did not start logs as Python does by default"
+
+
+def test_a_jvm_that_does_not_start_says_why_from_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark's own error only says the gateway exited; the JVM's last words are in the log."""
+    import pyspark.java_gateway
+
+    def exits(conf: object, popen_kwargs: dict[str, object]) -> None:
+        out = popen_kwargs["stdout"]
+        out.write(b"Error: JAVA_HOME is not set and could not be found.\n")  # type: ignore[attr-defined]
+        out.flush()  # type: ignore[attr-defined]
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    monkeypatch.setattr(pyspark.java_gateway, "launch_gateway", exits)
+    log = tmp_path / "logs" / "spark.log"
+    with pytest.raises(ServiceUnavailableError, match="JAVA_HOME is not set") as failure:
+        launch_logged_gateway(None, log)
+    assert str(log) in str(failure.value)
+    assert WORKER_LOGS_ENV not in os.environ
