@@ -77,6 +77,10 @@ def _event_time(events: pd.DataFrame) -> np.ndarray:
     )
 
 
+#: What a duplicate's dead letter shows of it.
+DUPLICATE_RAW_FIELDS = [C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS]
+
+
 def repeated_transactions(events: pd.DataFrame, bucket: CardBucket) -> np.ndarray:
     """Which events are transactions whose tx id the bucket has seen: in its history (the state's horizon)
     or waiting, or earlier among ``events`` (by source offset, so a re-run judges alike)."""
@@ -109,10 +113,6 @@ def as_duplicates(events: pd.DataFrame) -> pd.DataFrame:
             DETAIL: [f"tx_id {tx_id} was processed already" for tx_id in events[C.TX_ID].tolist()],
         }
     )
-
-
-#: What a duplicate's dead letter shows of it.
-DUPLICATE_RAW_FIELDS = [C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS]
 
 
 def _plain(value: object) -> object:

@@ -601,6 +601,14 @@ def check_computable(model: LoadedModel, name: str) -> None:
         raise ConfigError(f"{name} needs features the feature job does not compute: {', '.join(missing)}")
 
 
+def batch_versions(batch_id: int, chooser: ModelChooser, shadow: ModelChooser | None) -> dict[str, int]:
+    """The versions that score ``batch_id``, by role: the serving ``model`` and, with one, the ``shadow``."""
+    versions = {"model": chooser.version_for(batch_id)}
+    if shadow is not None:
+        versions["shadow"] = shadow.version_for(batch_id)
+    return versions
+
+
 def model_choosers(
     tracking_uri: str, alias: str, shadow_alias: str | None, interval_s: float, checkpoint: Path
 ) -> tuple[ModelChooser, ModelChooser | None]:
@@ -645,9 +653,7 @@ def start_scoring_job(
     clock = scoring_clock(config.checkpoint)
 
     def score_batch(records: DataFrame, batch_id: int) -> None:
-        versions = {"model": chooser.version_for(batch_id)}
-        if shadow is not None:
-            versions["shadow"] = shadow.version_for(batch_id)
+        versions = batch_versions(batch_id, chooser, shadow)
         scorer = Scorer(
             config.tracking_uri,
             versions["model"],

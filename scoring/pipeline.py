@@ -45,6 +45,7 @@ from scoring.job import (
     SCORED_EVENT_FIELDS,
     BatchObserver,
     ScoresToRedis,
+    batch_versions,
     model_choosers,
     now_ms,
     score_rows,
@@ -149,9 +150,7 @@ def start_pipeline(
     def write_batch(records: DataFrame, batch_id: int) -> None:
         context = records.sparkSession.sparkContext
         context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
-        versions = {"model": chooser.version_for(batch_id)}
-        if shadow is not None:
-            versions["shadow"] = shadow.version_for(batch_id)
+        versions = batch_versions(batch_id, chooser, shadow)
         context.setLocalProperty(MODEL_VERSION_PROPERTY, str(versions["model"]))
         context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(versions.get("shadow", "")))
         write_micro_batch(records, sink, batch_id)

@@ -204,9 +204,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start, available_now, self.config.decoder is not None
         ):
             return start
-        skew = self.config.max_clock_skew_ms
-        clock_ms = None if skew is None else time.time_ns() // 1_000_000
-        newest_ms = None if clock_ms is None or skew is None else clock_ms + skew
+        clock_ms = newest_ms = None  # with a skew limit: the planner's clock, the newest stamp that counts
+        if self.config.max_clock_skew_ms is not None:
+            clock_ms = time.time_ns() // 1_000_000
+            newest_ms = clock_ms + self.config.max_clock_skew_ms
         last_read = {
             name: stamp
             for name, end in chosen.items()
