@@ -43,6 +43,22 @@ class FeatureRecord(TransactionEvent):
 
 ModelVersion = Annotated[int, Field(ge=1, description="Registered model version (MLflow counts from 1).")]
 
+#: The Kafka header of an alert record: the record it was scored from, ``topic/partition@offset`` (a
+#: transaction for the pipeline, a feature record for the scoring job). Traceability, and the jobs' alert
+#: latency (``infra.metrics``).
+ALERT_SOURCE_HEADER = "fraud.source"
+
+
+def source_position(topic: str, partition: int, offset: int) -> str:
+    """The value of :data:`ALERT_SOURCE_HEADER` for a record of ``topic``."""
+    return f"{topic}/{partition}@{offset}"
+
+
+def parse_source_position(value: str) -> tuple[str, int] | None:
+    """(``topic/partition``, offset) of a :data:`ALERT_SOURCE_HEADER` value; None when it is not one."""
+    name, at, offset = value.rpartition("@")
+    return (name, int(offset)) if at and "/" in name and offset.isdigit() else None
+
 
 class _Scored(BaseModel):
     """Fields every score and alert carries: the transaction, the score and the model that gave it."""

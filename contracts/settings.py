@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +26,13 @@ DAY_S = 86_400
 DEFAULT_RETENTION_S = 30 * DAY_S
 #: How often a scoring job re-reads where its model alias points, unless ``FRAUD_MODEL_CHECK_INTERVAL_S`` says.
 DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+#: Log levels, least severe first.
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 
 class Topics(BaseModel):
@@ -189,9 +196,17 @@ class Settings(BaseSettings):
         ge=1,
         le=65_535,
         description="Port of the Prometheus metrics (/metrics) of a streaming job (`features run`, `score run`, "
-        "`pipeline run`); unset: none.",
+        "`pipeline run`); unset: a free port (`fraud status` finds it).",
     )
     metrics_host: str = Field("127.0.0.1", description="Address the metrics endpoint listens on.")
+    log_level: LogLevel = Field(
+        "warning",
+        description="Least severe log lines shown (the command's and Spark's Python workers'; Spark's JVM logs "
+        "to FRAUD_HOME/logs/spark.log); `fraud --log-level` overrides it.",
+    )
+    log_format: LogFormat = Field(
+        "text", description="Log lines as text, or as JSON lines (one object per line, for log collectors)."
+    )
     api_token: SecretStr | None = Field(
         None,
         description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "

@@ -21,7 +21,6 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -42,7 +41,7 @@ from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key,
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.kafka_source.splits import NO_FRONTIER, Split
-from infra.metrics import COUNTS, COUNTS_DDL, OBSERVATION, batch_counts, counts_row
+from infra.metrics import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, counts_row, observations
 from infra.redis_store import RedisTarget, card_features_key, set_latest
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
@@ -141,7 +140,7 @@ class TerminalStage(StatefulProcessor):
                 out, self.topics.features, self.topics.dead_letter, self.params, self.hook
             )
             late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
-            counts = counts_row(batch_counts(records, self.topics, late))
+            counts = counts_row(batch_counts(records, self.topics, late), alert_sources(records, self.topics))
             yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
 
     def close(self) -> None:
@@ -218,7 +217,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         timeMode="None",
     )
     # Each micro-batch's counts (records, late events, dead letters by reason) in its progress report.
-    counted = terminal.observe(OBSERVATION, *(F.sum(name).alias(name) for name in COUNTS))
+    counted = terminal.observe(OBSERVATION, *observations())
     return counted.select(RECORDS_COLUMN)
 
 

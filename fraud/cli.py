@@ -8,6 +8,8 @@ the command with one line on stderr and the error kind's exit code, never a trac
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
+from typing import Annotated
 
 import typer
 from confluent_kafka import KafkaException
@@ -18,7 +20,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from contracts.errors import FraudError, ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
-from contracts.settings import load_settings
+from contracts.settings import LOG_FORMATS, LOG_LEVELS, load_settings
 from fraud.commands import stack
 from fraud.commands.ab import app as ab_app
 from fraud.commands.alerts import app as alerts_app
@@ -29,9 +31,10 @@ from fraud.commands.models import app as models_app
 from fraud.commands.models import train_command
 from fraud.commands.score import app as score_app
 from fraud.commands.score import pipeline_app
+from fraud.commands.status import status
 from fraud.console import err_console
 from fraud.demo import demo_command
-from fraud.logs import mask_card_numbers_in_logs, quiet_client_libraries
+from fraud.logs import configure_logging
 
 app = typer.Typer(
     name="fraud",
@@ -48,7 +51,7 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(ab_app, name="ab")
 app.command("up")(stack.up)
 app.command("down")(stack.down)
-app.command("status")(stack.status)
+app.command("status")(status)
 app.command("simulate")(simulate_command)
 app.command("ingest")(ingest_command)
 app.command("demo")(demo_command)
@@ -56,19 +59,34 @@ app.command("card")(card_command)
 app.command("serve")(serve_command)
 app.command("train")(train_command)
 
+LogLevelChoice = StrEnum("LogLevelChoice", {level: level for level in LOG_LEVELS})  # type: ignore[misc]
+LogFormatChoice = StrEnum("LogFormatChoice", {form: form for form in LOG_FORMATS})  # type: ignore[misc]
+
 #: Exit code of a wrong command line (click's own).
 USAGE_EXIT = 2
 
 
 @app.callback()
-def main(ctx: typer.Context) -> None:
+def main(
+    ctx: typer.Context,
+    log_level: Annotated[
+        LogLevelChoice | None,
+        typer.Option(help="Least severe log lines shown (default: FRAUD_LOG_LEVEL, else warning)."),
+    ] = None,
+    log_format: Annotated[
+        LogFormatChoice | None,
+        typer.Option(help="Log lines as text or JSON lines (default: FRAUD_LOG_FORMAT, else text)."),
+    ] = None,
+) -> None:
     """Real-time card-fraud detection on the Kappa architecture.
 
     Unset FRAUD_* connection settings mean the embedded local stack (`fraud up`).
     """
-    quiet_client_libraries()
-    mask_card_numbers_in_logs()
-    ctx.obj = load_settings()
+    settings = load_settings()
+    overrides = {"log_level": log_level, "log_format": log_format}
+    settings = settings.model_copy(update={k: v.value for k, v in overrides.items() if v is not None})
+    configure_logging(settings.log_level, settings.log_format)
+    ctx.obj = settings
 
 
 def _one_line(text: object) -> str:

@@ -68,6 +68,23 @@ def counts_table(title: str, counts: Mapping[str, int]) -> Table:
     return table
 
 
+def summary_table(totals: Mapping[str, int]) -> Table:
+    """A job's counts at its end (``infra.metrics.JobMetrics.totals``): what it read and wrote, and the dead
+    letters by reason (those it wrote)."""
+    table = Table(title="Summary", title_justify="left")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    dead = {name.removeprefix("dead:"): n for name, n in totals.items() if name.startswith("dead:")}
+    for name, count in totals.items():
+        if not name.startswith("dead:"):
+            table.add_row(name, f"{count:,}")
+    table.add_row("dead letters", f"{sum(dead.values()):,}")
+    for reason, count in sorted(dead.items(), key=lambda item: -item[1]):
+        if count:
+            table.add_row(f"  {reason}", f"{count:,}")
+    return table
+
+
 def dead_letter_table(summary: DeadLetterSummary) -> Table:
     table = Table(title=f"Dead letters: {summary.total:,}", title_justify="left")
     table.add_column("reason")

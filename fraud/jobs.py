@@ -17,18 +17,21 @@ from contracts.settings import Settings, Topics, redis_prefix
 from features import job as feature_job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from fraud.console import console
+from fraud.console import console, summary_table
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, watch_query
+from fraud.running import registered, this_job
 from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
-from infra.metrics import JobMetrics
+from infra.metrics import InputWatch, JobMetrics, observer_group
 from infra.redis_store import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches
 from models.registry import CHAMPION
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 
+#: The jobs' names: their metrics' ``job`` label, Redis writer, observer group and Spark application.
+FEATURES, SCORING, PIPELINE = "features", "scoring", "pipeline"
 #: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
 SPARK_PRELOAD = (feature_job.__name__,)
 
@@ -62,10 +65,10 @@ class Scope:
         return LATEST if self.end_ms is None else at_time(self.end_ms)
 
 
-def redis_target(settings: Settings, clients: Clients, prefix: str = "") -> RedisTarget:
-    """Where a job in the key space ``prefix`` keeps its lookups, for the settings' retention."""
+def redis_target(settings: Settings, clients: Clients, prefix: str = "", writer: str = "") -> RedisTarget:
+    """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention."""
     return RedisTarget(
-        clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options()
+        clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options(), writer
     )
 
 
@@ -76,6 +79,7 @@ def feature_job_config(
     params: FeatureParams,
     max_records: int | None = DEFAULT_MAX_RECORDS,
     scope: Scope = Scope(),
+    writer: str = FEATURES,
 ) -> FeatureJobConfig:
     """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
     clients = _clients_with_topics(settings, topics)
@@ -83,7 +87,7 @@ def feature_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients, redis_prefix(scope.namespace)),
+        redis=redis_target(settings, clients, redis_prefix(scope.namespace), writer),
         params=params,
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
@@ -109,7 +113,7 @@ def scoring_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients, redis_prefix(scope.namespace)),
+        redis=redis_target(settings, clients, redis_prefix(scope.namespace), SCORING),
         tracking_uri=clients.endpoints.mlflow_tracking_uri,
         max_event_bytes=settings.max_event_bytes,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
@@ -133,7 +137,7 @@ def pipeline_config(
     shadow_alias: str | None = None,
 ) -> PipelineConfig:
     """The one-query pipeline over ``topics`` with the connections of ``settings``."""
-    features = feature_job_config(settings, topics, checkpoint, params, max_records, scope)
+    features = feature_job_config(settings, topics, checkpoint, params, max_records, scope, PIPELINE)
     return PipelineConfig(
         features=features,
         tracking_uri=Clients.from_settings(settings).endpoints.mlflow_tracking_uri,
@@ -163,42 +167,63 @@ def start_job(
 
 
 def describe(config: JobConfig) -> tuple[str, str]:
-    """The Spark application name of a job, and the line that says what runs."""
+    """The name of a job (features, scoring, pipeline), and the line that says what runs."""
     if isinstance(config, FeatureJobConfig):
-        return "fraud-features", f"Feature job running (checkpoint {config.checkpoint})"
-    name, what = (
-        ("fraud-scoring", "Scoring job")
-        if isinstance(config, ScoringJobConfig)
-        else ("fraud-pipeline", "Pipeline")
-    )
+        return FEATURES, f"Feature job running (checkpoint {config.checkpoint})"
+    name, what = (SCORING, "Scoring job") if isinstance(config, ScoringJobConfig) else (PIPELINE, "Pipeline")
     return name, f"{what} running (model alias {config.alias!r}, checkpoint {config.checkpoint})"
 
 
-def run_job(settings: Settings, config: JobConfig, once: bool, trigger_interval_s: float) -> QueryReport:
+def input_topic(config: JobConfig) -> str:
+    """The topic whose records a job's alerts come from (its alert latency is measured from their append)."""
+    topics = (
+        config.topics if isinstance(config, FeatureJobConfig | ScoringJobConfig) else config.features.topics
+    )
+    return topics.features if isinstance(config, ScoringJobConfig) else topics.transactions
+
+
+def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMetrics:
+    """The metrics of a job, with its watch on its input topic and its Redis writes."""
+    job, _ = describe(config)
+    kafka_config = (
+        config.kafka_config if not isinstance(config, PipelineConfig) else config.features.kafka_config
+    )
+    redis = config.redis if not isinstance(config, PipelineConfig) else config.features.redis
+    watch = InputWatch(kafka_config, [input_topic(config)], observer_group(job, namespace))
+    return JobMetrics(job, watch=watch, redis_failures=redis.write_failures)
+
+
+def run_job(
+    settings: Settings, config: JobConfig, once: bool, trigger_interval_s: float, namespace: str = ""
+) -> QueryReport:
     """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
-    there), stop Spark, and print a summary."""
-    app_name, what = describe(config)
-    metrics = JobMetrics(app_name.removeprefix("fraud-"))
-    if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port, settings.metrics_host)
-    with console.status("Starting Spark..."):
-        spark = job_spark_session(settings, app_name)
+    there; a bar shows how far), stop Spark, and print a summary. The job serves its metrics
+    (``FRAUD_METRICS_PORT``, else a free port of ``FRAUD_METRICS_HOST``) and is listed for ``fraud status``
+    while it runs."""
+    job, what = describe(config)
+    metrics = job_metrics(settings, config, namespace)
+    port = metrics.serve(settings.metrics_port or 0, settings.metrics_host)
+    url = f"http://{settings.metrics_host}:{port}/metrics"
+    entry = this_job(job, namespace, url, metrics.watch.group if metrics.watch else "")
     try:
-        config.checkpoint.mkdir(parents=True, exist_ok=True)
-        check_executors(spark, SPARK_PRELOAD, (config.checkpoint,))
-        query = start_job(spark, config, once, trigger_interval_s, metrics.on_batch)
-        shown = f"; metrics at http://{settings.metrics_host}:{settings.metrics_port}/metrics"
-        console.print(
-            f"{what}; {'until done' if once else 'Ctrl-C stops it'}"
-            f"{shown if settings.metrics_port is not None else ''}."
-        )
-        report = watch_query(query, on_progress=metrics.on_progress)
+        with registered(settings.home, entry):
+            with console.status("Starting Spark..."):
+                spark = job_spark_session(settings, f"fraud-{job}")
+            try:
+                config.checkpoint.mkdir(parents=True, exist_ok=True)
+                check_executors(spark, SPARK_PRELOAD, (config.checkpoint,))
+                query = start_job(spark, config, once, trigger_interval_s, metrics.on_batch)
+                console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}.")
+                report = watch_query(query, on_progress=metrics.on_progress, bar=once)
+            finally:
+                spark.stop()  # also stops the Python workers and their Kafka consumers
     finally:
-        spark.stop()  # also stops the Python workers and their Kafka consumers
+        metrics.close()
     console.print(
         f"Done: {report.records:,} records in {report.batches} micro-batches, {report.seconds:,.1f} s "
         f"({report.records / report.seconds if report.seconds else 0:,.0f} records/s)."
     )
+    console.print(summary_table(metrics.totals()))
     return report
 
 

@@ -1,29 +1,39 @@
-"""Logging of the ``fraud`` command: what the client libraries log stays out of the user's terminal.
+"""Logging of the ``fraud`` command: one configuration, set once by the ``fraud`` callback.
 
-librdkafka reports each refused connection on its own log line, many a second while a broker is away;
-the command says what is wrong in one line instead (``fraud.cli``).
+Log lines go to stderr at the level of ``--log-level`` (``FRAUD_LOG_LEVEL``, default warning), as text or
+as JSON lines (``--log-format``), card numbers masked whatever logged them. The lines of the project's code
+in Spark's Python workers arrive through the same handler (``infra.spark_logs``); Spark's JVM logs to
+``FRAUD_HOME/logs/spark.log``. librdkafka reports each refused connection on its own log line, many a
+second while a broker is away: those are dropped, and the command says what is wrong in one line instead
+(``fraud.cli``).
 """
 
 from __future__ import annotations
 
 import logging
 
+from pythonjsonlogger.json import JsonFormatter
+
 from infra.clients import KAFKA_LOGGER
 from infra.spark_logs import CardNumberFilter
 
+#: Text lines: what a user reads in a terminal.
+TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
+#: The fields of a JSON line (plus ``timestamp``).
+JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 
-def quiet_client_libraries() -> None:
-    """Drop the Kafka clients' own log lines (they are routed to :data:`infra.clients.KAFKA_LOGGER`)."""
-    KAFKA_LOGGER.addHandler(logging.NullHandler())
+
+def configure_logging(level: str, log_format: str) -> None:
+    """The root logger writes lines of ``level`` and above to stderr, as ``text`` or ``json``; the Kafka
+    clients' own lines are dropped. Replaces a configuration made earlier in the process."""
+    KAFKA_LOGGER.handlers = [logging.NullHandler()]
     KAFKA_LOGGER.propagate = False
-
-
-def mask_card_numbers_in_logs() -> None:
-    """Every log line the command writes goes through :class:`CardNumberFilter` (warnings and errors,
-    on stderr, as Python does without a configuration)."""
+    handler = logging.StreamHandler()
+    handler.addFilter(CardNumberFilter())
+    handler.setFormatter(
+        JsonFormatter(JSON_FIELDS, timestamp=True) if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    handler.fraud_configured = True  # type: ignore[attr-defined]
     root = logging.getLogger()
-    if not any(isinstance(f, CardNumberFilter) for h in root.handlers for f in h.filters):
-        handler = logging.StreamHandler()
-        handler.setLevel(logging.WARNING)
-        handler.addFilter(CardNumberFilter())
-        root.addHandler(handler)
+    root.handlers = [h for h in root.handlers if not getattr(h, "fraud_configured", False)] + [handler]
+    root.setLevel(level.upper())

@@ -9,10 +9,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from contracts.errors import FraudError
 from fraud.console import console
-from infra.metrics import records_read
+from infra.metrics import records_behind, records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
 _PYTHON_ERROR = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): (?P<message>.+)$")
@@ -39,33 +47,72 @@ class QueryReport:
 
 
 def watch_query(
-    query: StreamingQuery, poll_s: int = 1, on_progress: Callable[[dict[str, Any]], None] | None = None
+    query: StreamingQuery,
+    poll_s: int = 1,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    bar: bool = False,
 ) -> QueryReport:
     """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure.
-    ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics``)."""
+    ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics``). ``bar``: also
+    show how far the query is toward the end of its input as it was when it started (a bounded run)."""
     report = QueryReport()
     started = time.monotonic()
     seen = -1
-    try:
-        while True:
-            active = query.isActive
-            for progress in query.recentProgress:
-                if progress["batchId"] > seen:
-                    seen = progress["batchId"]
-                    _report_batch(report, progress)
-                    if on_progress is not None:
-                        on_progress(progress)
-            if not active:
-                break
-            query.awaitTermination(poll_s)
-    except KeyboardInterrupt:
-        console.print("Stopping...")
-        query.stop()
+    with _Bar(bar) as progress_bar:
+        try:
+            while True:
+                active = query.isActive
+                for progress in query.recentProgress:
+                    if progress["batchId"] > seen:
+                        seen = progress["batchId"]
+                        _report_batch(report, progress)
+                        progress_bar.update(report.records, sum(records_behind(progress).values()))
+                        if on_progress is not None:
+                            on_progress(progress)
+                if not active:
+                    break
+                query.awaitTermination(poll_s)
+        except KeyboardInterrupt:
+            console.print("Stopping...")
+            query.stop()
     report.seconds = time.monotonic() - started
     failure = query.exception()
     if failure is not None:
         raise JobFailedError(failure)
     return report
+
+
+class _Bar:
+    """A progress bar of records read toward records read + records behind (shown when ``shown``)."""
+
+    def __init__(self, shown: bool) -> None:
+        self.progress = (
+            Progress(
+                TextColumn("[bold]Records"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TaskProgressColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if shown
+            else None
+        )
+        self.task = self.progress.add_task("records", total=None) if self.progress else None
+
+    def __enter__(self) -> _Bar:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, done: int, behind: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=done, total=done + behind)
 
 
 def _report_batch(report: QueryReport, progress: dict[str, Any]) -> None:

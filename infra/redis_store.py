@@ -12,6 +12,7 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -104,11 +105,13 @@ class RedisTarget:
     prefix: str
     retention_s: int
     options: RedisOptions = URL_ONLY
+    #: Who writes (a job's name): its failed write attempts are counted under it (:func:`write_failures`).
+    writer: str = ""
 
     def __repr__(self) -> str:
         return (
             f"RedisTarget({redact_url(self.url)!r}, prefix={self.prefix!r}, retention_s={self.retention_s}, "
-            f"options={self.options!r})"
+            f"options={self.options!r}, writer={self.writer!r})"
         )
 
     def client(self) -> Any:
@@ -124,7 +127,22 @@ class RedisTarget:
             lambda: operation(self.client()),
             f"Redis at {redact_url(self.url)}",
             (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
+            on_recovered=self._count_failures,
         )
+
+    def _count_failures(self, failures: int) -> None:
+        """Add an outage's failed attempts to the writer's count, in Redis (write tasks may run on any
+        executor; the job's driver reads the count for its metrics)."""
+        with contextlib.suppress(Exception):  # a count must never fail the write it follows
+            self.client().hincrby(stats_key(self.prefix), f"{self.writer}:write_failures", failures)
+
+    def write_failures(self) -> int | None:
+        """The writer's failed write attempts so far (all its runs), or None when Redis does not answer."""
+        try:
+            stored = self.client().hget(stats_key(self.prefix), f"{self.writer}:write_failures")
+        except Exception:
+            return None
+        return int(stored or 0)
 
 
 _CLIENTS: dict[tuple[str, RedisOptions], Any] = {}
@@ -142,6 +160,11 @@ def client_for(url: str, options: RedisOptions = URL_ONLY) -> Any:
             url, options, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
         )
     return _CLIENTS[url, options]
+
+
+def stats_key(prefix: str = "") -> str:
+    """Hash of the writers' counts (``<writer>:write_failures``)."""
+    return f"{prefix}stats:redis"
 
 
 def card_features_key(card_id: str, prefix: str = "") -> str:

@@ -35,11 +35,13 @@ def wait_out(
     transient: tuple[type[BaseException], ...],
     backoff: Backoff = Backoff(),
     sleep: Callable[[float], None] = time.sleep,
+    on_recovered: Callable[[int], None] | None = None,
 ) -> T:
     """``call()``, retried while it raises one of ``transient`` (the service is away); other errors raise.
 
     Logs a warning when the outage starts (``what`` unreachable, and why) and an info line when it ends
-    (after how long and how many attempts).
+    (after how long and how many attempts). ``on_recovered(failures)`` is called once the call succeeded
+    after failures (to count them where it can be seen).
     """
     failures = 0
     since = 0.0
@@ -59,4 +61,6 @@ def wait_out(
             _log.warning(
                 "%s answers again after %.1f s (%d failed attempts)", what, time.monotonic() - since, failures
             )
+            if on_recovered is not None:
+                on_recovered(failures)
         return result

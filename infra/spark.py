@@ -137,12 +137,12 @@ def spark_session(
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM
         )
-    builder = builder.config(f"spark.executorEnv.{WORKER_LOGS_ENV}", "1")
+    builder = builder.config(f"spark.executorEnv.{WORKER_LOGS_ENV}", settings.log_level)
     if SparkContext._gateway is None:  # the JVM starts now: its output into the log, not the terminal
         conf = SparkConf(loadDefaults=False)
         for key, value in builder._options.items():
             conf.set(key, str(value))
-        gateway = launch_logged_gateway(conf, spark_log(settings))
+        gateway = launch_logged_gateway(conf, spark_log(settings), settings.log_level)
         SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

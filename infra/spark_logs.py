@@ -5,10 +5,11 @@ Spark's JVM writes log4j notices to its stderr, and the Python processes it star
 workers that run the stages, the driver-side runners of the Python data sources, and PySpark's driver
 worker of ``transformWithStateInPandas``, which prints several notices per query start. A command that
 shows them floods its user. So the session's JVM starts with its stdout and stderr in a log file
-(:func:`launch_logged_gateway`); the Python processes it starts find :data:`WORKER_LOGS_ENV` in their
-environment and log the project's warnings with :data:`MARK` in front (:func:`mark_worker_logs`, called
-where the project's code is imported in them); a thread of the driver copies the marked lines, without
-the mark, to the driver's stderr (:class:`MarkedLines`). Everything stays in the log file.
+(:func:`launch_logged_gateway`); the Python processes it starts find :data:`WORKER_LOGS_ENV` (the
+command's log level) in their environment and log the project's lines of that level with :data:`MARK`, their
+level and logger in front (:func:`mark_worker_logs`, called where the project's code is imported in them); a
+thread of the driver logs the marked lines again, through the command's logging configuration
+(:class:`MarkedLines`). Everything stays in the log file.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from contracts.errors import ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
@@ -45,17 +46,20 @@ class CardNumberFilter(logging.Filter):
 
 
 def mark_worker_logs() -> None:
-    """In a Python process Spark started (``WORKER_LOGS_ENV`` set): warnings go to stderr, marked, card
-    numbers masked. Anywhere else (a command, a test) it does nothing. Called once per process."""
+    """In a Python process Spark started (``WORKER_LOGS_ENV`` set, to a level): the project's log lines of
+    that level and above go to stderr, marked, with their level and logger, card numbers masked. Anywhere
+    else (a command, a test) it does nothing. Called once per process."""
     root = logging.getLogger()
-    if not os.environ.get(WORKER_LOGS_ENV) or any(getattr(h, "fraud_marked", False) for h in root.handlers):
+    level = os.environ.get(WORKER_LOGS_ENV)
+    if not level or any(getattr(h, "fraud_marked", False) for h in root.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.WARNING)
-    handler.setFormatter(logging.Formatter(MARK + "%(message)s"))
+    handler.setLevel(level.upper() if level.upper() in logging.getLevelNamesMapping() else logging.WARNING)
+    handler.setFormatter(logging.Formatter(MARK + "%(levelname)s %(name)s %(message)s"))
     handler.addFilter(CardNumberFilter())
     handler.fraud_marked = True  # type: ignore[attr-defined]
     root.addHandler(handler)
+    root.setLevel(min(root.level or logging.WARNING, handler.level))
 
 
 def marked(lines: Iterable[str]) -> Iterator[str]:
@@ -66,13 +70,24 @@ def marked(lines: Iterable[str]) -> Iterator[str]:
             yield line[at + len(MARK) :].rstrip("\n")
 
 
-class MarkedLines(threading.Thread):
-    """Copies the marked lines that reach ``path`` to ``out`` (a daemon thread: it ends with the process)."""
+def relog(line: str) -> None:
+    """A marked line (``LEVEL logger message``) logged again in this process, by the same logger at the same
+    level: the command's logging configuration formats it."""
+    level, _, rest = line.partition(" ")
+    name, _, message = rest.partition(" ")
+    number = logging.getLevelNamesMapping().get(level)
+    if number is None or not name:
+        number, name, message = logging.WARNING, "spark.worker", line
+    logging.getLogger(name).log(number, "%s", message)
 
-    def __init__(self, path: Path, out: IO[str] | None = None) -> None:
+
+class MarkedLines(threading.Thread):
+    """Logs again the marked lines that reach ``path`` (a daemon thread: it ends with the process)."""
+
+    def __init__(self, path: Path, emit: Callable[[str], None] = relog) -> None:
         super().__init__(name="spark-log-lines", daemon=True)
         self.path = path
-        self.out = out
+        self.emit = emit
         self.start_at = path.stat().st_size if path.exists() else 0
 
     def run(self) -> None:
@@ -85,21 +100,21 @@ class MarkedLines(threading.Thread):
                     time.sleep(POLL_S)
                     continue
                 *lines, pending = (pending + chunk).split("\n")
-                out = self.out or sys.stderr
                 for line in marked(lines):
-                    print(line, file=out, flush=True)
+                    self.emit(line)
 
 
-def launch_logged_gateway(conf: Any, log_file: Path) -> Any:
-    """Start Spark's JVM (PySpark's gateway) with ``conf``, its output appended to ``log_file``, and copy the
-    project's lines from it to stderr. Returns the gateway, for ``SparkContext._ensure_initialized``."""
+def launch_logged_gateway(conf: Any, log_file: Path, level: str = "warning") -> Any:
+    """Start Spark's JVM (PySpark's gateway) with ``conf``, its output appended to ``log_file``, and log the
+    project's lines of ``level`` and above from its Python processes again here. Returns the gateway, for
+    ``SparkContext._ensure_initialized``."""
     from pyspark.java_gateway import launch_gateway
 
     log_file.parent.mkdir(parents=True, exist_ok=True)
     copier = MarkedLines(log_file)
     with log_file.open("ab") as log:
         previous = os.environ.get(WORKER_LOGS_ENV)
-        os.environ[WORKER_LOGS_ENV] = "1"  # the JVM's environment only: restored below
+        os.environ[WORKER_LOGS_ENV] = level  # the JVM's environment only: restored below
         start = log.tell()
         try:
             gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": subprocess.STDOUT})

@@ -75,7 +75,7 @@ class PairScorer:
         models = [worker_model(self.tracking_uri, version) for version in (self.version_a, self.version_b)]
         validator = Scorer(self.tracking_uri, self.version_a, self.topics, self.max_event_bytes)
         for records in batches:
-            for event, all_features, _ in validator.valid(records, SinkRows()):
+            for event, all_features, _, _ in validator.valid(records, SinkRows()):
                 times = event[EVENT_TIME_MS].to_numpy(zero_copy_only=False)
                 keep = (times >= self.start_ms) & (times < self.end_ms)
                 if not keep.any():

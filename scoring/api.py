@@ -9,18 +9,22 @@ so a re-run of a micro-batch never shows an alert twice.
 from __future__ import annotations
 
 import secrets
+import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from redis import RedisError
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord, ScoreRecord
+from infra.metrics import ApiMetrics
 from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
 
 TxIdParam = Annotated[int, Path(ge=0, lt=2**63, description="Transaction id (non-negative int64).")]
@@ -84,6 +88,24 @@ def create_app(redis: Any, prefix: str = "", token: str | None = None) -> FastAP
     async def redis_unavailable(request: Request, exc: RedisError) -> JSONResponse:
         """Redis away: 503 for the client to retry, not a 500 (what it said stays in the server)."""
         return JSONResponse({"detail": "redis unreachable"}, status_code=503)
+
+    metrics = ApiMetrics()
+
+    @app.middleware("http")
+    async def measured(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Every answer counted by its route's template (``/alerts/{tx_id}``), never by the path itself."""
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") else "(unmatched)"
+        metrics.observe(template, request.method, response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """The API's Prometheus metrics (open, as /healthz: counts and durations, no data)."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> str:

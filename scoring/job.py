@@ -25,7 +25,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import ConfigError, ServiceUnavailableError
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from contracts.privacy import redact_url
-from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
+from contracts.records import (
+    ALERT_SOURCE_HEADER,
+    AlertRecord,
+    FeatureRecord,
+    ScoreRecord,
+    source_position,
+)
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
@@ -58,7 +63,15 @@ from infra.kafka_sink.records import (
 )
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
-from infra.metrics import COUNTS, COUNTS_DDL, COUNTS_FIELDS, OBSERVATION, batch_counts, counts_row
+from infra.metrics import (
+    COUNTS_DDL,
+    COUNTS_FIELDS,
+    OBSERVATION,
+    alert_sources,
+    batch_counts,
+    counts_row,
+    observations,
+)
 from infra.redis_store import RedisTarget, write_alerts, write_scores
 from infra.retry import wait_out
 from infra.spark import start_stream
@@ -281,7 +294,7 @@ class Scorer:
         for records in batches:
             if records.num_rows:
                 scored = self.score(model, records, shadow)
-                counts = counts_row(batch_counts(scored, self.topics))
+                counts = counts_row(batch_counts(scored, self.topics), alert_sources(scored, self.topics))
                 yield pa.RecordBatch.from_pydict(
                     {RECORDS_COLUMN: [pack_records(scored)], **counts}, schema=SCORED_SCHEMA
                 )
@@ -293,8 +306,9 @@ class Scorer:
         others = SinkRows()
         scored = []
         at_ms = now_ms() if self.scored_at_ms is None else self.scored_at_ms
-        for event, frame, raws in self.valid(records, others):
-            scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms))
+        for event, frame, raws, rows in self.valid(records, others):
+            sources = positions(records, rows)
+            scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms, sources))
             if shadow is not None:
                 scored.append(shadow_rows(shadow, event, frame, self.topics, at_ms))
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
@@ -302,9 +316,9 @@ class Scorer:
 
     def valid(
         self, records: pa.RecordBatch, others: SinkRows
-    ) -> Iterator[tuple[dict[str, pa.Array], pd.DataFrame, pa.Array]]:
-        """The valid feature records as (event columns, feature frame, raw values), in one or two parts;
-        the others become dead letters in ``others``.
+    ) -> Iterator[tuple[dict[str, pa.Array], pd.DataFrame, pa.Array, list[int]]]:
+        """The valid feature records as (event columns, feature frame, raw values, their rows in
+        ``records``), in one or two parts; the others become dead letters in ``others``.
 
         Records are validated in bulk (``ingest.columnar``); the few it cannot decide go through
         ``parse_event`` one by one, which also gives dead letters their reasons.
@@ -318,13 +332,15 @@ class Scorer:
                 {name: features.field(name).to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
             )
             event = {name: table.column(name).combine_chunks() for name in SCORED_EVENT_FIELDS}
-            yield event, frame, values.take(found.positions)
+            yield event, frame, values.take(found.positions), found.positions.tolist()
         if len(found.slow):
             slow = found.slow.tolist()
             source = f"kafka:{self.topics.features}"
             good: list[FeatureRecord] = []
             raws: list[bytes] = []
-            for raw, partition, offset in zip(
+            rows: list[int] = []
+            for row, raw, partition, offset in zip(
+                slow,
                 values.take(slow).to_pylist(),
                 records.column("partition").take(slow).to_pylist(),
                 records.column("offset").take(slow).to_pylist(),
@@ -338,11 +354,24 @@ class Scorer:
                 else:
                     good.append(event_or_letter)
                     raws.append(raw)
+                    rows.append(row)
             if good:
                 event = {
                     name: pa.array([getattr(record, name) for record in good]) for name in SCORED_EVENT_FIELDS
                 }
-                yield event, pd.DataFrame.from_records([record.features for record in good]), pa.array(raws)
+                frame = pd.DataFrame.from_records([record.features for record in good])
+                yield event, frame, pa.array(raws), rows
+
+
+def positions(records: pa.RecordBatch, rows: list[int]) -> list[str]:
+    """The source positions (``contracts.records.source_position``) of some of a source batch's records."""
+    return [
+        source_position(topic, partition, offset)
+        for topic, partition, offset in zip(
+            *(records.column(name).take(rows).to_pylist() for name in ("topic", "partition", "offset")),
+            strict=True,
+        )
+    ]
 
 
 def parse_feature_record(
@@ -376,11 +405,13 @@ def score_rows(
     topics: Topics,
     others: SinkRows,
     scored_at_ms: int,
+    sources: Sequence[str] | None = None,
 ) -> pa.RecordBatch | None:
     """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
 
     ``event`` holds the records' event fields as columns, ``features`` their feature values and ``raws``
-    the feature records as they are on the features topic (the dead letters' content). A record the model
+    the feature records as they are on the features topic (the dead letters' content); ``sources`` where
+    each came from (``contracts.records.source_position``: its alert's header). A record the model
     cannot score becomes a dead letter (``unscorable``) alone; the others are scored.
     """
     frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
@@ -403,6 +434,7 @@ def score_rows(
             return None
         taken = pa.array(kept)
         event = {name: column.take(taken) for name, column in event.items()}
+        sources = None if sources is None else [sources[i] for i in kept.tolist()]
         frame, scores = frame.iloc[kept].reset_index(drop=True), scores[kept]
     alerting = scores >= model.threshold
     values = score_values(event, scored_at_ms, pa.array(scores, pa.float64()), pa.array(alerting), model)
@@ -418,7 +450,7 @@ def score_rows(
                 scored.card_id.encode(),
                 scored.to_alert(row, driving).model_dump_json().encode(),
                 scored.event_time_ms,
-                None,
+                None if sources is None else [(ALERT_SOURCE_HEADER, sources[index].encode())],
             )
     return score_batch(topics.scores, event, values)
 
@@ -664,7 +696,7 @@ def start_scoring_job(
         )
         counted = Observation(OBSERVATION)
         scored = records.mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
-        observed = scored.observe(counted, *(F.sum(name).alias(name) for name in COUNTS))
+        observed = scored.observe(counted, *observations())
         write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch_id)
         if on_batch is not None:
             on_batch(counted.get, versions)

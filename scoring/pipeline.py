@@ -27,6 +27,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from contracts.records import source_position
 from contracts.settings import Topics
 from features.job import (
     FeatureJobConfig,
@@ -35,6 +36,7 @@ from features.job import (
     feature_stream,
     prepare_checkpoint,
 )
+from features.rows import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from infra.kafka_sink.config import AfterCommitAll
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
@@ -101,7 +103,14 @@ class RowScorer:
         event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
         others = SinkRows()
         features = rows[list(self.feature_columns)]
-        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms)]
+        sources = [
+            source_position(topic, partition, offset)
+            for topic, partition, offset in zip(
+                *(rows[name].tolist() for name in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET)),
+                strict=True,
+            )
+        ]
+        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms, sources)]
         shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY)
         if shadow:
             scored.append(

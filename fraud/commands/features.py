@@ -110,4 +110,4 @@ def run_command(
         jobs.Scope(namespace, start, end),
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace)

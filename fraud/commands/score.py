@@ -70,7 +70,7 @@ def run_command(
         shadow,
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace)
 
 
 @pipeline_app.command("run")
@@ -109,4 +109,4 @@ def pipeline_command(
         shadow,
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace)

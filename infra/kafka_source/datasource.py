@@ -68,6 +68,7 @@ from infra.kafka_source.planner import (
     Tail,
     check_continuity,
     end_offset,
+    frontier_moves,
     offset_for_time,
     planner_consumer,
     release_without_records,
@@ -200,8 +201,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows) and sum(available.values()) > limit.max_rows:
             chosen = share(begin, available, limit.max_rows)
         available_now = target is not None
-        if chosen == {name: begin[name] for name in chosen} and not release_without_records(
-            start, available_now, self.config.decoder is not None
+        lateness_ms = self.config.allowed_lateness_ms
+        heartbeats = self.config.decoder is not None
+        if chosen == {name: begin[name] for name in chosen} and not (
+            release_without_records(start, available_now, heartbeats)
+            or (heartbeats and not available_now and frontier_moves(start, set(ends) - complete, lateness_ms))
         ):
             return start
         clock_ms = newest_ms = None  # with a skew limit: the planner's clock, the newest stamp that counts
@@ -214,7 +218,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end > begin[name] and (stamp := tail.stamp_before(name, end, newest_ms)) is not None
         }
         lagging = {name for name, end in chosen.items() if end < ends[name] or name not in complete}
-        lateness_ms = self.config.allowed_lateness_ms
         marks = start.get("copies", {})
         copies = {
             name: found

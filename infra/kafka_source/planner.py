@@ -249,6 +249,15 @@ def release_without_records(start: dict, available_now: bool, heartbeats: bool) 
     return available_now and heartbeats and bool(start.get("progress")) and not start.get("final", False)
 
 
+def frontier_moves(start: dict, lagging: Collection[str], lateness_ms: int) -> bool:
+    """Whether a micro-batch without records would move the frontier past ``start``'s: partitions that still
+    had records coming when the last micro-batch was planned have been read to their end since. A continuous
+    run then plans one, whose heartbeats release the events the job holds, rather than holding them until
+    the next record arrives."""
+    progress = start.get("progress") or {}
+    return bool(progress) and _frontier(progress, sorted(lagging), lateness_ms) > int(start["frontier"])
+
+
 def _frontier(progress: dict[str, int], lagging: list[str], lateness_ms: int) -> int:
     """Event time below which every record has been read (see the module docstring)."""
     if not progress:

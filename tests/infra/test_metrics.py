@@ -1,14 +1,32 @@
 """The jobs' metrics from Spark's progress reports and the stages' counts."""
 
 import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from prometheus_client import generate_latest
 
 from contracts.events import DLQ_REASON_HEADER, Reason
+from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE
-from infra.metrics import ALERTS, DEAD, FEATURES, LATE, SCORES, JobMetrics, batch_counts, counts_row
+from infra.metrics import (
+    ALERT_SOURCES,
+    ALERTS,
+    DEAD,
+    FEATURES,
+    LATE,
+    SCORES,
+    Arrivals,
+    JobMetrics,
+    alert_sources,
+    batch_counts,
+    batch_ranges,
+    counts_row,
+    ended_at,
+    observer_group,
+)
 
 TOPICS = Topics()
 
@@ -91,3 +109,110 @@ def test_progress_reports_and_batch_counts_become_metrics() -> None:
     assert sample(metrics, "fraud_model_version", role="model") == 4
     assert sample(metrics, "fraud_model_version", role="shadow") is None
     assert b'fraud_alerts_total{job="pipeline"} 3.0' in generate_latest(metrics.registry)
+    assert sample(metrics, "fraud_alert_latency_seconds_count") is None  # no watch: no latency
+    assert metrics.totals()["alerts"] == 3 and metrics.totals()["dead:oversized"] == 2
+
+
+def test_a_batch_reads_its_offset_ranges_and_ends_after_its_duration() -> None:
+    progress = {
+        "timestamp": "2026-11-26T10:00:00.000Z",
+        "durationMs": {"triggerExecution": 2_250},
+        "sources": [
+            {
+                "startOffset": json.dumps({"offsets": {"t/0": 5, "t/1": 0}}),
+                "endOffset": json.dumps({"offsets": {"t/0": 9, "t/1": 3, "u/0": 2}}),
+            }
+        ],
+    }
+    assert batch_ranges(progress) == {"t/0": (5, 9), "t/1": (0, 3), "u/0": (2, 2)}
+    assert ended_at(progress) == datetime(2026, 11, 26, 10, 0, 2, 250_000, tzinfo=UTC).timestamp()
+
+
+def test_append_times_are_known_for_the_records_fetched_after_the_watch_began() -> None:
+    arrivals = Arrivals(["t/0", "t/1"])
+    arrivals.note({"t/0": 10}, at=100.0)  # offsets 10.. came with this fetch
+    arrivals.note({"t/0": 20, "t/1": 0}, at=101.0)
+    assert [arrivals.appended_at("t/0", offset) for offset in (9, 10, 19, 20, 99)] == [
+        None,
+        100,
+        100,
+        101,
+        101,
+    ]
+    assert arrivals.appended_at("t/1", 3) == 101 and arrivals.appended_at("u/0", 3) is None
+    arrivals.forget(before_s=100.5)
+    assert arrivals.appended_at("t/0", 15) is None and arrivals.appended_at("t/0", 25) == 101
+
+
+def test_alert_sources_are_collected_from_the_alerts_headers() -> None:
+    headers = [
+        [{"key": ALERT_SOURCE_HEADER, "value": source_position("transactions", 2, 41).encode()}],
+        None,
+        [{"key": "fraud.provenance", "value": b"w/1/a/0"}],
+    ]
+    records = pa.table(
+        {
+            "topic": [TOPICS.alerts, TOPICS.alerts, TOPICS.scores],
+            "value": [b"{}"] * 3,
+            "headers": pa.array(headers, HEADERS_ARROW_TYPE),
+        }
+    )
+    assert alert_sources(records, TOPICS) == ["transactions/2@41"]
+    assert parse_source_position("transactions/2@41") == ("transactions/2", 41)
+    assert parse_source_position("no position") is None
+
+
+class _Watch:
+    """What JobMetrics asks of an input watch, recorded (the real one tails Kafka)."""
+
+    group = "fraud-observed.pipeline"
+
+    def __init__(self) -> None:
+        self.arrivals = Arrivals(["transactions/0"])
+        self.committed: list[Mapping[str, int]] = []
+
+    def commit(self, ends: Mapping[str, int]) -> None:
+        self.committed.append(dict(ends))
+
+    def close(self) -> None:
+        pass
+
+
+def test_alerts_are_timed_from_their_transactions_append_and_the_batch_offsets_committed() -> None:
+    watch = _Watch()
+    failures = iter([3, 3, 7])
+    metrics = JobMetrics("pipeline", watch=watch, redis_failures=lambda: next(failures))  # type: ignore[arg-type]
+    started = datetime(2026, 11, 26, 10, tzinfo=UTC)
+    watch.arrivals.note({"transactions/0": 0}, started.timestamp() - 0.5)
+    watch.arrivals.note({"transactions/0": 50}, started.timestamp())
+
+    def batch(batch_id: int, start: int, end: int, sources: list[str]) -> dict[str, object]:
+        return {
+            "batchId": batch_id,
+            "timestamp": started.isoformat().replace("+00:00", "Z"),
+            "durationMs": {"triggerExecution": 1_000},
+            "sources": [
+                {
+                    "startOffset": json.dumps({"offsets": {"transactions/0": start, "labels/0": 0}}),
+                    "endOffset": json.dumps({"offsets": {"transactions/0": end, "labels/0": 4}}),
+                }
+            ],
+            "observedMetrics": {"fraud": {ALERTS: len(sources), ALERT_SOURCES: sources}},
+        }
+
+    # Alerts of records 7 and 60, appended 1.5 s and 1 s before the batch ended; one of a source without a
+    # position, and one of a partition not watched: not timed.
+    timed = ["transactions/0@7", "transactions/0@60"]
+    metrics.on_progress(batch(0, 0, 100, [*timed, "transactions/0@notanumber", "labels/0@1"]))
+    assert sample(metrics, "fraud_alert_latency_seconds_count") == 2
+    assert sample(metrics, "fraud_alert_latency_seconds_sum") == 1.5 + 1.0
+    assert sample(metrics, "fraud_alerts_total") == 4
+    assert watch.committed == [{"transactions/0": 100, "labels/0": 4}]
+    metrics.on_progress(batch(1, 100, 100, []))
+    metrics.on_progress(batch(2, 100, 100, []))
+    assert sample(metrics, "fraud_redis_write_failures_total") == 4  # counted from the job's start: 3 -> 7
+
+
+def test_each_job_commits_to_a_group_of_its_own() -> None:
+    assert observer_group("pipeline") == "fraud-observed.pipeline"
+    assert observer_group("scoring", "ab-1") == "fraud-observed.ab-1.scoring"

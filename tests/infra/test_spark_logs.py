@@ -1,6 +1,6 @@
 """Spark's output in a log file; the project's marked lines from Spark's Python processes to the terminal."""
 
-import io
+import logging
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ServiceUnavailableError
-from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, launch_logged_gateway, marked
+from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, launch_logged_gateway, marked, relog
 
 
 def test_only_marked_lines_are_shown_without_their_mark() -> None:
@@ -29,33 +29,51 @@ def test_only_marked_lines_are_shown_without_their_mark() -> None:
 
 def test_the_copier_follows_the_log_from_where_it_stood(tmp_path: Path) -> None:
     log = tmp_path / "spark.log"
-    log.write_text(f"{MARK}from an earlier run\n")
-    out = io.StringIO()
-    copier = MarkedLines(log, out)
+    log.write_text(f"{MARK}WARNING infra.retry from an earlier run\n")
+    seen: list[str] = []
+    copier = MarkedLines(log, seen.append)
     copier.start()
     with log.open("a") as spark:
-        spark.write(f"log4j noise\n{MARK}first\n{MARK}sec")
+        spark.write(f"log4j noise\n{MARK}WARNING infra.retry first\n{MARK}INFO scoring.job sec")
         spark.flush()
         time.sleep(0.5)
         spark.write("ond\n")
     deadline = time.monotonic() + 5
-    while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+    while len(seen) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert out.getvalue() == "first\nsecond\n"
+    assert seen == ["WARNING infra.retry first", "INFO scoring.job second"]
 
 
-def test_a_spark_python_process_marks_its_warnings_and_masks_card_numbers() -> None:
+def test_a_marked_line_is_logged_again_by_its_logger_at_its_level(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        relog("INFO infra.kafka_source.reader transactions/0 offsets 0..9: skipped 2 copies")
+        relog("not a level line")
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("infra.kafka_source.reader", logging.INFO, "transactions/0 offsets 0..9: skipped 2 copies"),
+        ("spark.worker", logging.WARNING, "not a level line"),
+    ]
+
+
+def test_a_spark_python_process_marks_its_lines_of_the_level_and_masks_card_numbers() -> None:
     script = (
         "import logging\n"
         "from infra.spark_logs import mark_worker_logs\n"
         "mark_worker_logs()\n"
         "mark_worker_logs()\n"  # once per process, however often it is called
-        "logging.getLogger('scoring.job').info('not shown')\n"
+        "logging.getLogger('scoring.job').info('not shown at warning')\n"
         "logging.getLogger('infra.retry').warning('Redis down; card 4111 1111 1111 1111 seen')\n"
     )
-    env = {**os.environ, WORKER_LOGS_ENV: "1"}
+    env = {**os.environ, WORKER_LOGS_ENV: "warning"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert done.stderr == f"{MARK}Redis down; card **** **** **** 1111 seen\n"
+    assert done.stderr == f"{MARK}WARNING infra.retry Redis down; card **** **** **** 1111 seen\n"
+    verbose = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, WORKER_LOGS_ENV: "info"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"{MARK}INFO scoring.job not shown at warning" in verbose.stderr
     elsewhere = {k: v for k, v in env.items() if k != WORKER_LOGS_ENV}
     done = subprocess.run(
         [sys.executable, "-c", script], env=elsewhere, capture_output=True, text=True, check=True

@@ -5,7 +5,14 @@ import pytest
 from contracts.errors import ConfigError
 from infra.kafka_source.config import KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import KafkaStreamReader
-from infra.kafka_source.planner import Tail, _frontier, end_offset, release_without_records, share
+from infra.kafka_source.planner import (
+    Tail,
+    _frontier,
+    end_offset,
+    frontier_moves,
+    release_without_records,
+    share,
+)
 from infra.kafka_source.splits import NO_FRONTIER, Split, SplitGroup, group_splits
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -135,6 +142,18 @@ def test_an_available_now_run_with_nothing_new_releases_what_a_continuous_run_le
     begin = read["offsets"]
     final = end_offset(read, begin, begin, [], {}, 300, available_now=True)
     assert final == {**read, "frontier": 1_001, "final": True}
+
+
+def test_a_continuous_run_releases_what_it_holds_once_the_lagging_partitions_are_read_to_their_end() -> None:
+    """The last batch was planned while tx/1 still had records coming: its frontier stayed at tx/1's
+    progress. Nothing new since, and tx/1 is read to its end: a batch without records moves the frontier."""
+    held = {"offsets": {"tx/0": 5, "tx/1": 3}, "progress": {"tx/0": 1_000, "tx/1": 700}, "frontier": 700}
+    assert frontier_moves(held, lagging=set(), lateness_ms=0)
+    assert not frontier_moves(held, lagging={"tx/1"}, lateness_ms=0)  # still coming: it waits
+    assert not frontier_moves({**held, "frontier": 1_001}, lagging=set(), lateness_ms=0)  # released already
+    assert not frontier_moves({**held, "progress": {}}, lagging=set(), lateness_ms=0)  # nothing read yet
+    begin = held["offsets"]
+    assert end_offset(held, begin, begin, [], {}, 0, available_now=False)["frontier"] == 1_001
 
 
 def test_records_stamped_too_far_ahead_of_the_planners_clock_move_no_progress() -> None:

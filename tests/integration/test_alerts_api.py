@@ -12,6 +12,7 @@ import redis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -110,6 +111,32 @@ def test_alert_by_tx_id(api: TestClient) -> None:
 @pytest.mark.parametrize("tx_id", ["abc", "-1", "1.5", str(2**63)])
 def test_alert_rejects_malformed_tx_ids(api: TestClient, tx_id: str) -> None:
     assert api.get(f"/alerts/{tx_id}").status_code == 422
+
+
+def test_the_metrics_count_answers_by_route_template(store: tuple[Any, str]) -> None:
+    client, prefix = store
+    api = TestClient(create_app(client, prefix, token="secret-token"))  # noqa: S106 - a test token
+    auth = {"Authorization": "Bearer secret-token"}
+    assert api.get("/alerts/2", headers=auth).status_code == 200
+    assert api.get("/alerts/6").status_code == 401
+    assert api.get("/alerts/nope", headers=auth).status_code == 422
+    assert api.get("/healthz").status_code == 200
+    scraped = api.get("/metrics")  # open, as /healthz is: no data
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped.text)
+        for sample in family.samples
+    }
+
+    def answered(route: str, status: int) -> float:
+        labels = (("method", "GET"), ("route", route), ("status", str(status)))
+        return samples.get(("fraud_api_requests_total", labels), 0.0)
+
+    assert [answered("/alerts/{tx_id}", status) for status in (200, 401, 422)] == [1, 1, 1]
+    assert answered("/healthz", 200) == 1
+    assert samples["fraud_api_request_duration_seconds_count", (("route", "/alerts/{tx_id}"),)] == 3
+    assert not any("/alerts/2" in str(labels) for _, labels in samples)  # paths never become labels
 
 
 def test_card_summary(api: TestClient) -> None:

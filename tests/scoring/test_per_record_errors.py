@@ -58,8 +58,13 @@ def feature_records(n: int, poisoned: int) -> pa.RecordBatch:
         }
         values.append(orjson.dumps(record))
     return pa.RecordBatch.from_arrays(
-        [pa.array(values, pa.binary()), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64())],
-        names=["value", "partition", "offset"],
+        [
+            pa.array([TOPICS.features] * n, pa.string()),
+            pa.array(values, pa.binary()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+        ],
+        names=["topic", "value", "partition", "offset"],
     )
 
 

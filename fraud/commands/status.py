@@ -1,0 +1,178 @@
+"""``fraud status``: the embedded stack, the running jobs and how far behind they are, the topics' offsets.
+
+Nothing here reads a topic in full. A running job is seen through its metrics endpoint (it registers
+itself under ``FRAUD_HOME/jobs``; jobs elsewhere are given with ``--metrics``) and through the consumer
+group it commits its processed offsets to, compared with the log's end.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections import defaultdict
+from typing import Annotated
+
+import typer
+from confluent_kafka import ConsumerGroupTopicPartitions
+from prometheus_client.parser import text_string_to_metric_families
+from rich.table import Table
+
+from contracts.settings import Settings
+from fraud.commands.stack import stack_table
+from fraud.console import console, settings_of
+from fraud.running import running_jobs
+from infra.clients import Clients, NotConfiguredError, existing_topics, log_bounds, partitions_of
+from infra.embedded import EmbeddedStack
+from infra.metrics import OBSERVER_GROUP_PREFIX
+
+#: Seconds a metrics endpoint may take to answer.
+SCRAPE_TIMEOUT_S = 3.0
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def status(
+    ctx: typer.Context,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metrics",
+            help="Also show the job serving metrics at this URL (a job on another machine or in compose, "
+            "e.g. http://localhost:9400/metrics); repeatable.",
+        ),
+    ] = None,
+) -> None:
+    """The embedded stack, each running job's rate, lag, last micro-batch and model version, the consumer
+    groups' lag and each topic's offsets, without reading the topics."""
+    settings = settings_of(ctx)
+    info = EmbeddedStack(settings.home).running()
+    if info is None:
+        console.print(f"No embedded stack is running under {settings.home.resolve()}.")
+    else:
+        console.print(stack_table(info, "Embedded stack"))
+    urls = {job.metrics_url: job.name for job in running_jobs(settings.home)}
+    urls.update({url: url for url in metrics or () if url not in urls})
+    console.print(jobs_table(urls))
+    try:
+        clients = Clients.from_settings(settings)
+    except NotConfiguredError:
+        return
+    console.print(groups_table(clients))
+    console.print(offsets_table(clients, settings))
+
+
+def scrape(url: str) -> Samples | None:
+    """Every sample a metrics endpoint serves, by name and labels; None when it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:  # noqa: S310 - http(s) URLs
+            text = answer.read().decode()
+    except OSError:
+        return None
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def job_summary(samples: Samples, now: float) -> dict[str, str]:
+    """What ``fraud status`` shows of one job's metrics."""
+
+    def total(name: str) -> float:
+        return sum(value for (sample, _), value in samples.items() if sample == name)
+
+    def by_label(name: str, label: str) -> dict[str, float]:
+        return {
+            dict(labels).get(label, ""): value
+            for (sample, labels), value in samples.items()
+            if sample == name
+        }
+
+    last_at = total("fraud_last_batch_timestamp_seconds")
+    versions = by_label("fraud_model_version", "role")
+    return {
+        "rate": f"{total('fraud_input_records_per_second'):,.0f}/s",
+        "lag": f"{total('fraud_lag_records'):,.0f}",
+        "last batch": (
+            f"{total('fraud_last_batch_id'):.0f}, {now - last_at:,.0f} s ago" if last_at else "none yet"
+        ),
+        "model": ", ".join(f"{role} v{version:.0f}" for role, version in sorted(versions.items())) or "-",
+        "records": f"{total('fraud_input_records_total'):,.0f}",
+        "alerts": f"{total('fraud_alerts_total'):,.0f}",
+        "dead letters": f"{total('fraud_dead_letters_total'):,.0f}",
+    }
+
+
+def jobs_table(urls: dict[str, str]) -> Table:
+    """A row per job: its name and metrics URL, and what its metrics say (or that they do not answer)."""
+    columns = ("rate", "lag", "last batch", "model", "records", "alerts", "dead letters")
+    table = Table(title=f"Running jobs: {len(urls)}", title_justify="left")
+    table.add_column("job")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("last batch", "model") else "right")
+    table.add_column("metrics", overflow="fold")
+    now = time.time()
+    for url, name in urls.items():
+        samples = scrape(url)
+        if samples is None:
+            table.add_row(name, *(["?"] * len(columns)), f"{url} (no answer)")
+            continue
+        shown = job_summary(samples, now)
+        table.add_row(name, *(shown[column] for column in columns), url)
+    return table
+
+
+def groups_table(clients: Clients) -> Table:
+    """The jobs' observer groups (``infra.metrics.observer_group``): committed offsets against the log's end."""
+    admin = clients.admin()
+    groups = sorted(
+        group.group_id
+        for group in admin.list_consumer_groups().result().valid
+        if group.group_id.startswith(OBSERVER_GROUP_PREFIX)
+    )
+    table = Table(title="Processed offsets (consumer groups)", title_justify="left")
+    for column in ("group", "topic", "committed", "log end", "lag"):
+        table.add_column(column, justify="left" if column in ("group", "topic") else "right")
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        for group in groups:
+            future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+            committed = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in future.result().topic_partitions
+                if tp.offset >= 0
+            }
+            ends = log_bounds(consumer, sorted(committed))
+            by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for (topic, partition), offset in committed.items():
+                by_topic[topic][0] += offset
+                by_topic[topic][1] += ends[f"{topic}/{partition}"][1]
+            for topic, (done, end) in sorted(by_topic.items()):
+                table.add_row(
+                    group.removeprefix(OBSERVER_GROUP_PREFIX),
+                    topic,
+                    f"{done:,}",
+                    f"{end:,}",
+                    f"{max(0, end - done):,}",
+                )
+    finally:
+        consumer.close()
+    return table
+
+
+def offsets_table(clients: Clients, settings: Settings) -> Table:
+    """Each project topic's first and end offsets (records plus transaction markers between them); `fraud
+    topics list` counts the records themselves, by reading."""
+    table = Table(title="Topics (offsets)", title_justify="left")
+    for column in ("topic", "partitions", "first", "end"):
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        for topic in existing_topics(clients.admin(), settings.topics.all()):
+            partitions = partitions_of(consumer, topic)
+            bounds = log_bounds(consumer, [(topic, p) for p in partitions]).values()
+            firsts, ends = sum(first for first, _ in bounds), sum(end for _, end in bounds)
+            table.add_row(topic, str(len(partitions)), f"{firsts:,}", f"{ends:,}")
+    finally:
+        consumer.close()
+    return table
