@@ -144,6 +144,13 @@ class Settings(BaseSettings):
         description="Host name the Spark executors reach the driver at (a container's name in compose); "
         "default: Spark's own choice.",
     )
+    spark_ui_port: int | None = Field(
+        None,
+        ge=1,
+        le=65_535,
+        description="Port of the Spark UI of a job's driver (Spark tries the next ports when it is taken); "
+        "unset: no UI.",
+    )
 
     # Topics.
     topics: Topics = Topics()

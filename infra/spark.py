@@ -100,44 +100,56 @@ def spark_log(settings: Settings) -> Path:
     return settings.home / "logs" / "spark.log"
 
 
+def session_config(
+    settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The configuration :func:`spark_session` starts Spark with, but for the local file system's jar
+    (:func:`local_file_system_jar`, built on first use). The Spark UI is off unless
+    ``settings.spark_ui_port`` names its port."""
+    config = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false" if settings.spark_ui_port is None else "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.python.daemon.module": spark_daemon.__name__,
+        f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "4g",
+        f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
+    }
+    if settings.spark_ui_port is not None:
+        config["spark.ui.port"] = str(settings.spark_ui_port)
+    if settings.spark_driver_host is not None:
+        config["spark.driver.host"] = settings.spark_driver_host
+        config["spark.driver.bindAddress"] = "0.0.0.0"  # noqa: S104 - inside a container; the host is the name
+    return config
+
+
 def spark_session(
     settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
 ) -> SparkSession:
-    """Get or create the session for ``settings.spark_master``; its Python workers start with the
-    ``preload`` modules imported (``infra.spark_daemon``). Spark's own output goes to :func:`spark_log`, the
-    project's warnings from Spark's Python processes to stderr (``infra.spark_logs``)."""
+    """Get or create the session for ``settings.spark_master`` (:func:`session_config`); its Python workers
+    start with the ``preload`` modules imported (``infra.spark_daemon``). Spark's own output goes to
+    :func:`spark_log`, the project's warnings from Spark's Python processes to stderr (``infra.spark_logs``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ[PRELOAD_ENV] = ",".join(preload)
     # Python workers inherit this: pandas FutureWarnings from PySpark's own row conversion are noise.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    builder = (
-        SparkSession.builder.master(settings.spark_master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", spark_daemon.__name__)
-        .config(f"spark.executorEnv.{PRELOAD_ENV}", ",".join(preload))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-    )
-    if settings.spark_driver_host is not None:
-        builder = builder.config("spark.driver.host", settings.spark_driver_host).config(
-            "spark.driver.bindAddress",
-            "0.0.0.0",  # noqa: S104 - inside a container; the host is the name
-        )
+    builder = SparkSession.builder
+    for key, value in session_config(settings, app_name, shuffle_partitions, preload).items():
+        builder = builder.config(key, value)
     jar = local_file_system_jar() if settings.spark_master.startswith("local") else None
     if jar is not None:  # local mode: the driver's JVM is the executor
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM
         )
-    builder = builder.config(f"spark.executorEnv.{WORKER_LOGS_ENV}", settings.log_level)
     if SparkContext._gateway is None:  # the JVM starts now: its output into the log, not the terminal
         conf = SparkConf(loadDefaults=False)
         for key, value in builder._options.items():

@@ -1,13 +1,16 @@
 """docker-compose.yml without a Docker engine: the resolved file is checked (pinned images, the project's
-own settings and commands), then rehearsed: every service built from the project image runs its own
-command and environment, in `depends_on` order, as a local process, against the embedded broker and Redis
-(for the kafka and redis images), until the API it serves returns alerts. Service host names and ports map
-to local ones; nothing else of the file is changed."""
+own settings and commands, ports on loopback, Prometheus's targets and Grafana's provisioning against the
+services and the metrics the project declares), then rehearsed: every service built from the project image
+runs its own command and environment, in `depends_on` order, as a local process, against the embedded
+broker and Redis (for the kafka and redis images), until the API it serves returns alerts. Service host
+names and ports map to local ones; nothing else of the file is changed. Prometheus and Grafana are checked
+statically only (no binaries of theirs here)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,10 +22,13 @@ from typing import Any
 
 import pytest
 import typer.main
+import yaml
+from prometheus_client import CollectorRegistry
 
-from contracts.settings import known_env_names
+from contracts.settings import Settings, known_env_names
 from fraud.cli import app
 from infra.embedded import StackInfo, free_port, temporary_stack
+from infra.metrics import ApiMetrics, JobMetrics
 from tests.support.spark_cluster import SPARK_ENV, spawn, stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +101,156 @@ def test_compose_pins_every_image_and_speaks_only_the_projects_settings_and_comm
     assert (kafka["KAFKA_LOG_RETENTION_MS"], kafka["KAFKA_LOG_RETENTION_BYTES"]) == ("-1", "-1")
 
 
+def test_compose_publishes_ports_on_loopback_only() -> None:
+    services = resolved(REHEARSAL_ENV)["services"]
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert port.get("host_ip") == "127.0.0.1", (
+                f"{name}: port {port['target']} is published beyond loopback"
+            )
+    pipeline = services["pipeline"]
+    ui_port = int(pipeline["environment"]["FRAUD_SPARK_UI_PORT"])
+    assert ui_port in {port["target"] for port in pipeline["ports"]}, (
+        "the pipeline's Spark UI is not published"
+    )
+
+
+# --- Prometheus and Grafana (static) ------------------------------------------------------------------
+
+#: What the dashboard shows, at least: rates, lag, latencies, dead letters, late events, alerts, models, state.
+DASHBOARD_SHOWS = {
+    "fraud_input_records_total",
+    "fraud_input_records_per_second",
+    "fraud_lag_records",
+    "fraud_batch_duration_seconds_bucket",
+    "fraud_alert_latency_seconds_bucket",
+    "fraud_dead_letters_total",
+    "fraud_late_events_total",
+    "fraud_alerts_total",
+    "fraud_model_version",
+    "fraud_frontier_delay_seconds",
+    "fraud_state_rows",
+}
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def option(args: list[str], name: str, default: str) -> str:
+    """The value of ``name=value`` or ``name value`` in a command line, else ``default``."""
+    for i, arg in enumerate(args):
+        if arg.startswith(f"{name}="):
+            return arg.partition("=")[2]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return default
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """A service's bind mounts: path in the container -> path in the repository."""
+    mounts = {v["target"]: Path(v["source"]) for v in service.get("volumes", []) if v["type"] == "bind"}
+    for target, source in mounts.items():
+        assert source.exists() and source.is_relative_to(ROOT), f"{target}: {source} is not in the repository"
+    return mounts
+
+
+def mounted(service: dict[str, Any], path: str) -> Path:
+    """The repository file behind ``path`` in a service's container (a bind mount of it or of a folder above)."""
+    for target, source in bind_mounts(service).items():
+        if path == target or path.startswith(f"{target.rstrip('/')}/"):
+            return source / Path(path).relative_to(target)
+    raise AssertionError(f"{path} is not mounted from the repository")
+
+
+def metrics_endpoints(config: dict[str, Any]) -> set[str]:
+    """``service:port`` of every metrics endpoint the compose file configures: each job service's
+    FRAUD_METRICS_PORT, and the HTTP port of each service running ``fraud serve`` (the API's /metrics)."""
+    image, endpoints = project_image(config), set()
+    for name, service in config["services"].items():
+        environment, command = service.get("environment", {}), list(service.get("command") or [])
+        if "FRAUD_METRICS_PORT" in environment:
+            host = environment.get("FRAUD_METRICS_HOST", Settings.model_fields["metrics_host"].default)
+            assert host not in LOOPBACK, f"{name}: metrics on {host} are out of Prometheus's reach"
+            endpoints.add(f"{name}:{environment['FRAUD_METRICS_PORT']}")
+        if service["image"] == image and not service.get("entrypoint") and command[:1] == ["serve"]:
+            default = environment.get("FRAUD_API_PORT", str(Settings.model_fields["api_port"].default))
+            endpoints.add(f"{name}:{option(command, '--port', default)}")
+    return endpoints
+
+
+def exposed_names(registry: CollectorRegistry) -> set[str]:
+    """The series names a registry's metrics are scraped under (counters end in _total; histograms are
+    _bucket, _sum and _count)."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    return {
+        family.name + suffix for family in registry.collect() for suffix in suffixes.get(family.type, ("",))
+    }
+
+
+def test_prometheus_scrapes_every_metrics_endpoint_of_the_compose_file() -> None:
+    config = resolved(REHEARSAL_ENV)
+    prometheus = config["services"]["prometheus"]
+    path = option(prometheus["command"], "--config.file", "/etc/prometheus/prometheus.yml")
+    scrape = yaml.safe_load(mounted(prometheus, path).read_text())
+    jobs = scrape["scrape_configs"]
+    targets = [target for job in jobs for static in job["static_configs"] for target in static["targets"]]
+    assert sorted(targets) == sorted(metrics_endpoints(config))
+    assert {target.partition(":")[0] for target in targets} >= {"pipeline", "api"}
+    files = {mount["target"]: mount["source"] for mount in prometheus.get("configs", [])}
+    for job in jobs:
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+        assert job.get("honor_labels") is True, (
+            f"{job['job_name']}: the series' own job label would be renamed"
+        )
+        credentials = job.get("authorization", {}).get("credentials_file")
+        if credentials is not None:  # the API's bearer token, from the same setting the API reads
+            assert credentials in files, f"{credentials} is not given to the prometheus service"
+            token = config["configs"][files[credentials]]["content"]
+            assert token == config["services"]["api"]["environment"]["FRAUD_API_TOKEN"]
+
+
+def test_grafana_is_provisioned_with_prometheus_and_a_dashboard_of_declared_metrics() -> None:
+    config = resolved(REHEARSAL_ENV)
+    services = config["services"]
+    grafana = services["grafana"]
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    provisioning = mounted(grafana, "/etc/grafana/provisioning")
+    sources = [
+        source
+        for path in sorted((provisioning / "datasources").glob("*.yml"))
+        for source in yaml.safe_load(path.read_text())["datasources"]
+    ]
+    listen = option(services["prometheus"]["command"], "--web.listen-address", ":9090")
+    assert [(s["type"], s["url"]) for s in sources] == [
+        ("prometheus", f"http://prometheus:{listen.rpartition(':')[2]}")
+    ]
+    providers = [
+        provider
+        for path in sorted((provisioning / "dashboards").glob("*.yml"))
+        for provider in yaml.safe_load(path.read_text())["providers"]
+    ]
+    dashboards = [
+        json.loads(path.read_text())
+        for provider in providers
+        for path in sorted(mounted(grafana, provider["options"]["path"]).glob("*.json"))
+    ]
+    assert dashboards, "no dashboard is provisioned"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert mounted(grafana, home).is_file()
+
+    panels = [panel for dashboard in dashboards for panel in dashboard["panels"] if panel["type"] != "row"]
+    uids = {source["uid"] for source in sources}
+    queries = []
+    for panel in panels:
+        assert panel["targets"], f"panel {panel['title']!r} has no query"
+        for target in panel["targets"]:
+            for used in (panel["datasource"], target["datasource"]):
+                assert used["uid"] in uids, f"panel {panel['title']!r}: data source {used} is not provisioned"
+            queries.append(target["expr"])
+    used = {name for query in queries for name in re.findall(r"\bfraud_[a-z0-9_]+", query)}
+    declared = exposed_names(JobMetrics("compose").registry) | exposed_names(ApiMetrics().registry)
+    assert used <= declared, f"the dashboard queries metrics nothing declares: {sorted(used - declared)}"
+    assert used >= DASHBOARD_SHOWS, f"the dashboard lacks {sorted(DASHBOARD_SHOWS - used)}"
+
+
 # --- the rehearsal ------------------------------------------------------------------------------------
 
 
@@ -110,6 +266,8 @@ class Rehearsal:
             "spark": free_port(),
             "spark-ui": free_port(),
             "api": free_port(),
+            "metrics": free_port(),
+            "pipeline-ui": free_port(),
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         mlflow, spark, api = self.ports["mlflow"], self.ports["spark"], self.ports["api"]
@@ -136,7 +294,12 @@ class Rehearsal:
             "spark-master": {"--host": "127.0.0.1", "--port": str(spark), "--webui-port": str(spark_ui)},
             "spark-worker": {"--webui-port": str(free_port())},
         }
-        self.env_by_name = {"FRAUD_HOME": str(home / "data"), "FRAUD_SPARK_DRIVER_HOST": "127.0.0.1"}
+        self.env_by_name = {
+            "FRAUD_HOME": str(home / "data"),
+            "FRAUD_SPARK_DRIVER_HOST": "127.0.0.1",
+            "FRAUD_METRICS_PORT": str(self.ports["metrics"]),
+            "FRAUD_SPARK_UI_PORT": str(self.ports["pipeline-ui"]),
+        }
         (home / "mlflow").mkdir(parents=True)
 
     def mapped(self, value: str) -> str:
@@ -226,7 +389,8 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
     """Every project-image service with its own command and environment, each started once its
     depends_on conditions hold: topics, MLflow server, Spark master and worker, simulator, trainer, the
     pipeline on the cluster, the API. Done when the API's recent alerts are not empty; the time from the
-    first service to that is printed."""
+    first service to that is printed. Then the pipeline's metrics endpoint (Prometheus's target) has counted
+    records and its Spark UI answers, at the ports the file gives them (mapped)."""
     started = time.monotonic()
     url = f"http://127.0.0.1:{rehearsal.ports['api']}/alerts/recent"
     deadline = started + FIRST_ALERT_TIMEOUT_S
@@ -262,3 +426,11 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
     } <= ours
     print(f"compose rehearsal: first alert served {time.monotonic() - started:.0f} s after the first service")
     assert {"tx_id", "score", "model_version"} <= set(alerts[0])
+    metrics_url = f"http://127.0.0.1:{rehearsal.ports['metrics']}/metrics"
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        scraped = response.read().decode()
+    read = re.search(r'^fraud_input_records_total\{job="pipeline"\} (\S+)$', scraped, re.MULTILINE)
+    assert read and float(read.group(1)) > 0, scraped[:2000]
+    ui_url = f"http://127.0.0.1:{rehearsal.ports['pipeline-ui']}/api/v1/applications"
+    with urllib.request.urlopen(ui_url, timeout=5) as response:
+        assert json.loads(response.read())[0]["name"] == "fraud-pipeline"

@@ -1,0 +1,31 @@
+"""The Spark session's configuration from the settings (no JVM started)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from contracts.settings import Settings
+from infra.spark import session_config
+
+
+def test_the_spark_ui_is_off_unless_a_port_is_set() -> None:
+    config = session_config(Settings(spark_master="local[2]", spark_ui_port=None), app_name="fraud-pipeline")
+    assert config["spark.ui.enabled"] == "false"
+    assert "spark.ui.port" not in config
+    assert (config["spark.master"], config["spark.app.name"]) == ("local[2]", "fraud-pipeline")
+
+
+def test_a_spark_ui_port_turns_the_ui_on_at_that_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_SPARK_UI_PORT", "4040")
+    config = session_config(Settings())
+    assert (config["spark.ui.enabled"], config["spark.ui.port"]) == ("true", "4040")
+    assert config["spark.ui.showConsoleProgress"] == "false"
+    with pytest.raises(ValidationError):
+        Settings(spark_ui_port=0)
+
+
+def test_a_driver_host_binds_the_driver_on_every_interface() -> None:
+    config = session_config(Settings(spark_driver_host="pipeline"))
+    assert (config["spark.driver.host"], config["spark.driver.bindAddress"]) == ("pipeline", "0.0.0.0")  # noqa: S104
+    assert "spark.driver.host" not in session_config(Settings(spark_driver_host=None))
