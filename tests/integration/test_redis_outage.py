@@ -86,9 +86,10 @@ def stored(server: Server) -> dict[bytes, bytes]:
 def test_a_write_during_a_restart_waits_for_the_server(
     server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = RedisTarget(f"redis://{HOST}:{server.port}/0", "t:", 3600)
+    target = RedisTarget(f"redis://{HOST}:{server.port}/0", "t:", 3600, writer="features")
     write_in_background(target, 1).join(10)
     assert stored(server)[b"tx_id"] == b"1"
+    assert target.write_failures() == 0
 
     server.kill()
     with caplog.at_level(logging.INFO, logger="infra.retry"):
@@ -99,6 +100,8 @@ def test_a_write_during_a_restart_waits_for_the_server(
         writing.join(30)
     assert not writing.is_alive()
     assert stored(server)[b"tx_id"] == b"2", "the write landed once Redis was back"
+    failures = target.write_failures()  # counted in Redis once it answers, for the job's metrics
+    assert failures is not None and failures >= 2
     lines = [record.getMessage() for record in caplog.records]
     assert (
         sum("unreachable" in line for line in lines) == 1
