@@ -174,12 +174,14 @@ def describe(config: JobConfig) -> tuple[str, str]:
     return name, f"{what} running (model alias {config.alias!r}, checkpoint {config.checkpoint})"
 
 
-def input_topic(config: JobConfig) -> str:
-    """The topic whose records a job's alerts come from (its alert latency is measured from their append)."""
-    topics = (
-        config.topics if isinstance(config, FeatureJobConfig | ScoringJobConfig) else config.features.topics
-    )
-    return topics.features if isinstance(config, ScoringJobConfig) else topics.transactions
+def alert_inputs(config: JobConfig) -> list[str]:
+    """The topic whose records a job's alerts come from (its alert latency is measured from their append);
+    none for the feature job, which writes no alerts."""
+    if isinstance(config, FeatureJobConfig):
+        return []
+    if isinstance(config, ScoringJobConfig):
+        return [config.topics.features]
+    return [config.features.topics.transactions]
 
 
 def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMetrics:
@@ -189,7 +191,7 @@ def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMet
         config.kafka_config if not isinstance(config, PipelineConfig) else config.features.kafka_config
     )
     redis = config.redis if not isinstance(config, PipelineConfig) else config.features.redis
-    watch = InputWatch(kafka_config, [input_topic(config)], observer_group(job, namespace))
+    watch = InputWatch(kafka_config, alert_inputs(config), observer_group(job, namespace))
     return JobMetrics(job, watch=watch, redis_failures=redis.write_failures)
 
 
@@ -202,10 +204,10 @@ def run_job(
     while it runs."""
     job, what = describe(config)
     metrics = job_metrics(settings, config, namespace)
-    port = metrics.serve(settings.metrics_port or 0, settings.metrics_host)
-    url = f"http://{settings.metrics_host}:{port}/metrics"
-    entry = this_job(job, namespace, url, metrics.watch.group if metrics.watch else "")
     try:
+        port = metrics.serve(settings.metrics_port or 0, settings.metrics_host)
+        url = f"http://{settings.metrics_host}:{port}/metrics"
+        entry = this_job(job, namespace, url, metrics.watch.group if metrics.watch else "")
         with registered(settings.home, entry):
             with console.status("Starting Spark..."):
                 spark = job_spark_session(settings, f"fraud-{job}")

@@ -41,6 +41,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position
 from contracts.settings import Topics
@@ -181,6 +182,7 @@ class InputWatch:
     """
 
     def __init__(self, kafka_config: Mapping[str, Any], topics: Sequence[str], group: str) -> None:
+        """Watch ``topics`` (none: only commit to ``group``)."""
         self.group = group
         self._consumer = Consumer(
             {
@@ -196,7 +198,7 @@ class InputWatch:
         )
         partitions = [(topic, p) for topic in topics for p in partitions_of(self._consumer, topic)]
         # The log's end as it is (Tansu reports a high watermark short of it: infra.clients.log_bounds).
-        ends = log_bounds(self._consumer, partitions)
+        ends = log_bounds(self._consumer, partitions) if partitions else {}
         self._consumer.assign(
             [TopicPartition(*_topic_partition(name), end) for name, (_, end) in ends.items()]
         )
@@ -204,7 +206,8 @@ class InputWatch:
         self._client = threading.Lock()  # the consumer, shared by the tail and the commits
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tail, name="input-watch", daemon=True)
-        self._thread.start()
+        if partitions:
+            self._thread.start()
 
     def _tail(self) -> None:
         while not self._stop.is_set():
@@ -234,7 +237,8 @@ class InputWatch:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         with self._client:
             self._consumer.close()
 
@@ -315,7 +319,10 @@ class JobMetrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve the metrics at ``http://host:port/metrics`` (a thread of this process); port 0 takes a
         free one. Returns the port."""
-        self._server, _ = start_http_server(port, host, registry=self.registry)
+        try:
+            self._server, _ = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve the metrics on {host}:{port}: {exc.strerror or exc}") from None
         return int(self._server.server_port)
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:

@@ -1,12 +1,15 @@
 """The jobs' metrics from Spark's progress reports and the stages' counts."""
 
 import json
+import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pytest
 from prometheus_client import generate_latest
 
+from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
@@ -216,3 +219,22 @@ def test_alerts_are_timed_from_their_transactions_append_and_the_batch_offsets_c
 def test_each_job_commits_to_a_group_of_its_own() -> None:
     assert observer_group("pipeline") == "fraud-observed.pipeline"
     assert observer_group("scoring", "ab-1") == "fraud-observed.ab-1.scoring"
+
+
+def test_a_port_in_use_is_a_clear_error_and_port_0_takes_a_free_one() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(
+            ConfigError, match=f"cannot serve the metrics on 127.0.0.1:{taken.getsockname()[1]}"
+        ):
+            JobMetrics("features").serve(taken.getsockname()[1])
+    finally:
+        taken.close()
+    metrics = JobMetrics("features")
+    port = metrics.serve(0)
+    try:
+        assert port > 0
+    finally:
+        metrics.close()
