@@ -14,8 +14,9 @@ to an output topic of their own; the project computes all its features, scores e
 feature records, scores and alerts (the bench reads the feature records, committed in the same Kafka
 transactions as the scores).
 
-1. Sets up a virtualenv for each peer whose pins conflict with the project's (build/bench-venvs/<peer>,
-   pinned versions; reused while the pins are the same).
+1. Sets up a virtualenv each for Bytewax and Quix Streams (build/bench-venvs/<peer>, pinned versions,
+   reused while the pins are the same): Quix Streams pins an older confluent-kafka than the project's, and
+   neither belongs in the project's environment.
 2. Simulates a fixed-seed input (``ingest.simulator``); the first ``--backlog-days`` are the backlog, the
    rest feed the paced loads. Trains the project's champion on the backlog (batch path), as
    bench_scoring does.
@@ -28,11 +29,12 @@ transactions as the scores).
    handing a transaction to the producer to its output being readable (read_committed), p50/p95/p99. A rate
    is sustained when every output arrived within ``--drain-s`` after the load and latency grew by at most
    0.1 s per second of the load (least-squares slope: the system kept at least 90 % of the pace); the
-   higher rates are skipped after one that is not. Peak RSS and CPU of the system's process tree (the broker is
-   shared, and not counted).
+   higher rates are skipped after one that is not. Peak RSS and CPU of the system's process tree (the
+   broker is shared, and not counted).
 4. Checks, for ``--check-cards`` cards drawn with the seed, that each system's 1/7/30-day counts and means
    equal the project's batch path (``features.batch``) on every one of their transactions; a system that
-   differs is reported as not comparable, loudly.
+   differs is reported as not comparable, loudly. Differences on transactions the project marked late
+   (behind its source's event-time frontier) are reported apart.
 5. Writes the ``peers`` section of docs/benchmarks.md (unless ``--no-report``): one row per system,
    the ratios project / peer, and the settings.
 
@@ -327,6 +329,7 @@ def wait_outputs(
 
 def run_system(system: System, label: str, run: Run) -> Result:
     args, clients = run.args, run.clients
+    started = time.monotonic()
     result = Result(system, label)
     admin = clients.admin()
     before = set(cluster_metadata(admin).topics)
@@ -353,9 +356,11 @@ def run_system(system: System, label: str, run: Run) -> Result:
         try:
             measure_system(result, run, topics, reader, process, sampler, launched)
         finally:
+            stopping = time.monotonic()
             stop_tree(process)
             sampler.stop()
             reader.stop()
+            print(f"  stopped in {time.monotonic() - stopping:.1f} s")
     result.peak_rss_mib = sampler.peak_rss_bytes / 2**20
     result.duplicates = reader.duplicates
     result.late = reader.late_count
@@ -366,6 +371,7 @@ def run_system(system: System, label: str, run: Run) -> Result:
     check_features(result, reader, run.reference)
     created = sorted(set(cluster_metadata(admin).topics) - before)
     delete_topics(admin, created)  # the broker keeps everything in memory: free it for the next system
+    print(f"  {label}: {time.monotonic() - started:.0f} s in all")
     return result
 
 
@@ -400,10 +406,14 @@ def measure_system(
     result.first_output_s = float(arrivals.min() - launched)
     result.steady, result.steady_counted = steady_rate(arrivals)
     result.whole = result.backlog / float(arrivals.max() - launched)
+    steady = (
+        f"steady {result.steady:,.0f} tx/s ({result.steady_counted:,} outputs after the first second of output)"
+        if result.steady
+        else "no steady rate (the backlog came out within a second: make it bigger)"
+    )
     print(
-        f"  unpaced: first output {result.first_output_s:.1f} s after launch; steady {result.steady:,.0f} tx/s "
-        f"({result.steady_counted:,} outputs after the first second of output); whole backlog from launch "
-        f"{result.whole:,.0f} tx/s"
+        f"  unpaced: first output {result.first_output_s:.1f} s after launch; {steady}; whole backlog from "
+        f"launch {result.whole:,.0f} tx/s"
     )
 
     producer = run.clients.producer()
@@ -419,6 +429,8 @@ def measure_system(
         offset += n
         if len(values) < n:
             print(f"  paced {rate:,.0f}/s: only {len(values):,} transactions left (simulate more days)")
+            if len(values) < warm + 2:
+                return
         wanted = reader.count + len(values)
         sent = pace(producer, topics.transactions, keys, values, stamps, rate)
         deadline = float(sent[-1]) + args.drain_s

@@ -1,6 +1,6 @@
-"""Peer: a bare confluent-kafka loop with its state in a dict. No fault tolerance: no offsets committed,
-no state saved, output produced without idempotence or transactions (at-most-once on a crash: what was
-processed is simply gone, and a restart begins again from the start of the topic).
+"""Peer: a bare confluent-kafka loop with its state in a dict. No fault tolerance: no offsets committed and
+no state saved (a restart can only begin again from the start of the topic, writing every output again),
+output produced without idempotence or transactions.
 
 One consumer assigned every partition of the input topic from its beginning (no group join), one
 producer, one thread: consume a batch, update the card's history (``card_windows``), produce one JSON

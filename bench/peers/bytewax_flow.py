@@ -11,7 +11,6 @@ Run: python bench/peers/bytewax_flow.py --bootstrap HOST:PORT --input T --output
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import bytewax.operators as op
 import orjson
@@ -62,7 +61,7 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
     parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
     args = parser.parse_args()
-    flow: Any = dataflow(args.bootstrap, args.input, args.output, args.linger_ms, args.fetch_wait_ms)
+    flow = dataflow(args.bootstrap, args.input, args.output, args.linger_ms, args.fetch_wait_ms)
     print(f"bytewax: {args.input} -> {args.output}, 1 worker", flush=True)
     cli_main(flow, workers_per_process=1)
 
