@@ -29,43 +29,29 @@ import resource
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pandas as pd
+import project_jobs
 import report
+from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import TxColumns
 from contracts.settings import Topics
-from features.definitions import DAY_MS, FeatureParams
+from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
-from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, ensure_topics
 from infra.embedded import temporary_stack
 from infra.redis_store import recent_alerts_key
-from ingest.files import clean_table
-from ingest.produce import EventBatch, events_from_table, produce_events
+from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from models.dataset import file_dataset
-from models.estimators import ModelSpec
-from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.tracking import default_artifact_location
 from scoring.job import ScoringJobConfig, start_scoring_job
-from scoring.pipeline import PipelineConfig, start_pipeline
-
-LABEL_DELAY_MS = 7 * DAY_MS
-#: The simulator's mean transactions per customer and day (at least), to simulate enough for the paced loads.
-TX_PER_CUSTOMER_DAY = 1.9
-MAX_EVENT_BYTES = 16_384
-
-
-def events_of(frame: pd.DataFrame) -> EventBatch:
-    return events_from_table(clean_table(frame, "bench"), "bench", b"bench", LABEL_DELAY_MS, MAX_EVENT_BYTES)
+from scoring.pipeline import start_pipeline
 
 
 def paced(clients: Clients, batch: EventBatch, rate: float, seconds: float) -> dict[int, float]:
@@ -295,36 +281,20 @@ def main() -> None:
         piped = piped.model_copy(update={"transactions": topics.transactions, "labels": topics.labels})
         params = FeatureParams()
 
-        dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-        options = TrainOptions(
-            ModelSpec("hist_gradient_boosting"),
-            "all",
-            params,
-            Periods(train_days=7, delay_days=3, test_days=3).plans(dataset.last_ms),
-            DEFAULT_ALERTS_PER_DAY,
-        )
-        run_training(
-            dataset,
-            options,
-            info.mlflow_tracking_uri,
-            default_artifact_location(info.mlflow_tracking_uri, info.mlflow_artifacts),
-            register=True,
-        )
+        project_jobs.train_champion(first, info, params)
 
         produced = produce_events(clients.producer(), topics, events_of(first))
         print(f"unpaced input: {produced.transactions:,} transactions, {produced.labels:,} labels")
 
         spark = job_spark_session(settings, "bench-scoring")
-        feature_config = FeatureJobConfig(
-            kafka_config=clients.kafka_config(),
-            topics=topics,
-            checkpoint=Path(home) / "features",
-            redis=redis_target(settings, clients),
-            params=params,
-            max_event_bytes=MAX_EVENT_BYTES,
-            max_records_per_trigger=args.max_records,
-            card_buckets=args.card_buckets,
-            terminal_buckets=args.terminal_buckets,
+        feature_config = project_jobs.feature_config(
+            clients,
+            topics,
+            Path(home) / "features",
+            params,
+            args.max_records,
+            args.card_buckets,
+            args.terminal_buckets,
         )
         scoring_config = ScoringJobConfig(
             kafka_config=clients.kafka_config(),
@@ -332,19 +302,12 @@ def main() -> None:
             checkpoint=Path(home) / "scoring",
             redis=redis_target(settings, clients),
             tracking_uri=info.mlflow_tracking_uri,
-            max_event_bytes=MAX_EVENT_BYTES,
+            max_event_bytes=project_jobs.MAX_EVENT_BYTES,
             model_check_interval_s=settings.model_check_interval_s,
             max_records_per_trigger=args.max_records,
         )
-        pipeline_config = PipelineConfig(
-            features=replace(
-                feature_config,
-                topics=piped,
-                checkpoint=Path(home) / "pipeline",
-                redis=redis_target(settings, clients, prefix="pipeline-"),
-            ),
-            tracking_uri=info.mlflow_tracking_uri,
-            model_check_interval_s=settings.model_check_interval_s,
+        pipeline_config = project_jobs.pipeline_config(
+            clients, info, feature_config, piped, Path(home) / "pipeline", "pipeline-"
         )
         runs = [("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True))]
         if not args.pipeline_only:

@@ -1,0 +1,224 @@
+"""Measuring stream processors from outside, alike for every system: a pacing producer, an output reader,
+a sampler of a process tree's memory and CPU, and latency summaries.
+
+One clock for all: ``time.monotonic()`` in the bench process, read when a transaction is handed to the
+producer and when its output record comes out of the reader's ``consume`` call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
+
+from contracts.provenance import CopyFilter
+from infra.clients import Clients, partitions_of
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def pace(
+    producer: Producer,
+    topic: str,
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    timestamps: Sequence[int],
+    rate: float,
+) -> np.ndarray:
+    """Produce the records at ``rate`` records/s from now on (record i is due i / rate s after the start;
+    records that fell due together go out together); returns when each was handed to the producer
+    (monotonic seconds). Flushes at the end."""
+    sent = np.empty(len(values))
+    started = time.monotonic()
+    i = 0
+    while i < len(values):
+        due = min(len(values), int((time.monotonic() - started) * rate) + 1)
+        while i < due:
+            try:
+                producer.produce(topic, values[i], keys[i], timestamp=timestamps[i])
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            sent[i] = time.monotonic()
+            i += 1
+        producer.poll(0)
+        wait = started + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    producer.flush(60)
+    return sent
+
+
+class OutputReader:
+    """Reads an output topic from its beginning, in a thread, until stopped: when each transaction's output
+    first became readable, the features of the transactions to check, and how many outputs repeated one
+    or were marked late.
+
+    Outputs are JSON objects with ``tx_id`` and ``features`` (the project's feature records and the peers'
+    outputs alike); read_committed, and copies that an aborted attempt of the project's sink left in the
+    log are skipped (``contracts.provenance``), as the project's own readers do.
+    """
+
+    def __init__(self, clients: Clients, topic: str, checked: set[int]) -> None:
+        self.topic = topic
+        self.checked = checked
+        self.first_seen: dict[int, float] = {}
+        self.features: dict[int, dict[str, Any]] = {}
+        #: Transactions to check whose output says they arrived late (the project's feature records do).
+        self.late: set[int] = set()
+        self.late_count = 0
+        self.duplicates = 0
+        self.error: BaseException | None = None
+        self._consumer = clients.consumer(group_id="bench-reader", overrides={"fetch.wait.max.ms": 10})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"reader-{topic}", daemon=True)
+
+    def start(self) -> OutputReader:
+        partitions = partitions_of(self._consumer, self.topic)
+        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
+
+    @property
+    def count(self) -> int:
+        return len(self.first_seen)
+
+    def _run(self) -> None:
+        copies = CopyFilter()
+        try:
+            while not self._stop.is_set():
+                messages = self._consumer.consume(10_000, timeout=0.05)
+                now = time.monotonic()
+                for message in messages:
+                    if message.error() is not None:
+                        raise KafkaException(message.error())
+                    if copies.is_copy(str(message.partition()), message.headers()):
+                        continue
+                    record = orjson.loads(message.value())
+                    tx = record["tx_id"]
+                    if tx in self.first_seen:
+                        self.duplicates += 1
+                        continue
+                    self.first_seen[tx] = now
+                    late = record.get("late", False)
+                    self.late_count += late
+                    if tx in self.checked:
+                        self.features[tx] = record["features"]
+                        if late:
+                            self.late.add(tx)
+        except BaseException as exc:  # reported by the bench, which stops waiting
+            self.error = exc
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+class TreeSampler:
+    """Samples the resident memory and CPU time of a process and its descendants, in a thread."""
+
+    def __init__(self, root: int, interval_s: float = 0.25) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.peak_rss_bytes = 0
+        self._cpu_s: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sampler-{root}", daemon=True)
+
+    def start(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the tree used so far, as last sampled."""
+        return sum(self._cpu_s.values())
+
+    def sample(self) -> None:
+        rss = 0
+        for pid in _tree(self.root):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self._cpu_s[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+
+def steady_rate(arrivals: np.ndarray, settle_s: float = 1.0) -> tuple[float, int]:
+    """Outputs/s after the first ``settle_s`` of output: from the last output in that first stretch to the
+    last output, over the outputs that came after it (a system that writes in micro-batches writes its
+    first one at once: it is left out whole). Returns the rate and the outputs it counts."""
+    times = np.sort(arrivals)
+    if len(times) < 2:
+        return 0.0, 0
+    first = int(np.searchsorted(times, times[0] + settle_s, side="right")) - 1
+    counted = len(times) - 1 - first
+    seconds = times[-1] - times[first]
+    return (counted / seconds if seconds > 0 else 0.0), counted
+
+
+#: A paced load is sustained while latency grows by at most this many seconds per second of the load: a
+#: system that handles a share c of the pace falls behind by (1 - c) s each second, so 0.1 means c >= 90 %.
+MAX_GROWTH = 0.1
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Produce -> output-readable latencies of one paced load, in seconds."""
+
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    #: Least-squares slope of latency against sending time: seconds of latency gained per second of load
+    #: (a system that keeps the pace has none, whatever the shape of its micro-batches).
+    growth: float
+
+    @classmethod
+    def of(cls, sent: np.ndarray, latencies: np.ndarray) -> Latency:
+        """Latencies of transactions sent at ``sent`` (monotonic seconds)."""
+        p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+        growth = float(np.polyfit(sent - sent[0], latencies, 1)[0]) if len(sent) > 1 else 0.0
+        return cls(float(p50), float(p95), float(p99), float(latencies.max()), growth)
+
+    @property
+    def kept_up(self) -> bool:
+        """No growing backlog: latency grew by at most ``MAX_GROWTH`` s per second of the load."""
+        return self.growth <= MAX_GROWTH
+
+    def cell(self) -> str:
+        return f"{self.p50 * 1000:,.0f} / {self.p95 * 1000:,.0f} / {self.p99 * 1000:,.0f} ms"

@@ -1,0 +1,59 @@
+"""Peer: a Quix Streams 3 application. A ``StreamingDataFrame`` over the transactions topic (keyed by card),
+``apply(stateful=True)`` keeping the card's history (``card_windows``) in Quix's RocksDB state with its
+changelog topic, ``to_topic`` to the output. Quix's defaults otherwise: a consumer group, at-least-once
+(offsets and state committed every 5 s), JSON (orjson) serializers.
+
+Runs in a virtualenv of its own (build/bench-venvs/quixstreams, made by bench/bench_peers.py): Quix
+Streams 3.28 pins a confluent-kafka older than the project's.
+
+Run: python bench/peers/quix_app.py --bootstrap HOST:PORT --input T --output T --state-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from card_windows import new_history, process
+from quixstreams import Application, State
+
+#: The state key of a card's history (the state is per message key: per card).
+HISTORY = "history"
+
+
+def card_features(event: dict[str, Any], state: State) -> dict[str, Any]:
+    """The card's history from the state, updated with the transaction; its output record."""
+    history = state.get(HISTORY) or new_history()
+    record = process(history, event)
+    state.set(HISTORY, history)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True, help="transactions topic")
+    parser.add_argument("--output", required=True, help="output topic")
+    parser.add_argument("--state-dir", required=True, help="RocksDB state directory")
+    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
+    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
+    args = parser.parse_args()
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group="bench-quix",
+        auto_offset_reset="earliest",
+        state_dir=args.state_dir,
+        producer_extra_config={"linger.ms": args.linger_ms},
+        consumer_extra_config={"fetch.wait.max.ms": args.fetch_wait_ms},
+        loglevel="WARNING",
+    )
+    transactions = app.topic(args.input, value_deserializer="json")
+    output = app.topic(args.output, value_serializer="json")
+    frame = app.dataframe(transactions).apply(card_features, stateful=True)
+    frame.to_topic(output)
+    print(f"quix streams: {args.input} -> {args.output}, state in {args.state_dir}", flush=True)
+    app.run()
+
+
+if __name__ == "__main__":
+    main()

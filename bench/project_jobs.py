@@ -1,0 +1,106 @@
+"""The project's jobs as the bench scripts set them up: input events, a champion model, job configs.
+
+``bench_scoring.py`` runs the jobs in its own process; ``bench_peers.py`` runs the pipeline as a
+subprocess (``peers/pipeline.py``) beside the peers. Both build them here, so the two measure the same
+thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from contracts.settings import Topics
+from features.definitions import DAY_MS, FeatureParams
+from features.job import FeatureJobConfig
+from fraud.jobs import redis_target
+from fraud.training import Periods, TrainOptions, run_training
+from infra.clients import Clients
+from infra.embedded import StackInfo
+from ingest.files import clean_table
+from ingest.produce import EventBatch, events_from_table
+from models.dataset import file_dataset
+from models.estimators import ModelSpec
+from models.metrics import DEFAULT_ALERTS_PER_DAY
+from models.tracking import default_artifact_location
+from scoring.pipeline import PipelineConfig
+
+LABEL_DELAY_MS = 7 * DAY_MS
+#: The simulator's mean transactions per customer and day (at least), to simulate enough for the paced loads.
+TX_PER_CUSTOMER_DAY = 1.9
+MAX_EVENT_BYTES = 16_384
+#: The bench's token key (any key: the simulation has no real card numbers).
+TOKEN_KEY = b"bench"
+
+
+def events_of(frame: pd.DataFrame) -> EventBatch:
+    """The events ``fraud ingest`` makes of a simulated table: tokenised, validated, labels for frauds."""
+    return events_from_table(clean_table(frame, "bench"), "bench", TOKEN_KEY, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+
+
+def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) -> None:
+    """Train gradient boosting on every feature of ``first`` (batch path) and register it in the stack's
+    MLflow store, where the first version becomes the champion."""
+    dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    options = TrainOptions(
+        ModelSpec("hist_gradient_boosting"),
+        "all",
+        params,
+        Periods(train_days=7, delay_days=3, test_days=3).plans(dataset.last_ms),
+        DEFAULT_ALERTS_PER_DAY,
+    )
+    run_training(
+        dataset,
+        options,
+        info.mlflow_tracking_uri,
+        default_artifact_location(info.mlflow_tracking_uri, info.mlflow_artifacts),
+        register=True,
+    )
+
+
+def feature_config(
+    clients: Clients,
+    topics: Topics,
+    checkpoint: Path,
+    params: FeatureParams,
+    max_records: int,
+    card_buckets: int,
+    terminal_buckets: int,
+    redis_prefix: str = "",
+) -> FeatureJobConfig:
+    """The feature job over ``topics``, its latest features in Redis under ``redis_prefix``."""
+    return FeatureJobConfig(
+        kafka_config=clients.kafka_config(),
+        topics=topics,
+        checkpoint=checkpoint,
+        redis=redis_target(clients.settings, clients, prefix=redis_prefix),
+        params=params,
+        max_event_bytes=MAX_EVENT_BYTES,
+        max_records_per_trigger=max_records,
+        card_buckets=card_buckets,
+        terminal_buckets=terminal_buckets,
+    )
+
+
+def pipeline_config(
+    clients: Clients,
+    info: StackInfo,
+    features: FeatureJobConfig,
+    topics: Topics,
+    checkpoint: Path,
+    prefix: str,
+) -> PipelineConfig:
+    """``fraud pipeline run`` as the feature job ``features`` with scoring, into ``topics``, Redis keys under
+    ``prefix`` and a checkpoint of its own; the champion from the stack's MLflow store."""
+    return PipelineConfig(
+        features=replace(
+            features,
+            topics=topics,
+            checkpoint=checkpoint,
+            redis=redis_target(clients.settings, clients, prefix=prefix),
+        ),
+        tracking_uri=info.mlflow_tracking_uri,
+        model_check_interval_s=clients.settings.model_check_interval_s,
+    )
