@@ -15,7 +15,7 @@ import logging
 from pythonjsonlogger.json import JsonFormatter
 
 from infra.clients import KAFKA_LOGGER
-from infra.spark_logs import CardNumberFilter
+from infra.spark_logs import PROJECT_LOGGERS, CardNumberFilter
 
 #: Text lines: what a user reads in a terminal.
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -24,8 +24,9 @@ JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 
 
 def configure_logging(level: str, log_format: str) -> None:
-    """The root logger writes lines of ``level`` and above to stderr, as ``text`` or ``json``; the Kafka
-    clients' own lines are dropped. Replaces a configuration made earlier in the process."""
+    """The project's loggers write lines of ``level`` and above to stderr, other libraries' warnings and
+    errors, as ``text`` or ``json``; the Kafka clients' own lines are dropped. Replaces a configuration
+    made earlier in the process."""
     KAFKA_LOGGER.handlers = [logging.NullHandler()]
     KAFKA_LOGGER.propagate = False
     handler = logging.StreamHandler()
@@ -36,4 +37,6 @@ def configure_logging(level: str, log_format: str) -> None:
     handler.fraud_configured = True  # type: ignore[attr-defined]
     root = logging.getLogger()
     root.handlers = [h for h in root.handlers if not getattr(h, "fraud_configured", False)] + [handler]
-    root.setLevel(level.upper())
+    root.setLevel(logging.WARNING)
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())

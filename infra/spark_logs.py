@@ -32,6 +32,10 @@ WORKER_LOGS_ENV = "FRAUD_SPARK_WORKER_LOGS"
 #: The start of a log line of the project's code in one of Spark's Python processes.
 MARK = "[fraud] "
 POLL_S = 0.2
+#: The loggers a log level applies to: the project's packages (and the lines of Spark's Python workers
+#: without a logger of their own, :func:`relog`). Other libraries log warnings and errors only, whatever the
+#: level: at debug, some would log their calls' arguments, credentials included.
+PROJECT_LOGGERS = ("contracts", "infra", "ingest", "features", "models", "scoring", "fraud", "spark.worker")
 
 
 class CardNumberFilter(logging.Filter):
@@ -59,7 +63,8 @@ def mark_worker_logs() -> None:
     handler.addFilter(CardNumberFilter())
     handler.fraud_marked = True  # type: ignore[attr-defined]
     root.addHandler(handler)
-    root.setLevel(min(root.level or logging.WARNING, handler.level))
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(handler.level)
 
 
 def marked(lines: Iterable[str]) -> Iterator[str]:

@@ -8,6 +8,7 @@ import pytest
 
 from fraud.logs import configure_logging
 from infra.clients import KAFKA_LOGGER
+from infra.spark_logs import PROJECT_LOGGERS
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +17,8 @@ def restored_logging() -> Iterator[None]:
     handlers, level = list(root.handlers), root.level
     yield
     root.handlers, root.level = handlers, level
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 def test_json_lines_carry_level_logger_and_time_and_mask_card_numbers(
@@ -26,6 +29,7 @@ def test_json_lines_carry_level_logger_and_time_and_mask_card_numbers(
     logging.getLogger("scoring.job").info("model v%d", 3)
     logging.getLogger("scoring.job").debug("not shown at info")
     KAFKA_LOGGER.error("librdkafka: connection refused")  # the command says it in one line instead
+    logging.getLogger("py4j.clientserver").info("Command to send: ... sasl.password=hunter2")  # not ours
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [(line["levelname"], line["name"], line["message"]) for line in lines] == [
         ("WARNING", "infra.retry", "Redis away; card **** **** **** 1111 seen"),
