@@ -18,6 +18,7 @@ follow from the caller replaying the same input against the same checkpointed st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,6 +411,46 @@ def card_step(
     return new_state, features
 
 
+def card_windows(
+    state: CardState, card_id: object, at_ms: int, params: FeatureParams = DEFAULT_PARAMS
+) -> pd.DataFrame:
+    """What the card windows of one card hold at event time ``at_ms``, as its state keeps them.
+
+    The card's kept transactions with event time in (at_ms - window, at_ms], for the short window and each
+    day window: the windows of ``card_step`` for a transaction of the card at ``at_ms``, without the
+    transaction itself (its ``card_nb_tx_{n}d`` minus one; the mean is ``card_avg_amount_{n}d``'s, over
+    those). Exact for ``at_ms`` at or after the newest event time the state has seen: the state keeps every
+    transaction these windows can hold from there on.
+
+    Returns:
+        One row per window, the short window first: ``count_column`` and ``mean_column`` (the feature
+        names of the window; the short window has no mean feature: None), ``window_ms``, ``nb_tx``,
+        ``amount_cents`` (their sum) and ``avg_amount`` (their mean amount; NaN when there are none).
+    """
+    mine = state.card_id == card_id
+    times, cents = state.event_time_ms[mine], state.amount_cents[mine]
+    windows = [
+        (card_nb_tx_hours_column(params.short_window_hours), None, params.short_window_ms),
+        *(
+            (card_nb_tx_column(days), card_avg_amount_column(days), length_ms)
+            for days, length_ms in zip(params.window_days, params.windows_ms, strict=True)
+        ),
+    ]
+    inside = [(times > at_ms - length_ms) & (times <= at_ms) for _, _, length_ms in windows]
+    count = np.asarray([int(mask.sum()) for mask in inside], dtype=np.int64)
+    total = np.asarray([int(cents[mask].sum()) for mask in inside], dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "count_column": [name for name, _, _ in windows],
+            "mean_column": [name for _, name, _ in windows],
+            "window_ms": [length_ms for _, _, length_ms in windows],
+            "nb_tx": count,
+            "amount_cents": total,
+            "avg_amount": _ratio(total, count * 100, when_zero=math.nan),
+        }
+    )
+
+
 def _recent(times: IntArray, history_ms: int) -> BoolArray:
     """Rows with time > latest time - history_ms (all rows when there are none)."""
     if len(times) == 0:
@@ -630,6 +671,7 @@ __all__ = [
     "TerminalState",
     "amount_to_cents",
     "card_step",
+    "card_windows",
     "compute_features",
     "empty_labels",
     "labels_from_fraud_flags",

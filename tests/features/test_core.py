@@ -13,6 +13,7 @@ from features.core import (
     TerminalState,
     amount_to_cents,
     card_step,
+    card_windows,
     compute_features,
     empty_labels,
     labels_from_fraud_flags,
@@ -21,6 +22,7 @@ from features.core import (
     with_event_time_ms,
 )
 from features.definitions import DAY_MS, FEATURE_COLUMNS, HOUR_MS, FeatureParams
+from tests.support.reference import random_case
 
 D = 7 * DAY_MS  # the default label delay
 CAP_S = 2_592_000.0  # 30 days in seconds
@@ -192,6 +194,44 @@ def test_card_state_is_pruned_to_the_longest_window() -> None:
         ),
     )
     assert sorted(state.tx_id.tolist()) == [2, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_card_windows_hold_what_card_step_counts_for_the_cards_latest_transaction(seed: int) -> None:
+    """At each card's latest transaction, the windows of its state are that transaction's card features."""
+    transactions, _ = random_case(np.random.default_rng(seed), PARAMS)
+    state, features = card_step(CardState.empty(), transactions, PARAMS)
+    everything = CardState.from_frame(
+        transactions.assign(amount_cents=amount_to_cents(transactions["amount"]))
+    )
+    ordered = transactions.assign(row=np.arange(len(transactions))).sort_values(["event_time_ms", "tx_id"])
+    for card, last in ordered.groupby("card_id").tail(1).set_index("card_id")["row"].items():
+        at_ms = int(transactions["event_time_ms"].iloc[last])
+        windows = card_windows(everything, card, at_ms, PARAMS).set_index("count_column")
+        want = features.iloc[last]
+        for days in PARAMS.window_days:
+            row = windows.loc[f"card_nb_tx_{days}d"]
+            assert row["nb_tx"] == want[f"card_nb_tx_{days}d"]
+            assert row["avg_amount"] == want[f"card_avg_amount_{days}d"]
+            assert row["mean_column"] == f"card_avg_amount_{days}d"
+        assert windows.loc["card_nb_tx_1h", "nb_tx"] == want["card_nb_tx_1h"]
+        if at_ms >= int(transactions["event_time_ms"].max()):  # the pruned state keeps what it needs
+            pd.testing.assert_frame_equal(
+                card_windows(state, card, at_ms, PARAMS).set_index("count_column"), windows
+            )
+
+
+def test_card_windows_of_a_quiet_card_are_empty() -> None:
+    state, _ = card_step(CardState.empty(), txs((1, "A", "x", 10.0, T), (2, "B", "x", 20.0, T + 2 * DAY_MS)))
+
+    windows = card_windows(state, "A", T + 2 * DAY_MS, PARAMS).set_index("count_column")
+
+    assert windows["nb_tx"].tolist() == [0, 0, 1, 1]
+    assert windows["amount_cents"].tolist() == [0, 0, 1000, 1000]
+    assert np.isnan(windows.loc["card_nb_tx_1d", "avg_amount"])
+    assert windows.loc["card_nb_tx_7d", "avg_amount"] == 10.0
+    assert windows["window_ms"].tolist() == [HOUR_MS, DAY_MS, 7 * DAY_MS, 30 * DAY_MS]
+    assert card_windows(state, "C", T, PARAMS)["nb_tx"].tolist() == [0, 0, 0, 0]
 
 
 def test_card_output_follows_the_batch_row_order_and_int_keys_work() -> None:
