@@ -1,0 +1,241 @@
+"""A streaming query's committed state, read from its checkpoint without the query: the last committed
+micro-batch, its source offsets, and the value-state variables of its ``transformWithState`` operators.
+
+Read-only and safe beside the running query: it reads only a micro-batch the commit log records (a batch
+in flight has an offset-log entry and state files being written, but no commit), at that batch's state
+version, which Spark keeps until the query has committed ``minBatchesToRetain`` (100) batches more; it
+writes nothing under the checkpoint.
+
+Why Spark's state data source (``spark.read.format("statestore")``, Spark 4) and not a reader of the
+files: the state lives in RocksDB. A checkpoint holds its snapshots (a zip of RocksDB metadata plus SST
+files) and, between them, changelog files (lz4 frames of Spark's binary row encoding, with column-family
+prefixes and format versions that change between Spark releases). Reading those would mean a RocksDB
+binding for the SST files and re-implementing Spark's private encodings, which break on a Spark upgrade;
+the data source is Spark's own, supported reader of them. Its cost is a Spark session (a local one: a few
+seconds to start) and a small batch job per read.
+
+A copy of a checkpoint (a savepoint) can be read in place, wherever it was moved: Spark's operator metadata
+records the state schema files by absolute path, so when those paths are gone (the original checkpoint was
+deleted or is elsewhere), the reader sees the copy through a temporary view whose metadata points at the
+copy's own schema files; the copy itself is not touched.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from contracts.errors import NotFoundError, StateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Directories of a query checkpoint that this module reads.
+OFFSETS, COMMITS, STATE = "offsets", "commits", "state"
+#: Where Spark keeps each stateful operator's metadata (version 2: ``transformWithState`` operators).
+OPERATOR_METADATA = Path("_metadata") / "v2"
+
+
+class CheckpointNotFoundError(NotFoundError):
+    """No checkpoint at the path, or nothing committed in it yet."""
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """The last micro-batch a query committed, and each of its sources' end offsets (None: the source
+    had none)."""
+
+    batch_id: int
+    source_offsets: tuple[Any, ...]
+
+
+def committed_batch(query_dir: Path) -> CommittedBatch:
+    """The last committed micro-batch of the query checkpointed at ``query_dir``.
+
+    Raises:
+        CheckpointNotFoundError: no query checkpoint there, or no micro-batch committed yet.
+    """
+    commits = query_dir / COMMITS
+    if not (query_dir / OFFSETS).is_dir():
+        raise CheckpointNotFoundError(f"no checkpoint at {query_dir.parent}: no job has run with it")
+    batches = (
+        [int(path.name) for path in commits.iterdir() if path.name.isdigit()] if commits.is_dir() else []
+    )
+    if not batches:
+        raise CheckpointNotFoundError(
+            f"nothing committed yet in the checkpoint at {query_dir.parent}: its job has not finished a "
+            "micro-batch"
+        )
+    batch_id = max(batches)
+    return CommittedBatch(batch_id, offset_log_entry((query_dir / OFFSETS / str(batch_id)).read_text()))
+
+
+def offset_log_entry(text: str) -> tuple[Any, ...]:
+    """The source offsets of one offset-log file: a version line, the batch's metadata, then one line per
+    source (its JSON, or ``-`` when it had none)."""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("v"):
+        raise StateError(f"not a Spark offset-log entry: {text[:40]!r}")
+    return tuple(None if line == "-" else json.loads(line) for line in lines[2:])
+
+
+class StateReader:
+    """The value-state variables of a query's ``transformWithState`` operators at one committed batch.
+
+    Use as a context manager: a copy read through a temporary view (see the module docstring) keeps the
+    view until the block ends.
+    """
+
+    def __init__(self, spark: SparkSession, query_dir: Path, batch_id: int) -> None:
+        self.spark = spark
+        self.query_dir = query_dir
+        self.batch_id = batch_id
+        self._view: Path | None = None
+        self._operators: dict[str, int] | None = None
+
+    def __enter__(self) -> StateReader:
+        if moved_schema_files(self.query_dir):
+            self._view = Path(tempfile.mkdtemp(prefix="fraud-state-view-"))
+            relocated_view(self.query_dir, self._view)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._view is not None:
+            shutil.rmtree(self._view, ignore_errors=True)
+            self._view = None
+
+    @property
+    def path(self) -> str:
+        """The directory Spark reads: the checkpoint, or its view."""
+        return str(self._view or self.query_dir)
+
+    def operator_of(self, state_var: str) -> int:
+        """The id of the operator that keeps ``state_var`` (Spark's state metadata source).
+
+        Raises:
+            StateError: no operator of the checkpoint keeps it.
+        """
+        if self._operators is None:
+            rows = (
+                self.spark.read.format("state-metadata")
+                .option("batchId", self.batch_id)
+                .load(self.path)
+                .select("operatorId", "operatorProperties")
+                .collect()
+            )
+            self._operators = {
+                variable["stateName"]: int(row["operatorId"])
+                for row in rows
+                for variable in json.loads(row["operatorProperties"] or "{}").get("stateVariables", [])
+            }
+        if state_var not in self._operators:
+            known = ", ".join(sorted(self._operators)) or "none"
+            raise StateError(
+                f"the checkpoint at {self.query_dir.parent} keeps no state variable {state_var!r} "
+                f"(it keeps: {known}): it is not this job's"
+            )
+        return self._operators[state_var]
+
+    def value_state(
+        self, state_var: str, key_column: str, keys: Collection[Any]
+    ) -> dict[Any, dict[str, Any]]:
+        """The values of ``state_var`` of the grouping keys ``keys`` (their column ``key_column``): by key,
+        the value's fields by name. Keys without a value are left out."""
+        frame = (
+            self.spark.read.format("statestore")
+            .option("batchId", self.batch_id)
+            .option("operatorId", self.operator_of(state_var))
+            .option("stateVarName", state_var)
+            .load(self.path)
+        )
+        rows = frame.where(frame["key"][key_column].isin(list(keys))).select("key", "value").collect()
+        return {row["key"][key_column]: row["value"].asDict() for row in rows if row["value"] is not None}
+
+
+def _metadata_files(query_dir: Path) -> list[Path]:
+    state = query_dir / STATE
+    if not state.is_dir():
+        return []
+    return sorted(
+        path
+        for operator in state.iterdir()
+        if (operator / OPERATOR_METADATA).is_dir()
+        for path in (operator / OPERATOR_METADATA).iterdir()
+        if path.name.isdigit()
+    )
+
+
+def _schema_paths(metadata: dict[str, Any]) -> list[str]:
+    return [
+        path for store in metadata.get("stateStoreInfo", []) for path in store.get("stateSchemaFilePaths", [])
+    ]
+
+
+def _read_metadata(path: Path) -> tuple[str, dict[str, Any]]:
+    version, _, body = path.read_text().partition("\n")
+    return version, json.loads(body)
+
+
+def _local(uri: str) -> Path | None:
+    """The local path of a ``file:`` URI (None for other file systems, which are not checked)."""
+    parsed = urlparse(uri)
+    return Path(parsed.path) if parsed.scheme in ("", "file") else None
+
+
+def moved_schema_files(query_dir: Path) -> bool:
+    """Whether the operator metadata of the checkpoint names local state schema files that are gone (a copy
+    whose original was moved or deleted)."""
+    for path in _metadata_files(query_dir):
+        _, metadata = _read_metadata(path)
+        for uri in _schema_paths(metadata):
+            local = _local(uri)
+            if local is not None and not local.exists():
+                return True
+    return False
+
+
+def relocated(uri: str, query_dir: Path) -> str:
+    """A schema file's URI under ``query_dir``: the part from ``state/<operator>/`` on, kept."""
+    parts = Path(urlparse(uri).path).parts
+    if STATE not in parts:
+        return uri
+    at = len(parts) - 1 - parts[::-1].index(STATE)
+    return (query_dir.resolve().joinpath(*parts[at:])).as_uri()
+
+
+def relocated_view(query_dir: Path, view: Path) -> None:
+    """Lay out in ``view`` the checkpoint at ``query_dir`` as Spark can read it: links to its files, but
+    for the operator metadata, copied with the schema files' paths pointing into ``query_dir``.
+
+    The copies go without their checksum files (Hadoop checks a file against its ``.crc`` when there is
+    one; a missing one is not an error).
+    """
+    source = query_dir.resolve()
+    for entry in source.iterdir():
+        if entry.name != STATE:
+            (view / entry.name).symlink_to(entry)
+    for operator in (source / STATE).iterdir():
+        target = view / STATE / operator.name
+        target.mkdir(parents=True)
+        for entry in operator.iterdir():
+            if entry.name != OPERATOR_METADATA.parts[0]:
+                (target / entry.name).symlink_to(entry)
+        metadata_dir = operator / OPERATOR_METADATA
+        if not metadata_dir.is_dir():
+            continue
+        (target / OPERATOR_METADATA).mkdir(parents=True)
+        for path in metadata_dir.iterdir():
+            if not path.name.isdigit():
+                continue
+            version, metadata = _read_metadata(path)
+            for store in metadata.get("stateStoreInfo", []):
+                store["stateSchemaFilePaths"] = [
+                    relocated(uri, source) for uri in store.get("stateSchemaFilePaths", [])
+                ]
+            (target / OPERATOR_METADATA / path.name).write_text(f"{version}\n{json.dumps(metadata)}")
