@@ -67,6 +67,8 @@ class EventDecoder:
 CARD_STATE = "history binary, pending binary, frontier bigint"
 #: State of a terminal bucket: terminal transactions and labels (Arrow IPC blobs).
 TERMINAL_STATE = "transactions binary, labels binary"
+#: The names of the two state variables (what Spark's state data source reads them by).
+CARD_STATE_VAR, TERMINAL_STATE_VAR = "bucket", "terminals"
 
 
 class CardStage(StatefulProcessor):
@@ -77,7 +79,7 @@ class CardStage(StatefulProcessor):
         self.terminal_buckets = terminal_buckets
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("bucket", CARD_STATE)
+        self.state = handle.getValueState(CARD_STATE_VAR, CARD_STATE)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -119,7 +121,7 @@ class TerminalStage(StatefulProcessor):
         self.hook = hook
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("terminals", TERMINAL_STATE)
+        self.state = handle.getValueState(TERMINAL_STATE_VAR, TERMINAL_STATE)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any

@@ -1,0 +1,350 @@
+"""What the feature job holds for one card or one terminal, read from its checkpoint or from a savepoint.
+
+The job keeps its state per card bucket and per terminal bucket (``features.job``): Arrow blobs of the
+core's states. A card is looked up in the bucket the job routes it to (``features.buckets``, with the
+bucket counts of the checkpoint's layout file), and the blobs are decoded as the job decodes them
+(``features.transport.from_blob``). The windows shown are the core's, at the event-time frontier:
+``features.core.card_windows`` for the card and ``features.core.terminal_step`` for a transaction at the
+frontier for the terminal, so they follow the feature definitions and cannot drift from them.
+
+The card state keeps what the card features need of each transaction (tx id, event time, amount in cents)
+and the events still waiting for the frontier, whole; it keeps no terminal of a released transaction. The
+terminal state keeps transaction times and fraud labels per terminal, no card.
+
+Delivery guarantee: read-only. Everything shown is the state of the last micro-batch the job committed
+(``infra.state_store``), read beside the running job without stopping it; a later batch is not shown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from contracts.errors import NotFoundError, StateError
+from contracts.events import TxColumns
+from features.buckets import card_bucket, terminal_buckets
+from features.core import CardState, TerminalState, card_windows, terminal_step
+from features.definitions import (
+    DAY_MS,
+    EVENT_TIME_MS,
+    HOUR_MS,
+    KNOWN_AT_MS,
+    TX_TIME_MS,
+    FeatureParams,
+    terminal_nb_tx_column,
+    terminal_risk_column,
+)
+from features.job import CARD_STATE_VAR, TERMINAL_STATE_VAR
+from features.rows import KIND, LABEL, TX
+from features.transport import KEY, from_blob
+from infra.checkpoints import LAYOUT_FILE
+from infra.kafka_source.splits import NO_FRONTIER
+from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+C = TxColumns
+
+#: Where a job keeps its Spark query's checkpoint, inside its checkpoint directory (``features.job``).
+QUERY_DIR = "query"
+#: Columns of the events shown for a card.
+WAITING = "waiting"
+EVENT_COLUMNS = [KIND, C.TX_ID, EVENT_TIME_MS, C.AMOUNT, C.TERMINAL_ID, KNOWN_AT_MS, WAITING]
+
+
+class NothingHeldError(NotFoundError):
+    """The state holds nothing for the card or terminal asked for."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout and its last
+    committed micro-batch, with the source's end offsets."""
+
+    checkpoint: Path
+    layout: dict[str, int]
+    batch: CommittedBatch
+
+    @property
+    def query_dir(self) -> Path:
+        return self.checkpoint / QUERY_DIR
+
+    @property
+    def _source(self) -> dict[str, Any]:
+        offsets = [offset for offset in self.batch.source_offsets if isinstance(offset, dict)]
+        return offsets[0] if len(offsets) == 1 else {}
+
+    @property
+    def frontier_ms(self) -> int | None:
+        """The batch's event-time frontier (``infra.kafka_source``): every record stamped before it was
+        read. None before the source has seen a record."""
+        frontier = self._source.get("frontier")
+        return None if frontier is None or int(frontier) <= NO_FRONTIER else int(frontier)
+
+    @property
+    def final(self) -> bool:
+        """Whether the batch was the last of an ``--once`` run, which released every event held."""
+        return bool(self._source.get("final", False))
+
+
+def open_job_state(checkpoint: Path) -> JobState:
+    """The feature job's state at ``checkpoint``, without reading the state itself (no Spark).
+
+    Raises:
+        CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
+        StateError: the directory is a checkpoint of another kind of job.
+    """
+    if not checkpoint.is_dir():
+        raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")
+    batch = committed_batch(checkpoint / QUERY_DIR)
+    layout_file = checkpoint / LAYOUT_FILE
+    if not layout_file.is_file():
+        raise StateError(f"{checkpoint} has no {LAYOUT_FILE}: it is not the checkpoint of a feature job")
+    layout = json.loads(layout_file.read_text())
+    return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch)
+
+
+def window_name(window_ms: int) -> str:
+    """A window's length as people say it: ``1 h``, ``30 d``."""
+    return f"{window_ms // DAY_MS} d" if window_ms % DAY_MS == 0 else f"{window_ms / HOUR_MS:g} h"
+
+
+def _cents_to_amount(cents: np.ndarray) -> np.ndarray:
+    return np.asarray(cents, dtype=np.int64) / 100
+
+
+# --- cards ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CardView:
+    """What the job holds for one card at its last committed micro-batch."""
+
+    card_id: str
+    job: JobState
+    bucket: int
+    #: The card bucket's own frontier: its released transactions are before it, its waiting events at or
+    #: after it. The batch's frontier, but after a final batch, which moves it past every event it released.
+    bucket_frontier_ms: int | None
+    #: The released transactions and the events waiting for the frontier (``EVENT_COLUMNS``), in event-time
+    #: order; a released transaction's terminal is not kept (None).
+    events: pd.DataFrame
+    #: ``features.core.card_windows`` at ``at_ms``, with each window's name (``window``: ``1 h``, ``7 d``).
+    windows: pd.DataFrame
+
+    @property
+    def at_ms(self) -> int | None:
+        """Where the windows end: the bucket's frontier (the batch's when the bucket has none)."""
+        return self.bucket_frontier_ms if self.bucket_frontier_ms is not None else self.job.frontier_ms
+
+    def as_json(self) -> dict[str, Any]:
+        """The view as JSON values (amounts in currency units, times in UTC ms)."""
+        return {
+            "card_id": self.card_id,
+            "checkpoint": str(self.job.checkpoint),
+            "batch_id": self.job.batch.batch_id,
+            "frontier_ms": self.job.frontier_ms,
+            "final": self.job.final,
+            "card_bucket": self.bucket,
+            "card_buckets": self.job.layout.get("card_buckets"),
+            "bucket_frontier_ms": self.bucket_frontier_ms,
+            "windows_end_ms": self.at_ms,
+            "windows": [
+                {
+                    "window": row["window"],
+                    "window_ms": int(row["window_ms"]),
+                    "feature": row["count_column"],
+                    "nb_tx": int(row["nb_tx"]),
+                    "amount_sum": int(row["amount_cents"]) / 100,
+                    "avg_amount": None if np.isnan(row["avg_amount"]) else float(row["avg_amount"]),
+                }
+                for row in self.windows.to_dict("records")
+            ],
+            "events": [
+                {name: _plain(value) for name, value in row.items()} for row in self.events.to_dict("records")
+            ],
+        }
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value of a frame cell: numpy scalars as Python ones, missing values as None."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def card_view(
+    card_id: str, job: JobState, bucket: int, stored: dict[str, Any] | None, params: FeatureParams
+) -> CardView:
+    """The view of ``card_id`` from its bucket's stored value (history, pending, frontier; None: the bucket
+    has none).
+
+    Raises:
+        NothingHeldError: the bucket holds no transaction and no waiting event of the card.
+    """
+    history, pending, frontier = CardState.empty(), pd.DataFrame(columns=EVENT_COLUMNS), None
+    if stored is not None:
+        history = CardState.from_frame(from_blob(stored["history"]))
+        pending = from_blob(stored["pending"])
+        frontier = None if int(stored["frontier"]) <= NO_FRONTIER else int(stored["frontier"])
+    mine = history.card_id == card_id
+    released = pd.DataFrame(
+        {
+            KIND: TX,
+            C.TX_ID: history.tx_id[mine],
+            EVENT_TIME_MS: history.event_time_ms[mine],
+            C.AMOUNT: _cents_to_amount(history.amount_cents[mine]),
+            C.TERMINAL_ID: None,
+            KNOWN_AT_MS: None,
+            WAITING: False,
+        },
+        columns=EVENT_COLUMNS,
+    )
+    waiting = (
+        pending[(pending[C.CARD_ID] == card_id) & pending[KIND].isin([TX, LABEL])]
+        if len(pending)
+        else pending
+    )
+    waiting = waiting.assign(**{WAITING: True})[EVENT_COLUMNS]
+    if not len(released) and not len(waiting):
+        buckets = job.layout.get("card_buckets")
+        raise NothingHeldError(
+            f"the feature job holds nothing for card {card_id} at batch {job.batch.batch_id} (card bucket "
+            f"{bucket} of {buckets}): no transaction of it within its windows, nor one waiting"
+        )
+    events = pd.concat([frame for frame in (released, waiting) if len(frame)], ignore_index=True)
+    events = events.sort_values([EVENT_TIME_MS, C.TX_ID], kind="stable", ignore_index=True)
+    at = frontier if frontier is not None else job.frontier_ms
+    windows = card_windows(history, card_id, at if at is not None else NO_FRONTIER, params)
+    windows.insert(0, "window", [window_name(int(ms)) for ms in windows["window_ms"]])
+    return CardView(card_id, job, bucket, frontier, events, windows)
+
+
+def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
+    """What the job holds for ``card_id``, read from its card bucket's state (Spark's state data source)."""
+    bucket = card_bucket(card_id, job.layout["card_buckets"])
+    with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
+        stored = reader.value_state(CARD_STATE_VAR, KEY, [bucket]).get(bucket)
+    return card_view(card_id, job, bucket, stored, params)
+
+
+# --- terminals --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TerminalView:
+    """What the job holds for one terminal at its last committed micro-batch."""
+
+    terminal_id: str
+    job: JobState
+    bucket: int
+    #: Event times of the terminal's kept transactions, oldest first.
+    transaction_times_ms: np.ndarray
+    #: Its kept labels, one per tx id (``features.definitions.LABEL_COLUMNS`` but the terminal).
+    labels: pd.DataFrame
+    #: The terminal features of a transaction of the terminal at the frontier: one row per window with
+    #: ``window`` (its name), ``window_ms``, ``nb_tx`` and ``risk`` (empty without a frontier).
+    windows: pd.DataFrame
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "terminal_id": self.terminal_id,
+            "checkpoint": str(self.job.checkpoint),
+            "batch_id": self.job.batch.batch_id,
+            "frontier_ms": self.job.frontier_ms,
+            "final": self.job.final,
+            "terminal_bucket": self.bucket,
+            "terminal_buckets": self.job.layout.get("terminal_buckets"),
+            "transaction_times_ms": [int(t) for t in self.transaction_times_ms],
+            "labels": [
+                {name: _plain(value) for name, value in row.items()} for row in self.labels.to_dict("records")
+            ],
+            "windows": [
+                {
+                    "window": row["window"],
+                    "window_ms": int(row["window_ms"]),
+                    "nb_tx": int(row["nb_tx"]),
+                    "risk": float(row["risk"]),
+                }
+                for row in self.windows.to_dict("records")
+            ],
+        }
+
+
+def terminal_windows(
+    state: TerminalState, terminal_id: str, at_ms: int, params: FeatureParams
+) -> pd.DataFrame:
+    """The terminal features a transaction of ``terminal_id`` at ``at_ms`` gets from ``state``
+    (``terminal_step``; its windows end a label delay before it, so it does not count itself)."""
+    probe = pd.DataFrame({C.TX_ID: [-1], C.TERMINAL_ID: [terminal_id], EVENT_TIME_MS: [at_ms]})
+    _, features = terminal_step(state, probe, None, params)
+    return pd.DataFrame(
+        {
+            "window": [window_name(ms) for ms in params.windows_ms],
+            "window_ms": list(params.windows_ms),
+            "nb_tx": [int(features[terminal_nb_tx_column(days)].iloc[0]) for days in params.window_days],
+            "risk": [float(features[terminal_risk_column(days)].iloc[0]) for days in params.window_days],
+        }
+    )
+
+
+def terminal_view(
+    terminal_id: str, job: JobState, bucket: int, stored: dict[str, Any] | None, params: FeatureParams
+) -> TerminalView:
+    """The view of ``terminal_id`` from its bucket's stored value (transactions, labels; None: none).
+
+    Raises:
+        NothingHeldError: the bucket holds no transaction and no label of the terminal.
+    """
+    state = TerminalState.empty()
+    if stored is not None:
+        state = TerminalState.from_frames(from_blob(stored["transactions"]), from_blob(stored["labels"]))
+    tx = state.terminal_id == terminal_id
+    lab = state.label_terminal_id == terminal_id
+    mine = TerminalState(
+        state.terminal_id[tx],
+        state.event_time_ms[tx],
+        state.label_terminal_id[lab],
+        state.label_tx_id[lab],
+        state.label_tx_time_ms[lab],
+        state.label_known_at_ms[lab],
+        state.label_is_fraud[lab],
+    )
+    if not len(mine):
+        buckets = job.layout.get("terminal_buckets")
+        raise NothingHeldError(
+            f"the feature job holds nothing for terminal {terminal_id} at batch {job.batch.batch_id} "
+            f"(terminal bucket {bucket} of {buckets}): no transaction or label of it within its windows"
+        )
+    _, labels = mine.to_frames()
+    labels = labels.drop(columns=C.TERMINAL_ID).sort_values([KNOWN_AT_MS, C.TX_ID], ignore_index=True)
+    at = job.frontier_ms
+    windows = (
+        terminal_windows(mine, terminal_id, at, params)
+        if at is not None
+        else pd.DataFrame(columns=["window", "window_ms", "nb_tx", "risk"])
+    )
+    return TerminalView(
+        terminal_id,
+        job,
+        bucket,
+        np.sort(mine.event_time_ms),
+        labels[[C.TX_ID, TX_TIME_MS, KNOWN_AT_MS, C.IS_FRAUD]],
+        windows,
+    )
+
+
+def read_terminal(
+    spark: SparkSession, job: JobState, terminal_id: str, params: FeatureParams
+) -> TerminalView:
+    """What the job holds for ``terminal_id``, read from its terminal bucket's state."""
+    bucket = int(terminal_buckets(pd.Series([terminal_id]), job.layout["terminal_buckets"])[0])
+    with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
+        stored = reader.value_state(TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
+    return terminal_view(terminal_id, job, bucket, stored, params)
