@@ -31,6 +31,7 @@ from fraud.commands.models import app as models_app
 from fraud.commands.models import train_command
 from fraud.commands.score import app as score_app
 from fraud.commands.score import pipeline_app
+from fraud.commands.state import app as state_app
 from fraud.commands.status import status
 from fraud.console import err_console
 from fraud.demo import demo_command
@@ -49,6 +50,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(score_app, name="score")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(ab_app, name="ab")
+app.add_typer(state_app, name="state")
 app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(status)

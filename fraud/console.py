@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import typer
 from rich.console import Console
@@ -95,6 +96,11 @@ def dead_letter_table(summary: DeadLetterSummary) -> Table:
         example = summary.examples[reason]
         table.add_row(reason, f"{count:,}", re.sub(r"[^:]*/", "", example.source), example.detail)
     return table
+
+
+def format_ms(ms: int) -> str:
+    """An event time in UTC milliseconds as ``YYYY-MM-DD HH:MM:SS`` (UTC)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def fmt_metric(value: float | None, digits: int = 3) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -21,17 +20,13 @@ from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
-from fraud.console import console, err_console, settings_of
+from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import PrefixOption, parse_time
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
 from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
-
-
-def _format_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[Message]:
@@ -75,7 +70,7 @@ def _parse_alert(message: Message) -> AlertRecord | None:
 
 def _alert_line(alert: AlertRecord) -> str:
     return (
-        f"{_format_ms(alert.event_time_ms)}  tx {alert.tx_id}  card {alert.card_id}  "
+        f"{format_ms(alert.event_time_ms)}  tx {alert.tx_id}  card {alert.card_id}  "
         f"terminal {alert.terminal_id}  amount {alert.amount:,.2f}  "
         f"score {alert.score:.3f} >= {alert.threshold:.3f}  {alert.model_name} v{alert.model_version}"
         + (f"  [{', '.join(alert.top_features)}]" if alert.top_features else "")
@@ -97,7 +92,7 @@ def _alerts_table(alerts: list[AlertRecord], title: str) -> Table:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for a in alerts:
         table.add_row(
-            _format_ms(a.event_time_ms),
+            format_ms(a.event_time_ms),
             str(a.tx_id),
             a.card_id,
             a.terminal_id,
@@ -163,7 +158,7 @@ def get_command(
     table.add_column("field")
     table.add_column("value", overflow="fold")
     for name, value in alert.model_dump(exclude={"features", "top_features"}).items():
-        shown = _format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
+        shown = format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
         table.add_row(name, shown)
     table.add_row("top_features", ", ".join(alert.top_features) or "-")
     console.print(table)
@@ -199,7 +194,7 @@ def card_command(
         console.print("No features stored.")
     else:
         title = (
-            f"Latest features: tx {features['tx_id']} at {_format_ms(features['event_time_ms'])} UTC, "
+            f"Latest features: tx {features['tx_id']} at {format_ms(features['event_time_ms'])} UTC, "
             f"terminal {features['terminal_id']}, amount {features['amount']}"
         )
         console.print(_values_table(title, features["values"]))
@@ -209,7 +204,7 @@ def card_command(
     else:
         console.print(
             f"Latest score: {score.score:.3f} (threshold {score.threshold:.3f}, {score.model_name} "
-            f"v{score.model_version}) for tx {score.tx_id} at {_format_ms(score.event_time_ms)} UTC"
+            f"v{score.model_version}) for tx {score.tx_id} at {format_ms(score.event_time_ms)} UTC"
             + ("  [bold red]ALERT[/bold red]" if score.alert else "")
         )
     console.print(_alerts_table(summary["alerts"], f"Alerts: {len(summary['alerts'])} shown"))
