@@ -92,6 +92,15 @@ class JobState:
         """Whether the batch was the last of an ``--once`` run, which released every event held."""
         return bool(self._source.get("final", False))
 
+    def as_json(self) -> dict[str, Any]:
+        """Where the state was read and what it reflects, as JSON values."""
+        return {
+            "checkpoint": str(self.checkpoint),
+            "batch_id": self.batch.batch_id,
+            "frontier_ms": self.frontier_ms,
+            "final": self.final,
+        }
+
 
 def open_job_state(checkpoint: Path) -> JobState:
     """The feature job's state at ``checkpoint``, without reading the state itself (no Spark).
@@ -147,10 +156,7 @@ class CardView:
         """The view as JSON values (amounts in currency units, times in UTC ms)."""
         return {
             "card_id": self.card_id,
-            "checkpoint": str(self.job.checkpoint),
-            "batch_id": self.job.batch.batch_id,
-            "frontier_ms": self.job.frontier_ms,
-            "final": self.job.final,
+            **self.job.as_json(),
             "card_bucket": self.bucket,
             "card_buckets": self.job.layout.get("card_buckets"),
             "bucket_frontier_ms": self.bucket_frontier_ms,
@@ -255,10 +261,7 @@ class TerminalView:
     def as_json(self) -> dict[str, Any]:
         return {
             "terminal_id": self.terminal_id,
-            "checkpoint": str(self.job.checkpoint),
-            "batch_id": self.job.batch.batch_id,
-            "frontier_ms": self.job.frontier_ms,
-            "final": self.job.final,
+            **self.job.as_json(),
             "terminal_bucket": self.bucket,
             "terminal_buckets": self.job.layout.get("terminal_buckets"),
             "transaction_times_ms": [int(t) for t in self.transaction_times_ms],

@@ -9,6 +9,8 @@ cores belong to the job).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,7 +21,6 @@ from rich.table import Table
 
 from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
-from contracts.settings import Settings
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import FeatureDelayOption, NamespaceOption, checkpoint_dir, feature_params
 
@@ -54,28 +55,39 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 LimitOption = Annotated[int, typer.Option(min=1, help="Show at most this many events, the newest.")]
 
 
-def _job_state(
-    settings: Settings, job: StatefulJob, namespace: str, checkpoint: Path | None, savepoint: Path | None
-) -> JobState:
+@dataclass(frozen=True)
+class Where:
+    """Which state a command reads (its options)."""
+
+    job: StatefulJob
+    namespace: str
+    checkpoint: Path | None
+    savepoint: Path | None
+    feature_delay_days: float
+
+
+def _view(ctx: typer.Context, where: Where, name: str, read: Callable[..., Any]) -> Any:
+    """``read(spark, job_state, name, params)`` of the state ``where`` names, in a local Spark session of
+    this command (stopped after it). The checkpoint is found before Spark starts."""
     from features.inspect import open_job_state  # heavy: PySpark, imported only when the state is read
-
-    if checkpoint is not None and savepoint is not None:
-        raise typer.BadParameter("give --checkpoint or --savepoint, not both", param_hint="--savepoint")
-    return open_job_state(
-        savepoint.resolve() if savepoint else checkpoint_dir(settings, checkpoint, job, namespace)
-    )
-
-
-def _read(settings: Settings, read: Any) -> Any:
-    """``read(spark)`` in a local Spark session of this command, stopped after it."""
     from infra.spark import spark_session
 
+    if where.checkpoint is not None and where.savepoint is not None:
+        raise typer.BadParameter("give --checkpoint or --savepoint, not both", param_hint="--savepoint")
+    settings = settings_of(ctx)
+    directory = (
+        where.savepoint.resolve()
+        if where.savepoint
+        else checkpoint_dir(settings, where.checkpoint, where.job, where.namespace)
+    )
+    state = open_job_state(directory)
+    params = feature_params(where.feature_delay_days)
     with err_console.status("Reading the state (starting Spark)..."):
         spark = spark_session(
             settings.model_copy(update={"spark_master": "local[2]"}), app_name="fraud-state"
         )
         try:
-            return read(spark)
+            return read(spark, state, name, params)
         finally:
             spark.stop()
 
@@ -198,12 +210,11 @@ def card_command(
     sums and means at the event-time frontier, as of the last committed micro-batch."""
     if not re.match(CARD_TOKEN_PATTERN, card_id):
         raise typer.BadParameter("a card token is 32 lower-case hex digits", param_hint="CARD_ID")
-    settings = settings_of(ctx)
-    state = _job_state(settings, job, namespace, checkpoint, savepoint)
-    params = feature_params(feature_delay_days)
     from features.inspect import read_card
 
-    view: CardView = _read(settings, lambda spark: read_card(spark, state, card_id, params))
+    view: CardView = _view(
+        ctx, Where(job, namespace, checkpoint, savepoint, feature_delay_days), card_id, read_card
+    )
     if as_json:
         _print_json(view.as_json())
     else:
@@ -225,12 +236,11 @@ def terminal_command(
     a transaction at the event-time frontier would get, as of the last committed micro-batch."""
     if not terminal_id.strip():
         raise ConfigError("a terminal id is not empty")
-    settings = settings_of(ctx)
-    state = _job_state(settings, job, namespace, checkpoint, savepoint)
-    params = feature_params(feature_delay_days)
     from features.inspect import read_terminal
 
-    view: TerminalView = _read(settings, lambda spark: read_terminal(spark, state, terminal_id, params))
+    view: TerminalView = _view(
+        ctx, Where(job, namespace, checkpoint, savepoint, feature_delay_days), terminal_id, read_terminal
+    )
     if as_json:
         _print_json(view.as_json())
     else:
