@@ -221,7 +221,7 @@ def card_view(
     if not len(released) and not len(waiting):
         buckets = job.layout.get("card_buckets")
         raise NothingHeldError(
-            f"the feature job holds nothing for card {card_id} at batch {job.batch.batch_id} (card bucket "
+            f"the state holds nothing for card {card_id} at batch {job.batch.batch_id} (card bucket "
             f"{bucket} of {buckets}): no transaction of it within its windows, nor one waiting"
         )
     events = pd.concat([frame for frame in (released, waiting) if len(frame)], ignore_index=True)
@@ -322,7 +322,7 @@ def terminal_view(
     if not len(mine):
         buckets = job.layout.get("terminal_buckets")
         raise NothingHeldError(
-            f"the feature job holds nothing for terminal {terminal_id} at batch {job.batch.batch_id} "
+            f"the state holds nothing for terminal {terminal_id} at batch {job.batch.batch_id} "
             f"(terminal bucket {bucket} of {buckets}): no transaction or label of it within its windows"
         )
     _, labels = mine.to_frames()
