@@ -40,6 +40,13 @@ CASES = {
     "unreachable Kafka": (unreachable_services(), ["topics", "list"], 3, "Kafka did not answer"),
     "unreachable Redis": (unreachable_services(), ["alerts", "get", "5"], 3, "Redis"),
     "unreachable MLflow": (unreachable_services(), ["models", "list"], 3, "MLflow at http://127.0.0.1"),
+    "no checkpoint to read the state of": ({}, ["state", "card", "ab" * 16], 4, "no checkpoint at"),
+    "a checkpoint and a savepoint": (
+        {},
+        ["state", "terminal", "7", "--checkpoint", "a", "--savepoint", "b"],
+        2,
+        "--checkpoint or --savepoint, not both",
+    ),
 }
 
 
