@@ -45,7 +45,7 @@ def test_the_copier_follows_the_log_from_where_it_stood(tmp_path: Path) -> None:
 
 
 def test_a_marked_line_is_logged_again_by_its_logger_at_its_level(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG):
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="infra"):
         relog("INFO infra.kafka_source.reader transactions/0 offsets 0..9: skipped 2 copies")
         relog("not a level line")
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
