@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fraud import savepoints
 from fraud.console import console, settings_of
-from fraud.options import JobName, NamespaceOption, checkpoint_dir
+from fraud.options import JobName, check_namespace, checkpoint_dir
 
 app = typer.Typer(
     help="Savepoints: a job's state, source offsets and event-time frontier at a committed micro-batch; "
@@ -21,6 +21,14 @@ app = typer.Typer(
 )
 
 SavepointArgument = Annotated[Path, typer.Argument(help="The savepoint's directory.")]
+JobNamespaceOption = Annotated[
+    str,
+    typer.Option(
+        "--namespace",
+        callback=check_namespace,
+        help="The namespace the job runs in (as its run command's --namespace). Default: the live pipeline.",
+    ),
+]
 
 
 @app.command("create")
@@ -35,7 +43,7 @@ def create_command(
             "(default: FRAUD_HOME/savepoints/[<namespace>.]<job>-<UTC time>).",
         ),
     ] = None,
-    namespace: NamespaceOption = "",
+    namespace: JobNamespaceOption = "",
     checkpoint: Annotated[
         Path | None,
         typer.Option(
