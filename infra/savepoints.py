@@ -21,9 +21,10 @@ copied too, except its sinks' ids (a query started from the copy is a new writer
 ``infra.kafka_sink.config.checkpoint_sink_id``), and its per-batch records lose the in-flight batches'
 values (``infra.checkpoints.per_batch_until``).
 
-The operator metadata names its schema files by absolute path: :func:`restore` copies a copy into a new
-checkpoint directory and points those paths at the new directory's own files, so the restored checkpoint
-needs nothing of the one it was taken from (which may be gone, or on another machine).
+The operator metadata names its schema files by absolute path: a copy points them at its own files (a
+state reader can read it where it is), and :func:`restore` copies a copy into a new checkpoint directory
+and points them at that directory's files, so the restored checkpoint needs nothing of the one it was taken
+from, nor of the copy (either may be gone, moved, or on another machine).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class IncompleteCopyError(StateError):
 
 @dataclass
 class Copied:
-    """What :func:`copy_committed` copied: up to which batch, how many files and bytes."""
+    """What :func:`copy_committed` copied: up to which batch; the files and bytes of the copy."""
 
     batch: int
     files: int = 0
@@ -160,15 +161,15 @@ def copy_committed(checkpoint: Path, to: Path, left_out: tuple[str, ...] = ()) -
                 target.write_text(content)
         except FileNotFoundError:
             copied.vanished.append(str(relative))
-            continue
-        copied.files += 1
-        copied.bytes += target.stat().st_size
     missing = missing_state(to / QUERY_DIR, batch)
     if missing:
         raise IncompleteCopyError(
             f"the copy of {checkpoint} at batch {batch} lacks state ({'; '.join(missing[:3])}): its query "
             "removed files while they were copied; take it again"
         )
+    relocate_schemas(to / QUERY_DIR, to.resolve() / QUERY_DIR)  # readable where it is, as a checkpoint
+    sizes = [path.stat().st_size for path in _files(to)]
+    copied.files, copied.bytes = len(sizes), sum(sizes)
     return copied
 
 

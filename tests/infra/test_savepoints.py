@@ -85,13 +85,18 @@ def test_a_copy_holds_the_committed_batches_and_nothing_of_the_one_in_flight(tmp
             for name in ("6.changelog", ".6.changelog.crc", ".7.changelog.0e7a.tmp")
         ),
     }
-    assert left_out == in_flight | {"fraud-sink-features.id", "scored-at.tmp"}
+    # The copy's operator metadata names its own schema files: their checksums go.
+    relocated = {f"query/state/{op}/_metadata/v2/.0.crc" for op in (0, 1)}
+    assert left_out == in_flight | relocated | {"fraud-sink-features.id", "scored-at.tmp"}
     assert files(copy) >= {"query/commits/4", "query/offsets/4", "query/state/0/1/5.changelog", "layout.json"}
     # The per-batch records lose the batch in flight; the others are copied as they are.
     assert json.loads((copy / "model-versions.json").read_text()) == {str(b): 1 for b in range(5)}
     for name in ("pinned.json", "layout.json", "feature-specs.json"):
         assert (copy / name).read_text() == (checkpoint / name).read_text()
     assert last_committed(copy / QUERY_DIR) == 4
+    assert schema_paths(copy / QUERY_DIR / "state/0/_metadata/v2/0") == [
+        f"file:{(copy / QUERY_DIR / 'state/0/_stateSchema/default' / SCHEMA).resolve()}"
+    ]
     assert read_offsets(copy / QUERY_DIR, 4) == [end_offset(4)]
 
 
@@ -103,6 +108,7 @@ def test_a_checkpoint_between_batches_is_copied_whole_but_the_sink_id(tmp_path: 
         "pinned.json",
         "scored-at.tmp",
         *(f"query/state/{op}/{p}/.5.changelog.0e7a.tmp" for op in (0, 1) for p in (0, 1)),
+        *(f"query/state/{op}/_metadata/v2/.0.crc" for op in (0, 1)),
     }
 
 
@@ -141,14 +147,23 @@ def test_a_restored_copy_reads_its_own_schemas_and_nothing_of_the_original(tmp_p
     assert (target / "restored-from.json").read_text() == '{"id": "x"}'
     assert not list(target.parent.glob(".*restoring"))
     metadata = target / QUERY_DIR / "state/1/_metadata/v2/0"
-    version, _, body = metadata.read_text().partition("\n")
-    paths = json.loads(body)["stateStoreInfo"][0]["stateSchemaFilePaths"]
-    assert version == "v2"
-    assert paths == [f"file:{(target / QUERY_DIR / 'state/1/_stateSchema/default' / SCHEMA).resolve()}"]
+    assert metadata.read_text().startswith("v2\n")
+    assert schema_paths(metadata) == [
+        f"file:{(target / QUERY_DIR / 'state/1/_stateSchema/default' / SCHEMA).resolve()}"
+    ]
     assert not metadata.with_name(".0.crc").exists(), "a stale checksum would fail the read"
     for path in target.rglob("*"):
         if path.is_file():
-            assert str(checkpoint) not in path.read_bytes().decode(errors="replace"), path
+            text = path.read_bytes().decode(errors="replace")
+            assert str(checkpoint) not in text and str(tmp_path / "savepoint") not in text, path
+
+
+def schema_paths(metadata: Path) -> list[str]:
+    """The state schema paths an operator metadata file (``_metadata/v2/<batch>``) names."""
+    paths: list[str] = json.loads(metadata.read_text().partition("\n")[2])["stateStoreInfo"][0][
+        "stateSchemaFilePaths"
+    ]
+    return paths
 
 
 def test_a_restore_needs_an_empty_directory(tmp_path: Path) -> None:
