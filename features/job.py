@@ -26,6 +26,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
 from contracts.settings import Topics
+from features.compat import bind_specs
 from features.core import CardState, TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
@@ -33,7 +34,7 @@ from features.records import kafka_records
 from features.rows import CARD_BUCKET, FEATURES, KIND, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.transport import KEY, PACKED_FIELDS, from_blob, pack, pack_frame, to_blob, unpack
-from infra.checkpoints import bind_layout
+from infra.checkpoints import bind_layout, query_location
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
@@ -258,13 +259,17 @@ class LatestFeaturesToRedis:
         self.redis.write(lambda client: set_latest(client, rows, self.redis.retention_s))
 
 
+def layout_of(config: FeatureJobConfig) -> dict[str, int]:
+    """What routes the job's events to its state: its bucket counts (``infra.checkpoints``)."""
+    return {"card_buckets": config.card_buckets, "terminal_buckets": config.terminal_buckets}
+
+
 def prepare_checkpoint(config: FeatureJobConfig) -> None:
-    """Bind the checkpoint to the job's bucket counts (refuses one made with others)."""
+    """Bind the checkpoint to the job's bucket counts and feature specs (refuses one made with others)."""
     bind_layout(
-        config.checkpoint,
-        {"card_buckets": config.card_buckets, "terminal_buckets": config.terminal_buckets},
-        made_before_layouts={"card_buckets": 16, "terminal_buckets": 16},
+        config.checkpoint, layout_of(config), made_before_layouts={"card_buckets": 16, "terminal_buckets": 16}
     )
+    bind_specs(config.checkpoint, config.params.specs)
 
 
 def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:
@@ -285,7 +290,7 @@ def start_feature_job(
     prepare_checkpoint(config)
     writer = (
         write_stream(feature_stream(spark, config), feature_sink(config))
-        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"features-{config.topics.features}")
     )
     return start_stream(writer, once, trigger_interval_s)

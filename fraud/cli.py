@@ -29,6 +29,7 @@ from fraud.commands.features import app as features_app
 from fraud.commands.ingest import ingest_command, simulate_command
 from fraud.commands.models import app as models_app
 from fraud.commands.models import train_command
+from fraud.commands.savepoint import app as savepoint_app
 from fraud.commands.score import app as score_app
 from fraud.commands.score import pipeline_app
 from fraud.commands.state import app as state_app
@@ -51,6 +52,7 @@ app.add_typer(score_app, name="score")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(ab_app, name="ab")
 app.add_typer(state_app, name="state")
+app.add_typer(savepoint_app, name="savepoint")
 app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(status)

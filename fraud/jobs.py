@@ -17,8 +17,9 @@ from contracts.settings import Settings, Topics, redis_prefix
 from features import job as feature_job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from fraud import savepoints
 from fraud.console import console, summary_table
-from fraud.options import DEFAULT_MAX_RECORDS
+from fraud.options import DEFAULT_MAX_RECORDS, JobName
 from fraud.progress import QueryReport, watch_query
 from fraud.running import registered, this_job
 from infra.clients import Clients, create_project_topics
@@ -31,7 +32,7 @@ from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 
 #: The jobs' names: their metrics' ``job`` label, Redis writer, observer group and Spark application.
-FEATURES, SCORING, PIPELINE = "features", "scoring", "pipeline"
+FEATURES, SCORING, PIPELINE = JobName.FEATURES.value, JobName.SCORING.value, JobName.PIPELINE.value
 #: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
 SPARK_PRELOAD = (feature_job.__name__,)
 
@@ -195,13 +196,43 @@ def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMet
     return JobMetrics(job, watch=watch, redis_failures=redis.write_failures)
 
 
+def start_from_savepoint(config: JobConfig, path: Path) -> None:
+    """Make the job's checkpoint (new and empty) a copy of the savepoint at ``path`` once it is found to fit
+    the job, or resume the copy that an earlier start from the same savepoint made (``fraud.savepoints``).
+
+    Raises:
+        StateError: the savepoint does not fit the job, or the checkpoint holds another state.
+    """
+    job, _ = describe(config)
+    inputs: tuple[str, ...]
+    if isinstance(config, ScoringJobConfig):
+        layout, specs, inputs = None, None, (config.topics.features,)
+    else:
+        features = config if isinstance(config, FeatureJobConfig) else config.features
+        layout, specs = feature_job.layout_of(features), features.params.specs
+        inputs = (features.topics.transactions, features.topics.labels)
+    savepoint, copied = savepoints.start_from(path, config.checkpoint, job, layout, specs, inputs)
+    where = f"savepoint {path} (batch {savepoint.batch}, frontier {savepoints.iso_ms(savepoint.frontier_ms)})"
+    if copied:
+        console.print(f"Starting from {where} in checkpoint {config.checkpoint}.")
+    else:
+        console.print(f"Resuming checkpoint {config.checkpoint}, started from {where}.")
+
+
 def run_job(
-    settings: Settings, config: JobConfig, once: bool, trigger_interval_s: float, namespace: str = ""
+    settings: Settings,
+    config: JobConfig,
+    once: bool,
+    trigger_interval_s: float,
+    namespace: str = "",
+    from_savepoint: Path | None = None,
 ) -> QueryReport:
     """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
     there; a bar shows how far), stop Spark, and print a summary. The job serves its metrics
     (``FRAUD_METRICS_PORT``, else a free port of ``FRAUD_METRICS_HOST``) and is listed for ``fraud status``
-    while it runs."""
+    while it runs. With ``from_savepoint``, the job starts from that savepoint (``start_from_savepoint``)."""
+    if from_savepoint is not None:
+        start_from_savepoint(config, from_savepoint)
     job, what = describe(config)
     metrics = job_metrics(settings, config, namespace)
     try:

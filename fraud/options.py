@@ -17,6 +17,15 @@ from models.registry import ALIASES
 #: Records per micro-batch unless a command says otherwise (admission control).
 DEFAULT_MAX_RECORDS = 100_000
 
+
+class JobName(StrEnum):
+    """The streaming jobs: their run commands' names, checkpoints' and metrics' ``job`` label."""
+
+    FEATURES = "features"
+    SCORING = "scoring"
+    PIPELINE = "pipeline"
+
+
 FeatureDelayOption = Annotated[
     float,
     typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),
@@ -124,6 +133,19 @@ ToOption = Annotated[
     str | None,
     typer.Option("--to", help="Stop before the records of this event time (then the run ends: a replay)."),
 ]
+FromSavepointOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Start from this savepoint (`fraud savepoint create`): its state, offsets and frontier are "
+        "copied into the job's checkpoint, which must be new (or a start from the same savepoint).",
+    ),
+]
+
+
+def check_start(from_time: str | None, from_savepoint: Path | None) -> None:
+    """``--from`` and ``--from-savepoint`` both say where a job starts: one at most."""
+    if from_time is not None and from_savepoint is not None:
+        raise typer.BadParameter("--from and --from-savepoint both say where to start: give one")
 
 
 class FeatureSource(StrEnum):

@@ -25,6 +25,14 @@ from typing import Any
 from contracts.errors import StateError
 
 LAYOUT_FILE = "layout.json"
+#: Spark's own checkpoint of a job's query (offsets, commits, state), inside the job's checkpoint directory
+#: beside the job's files.
+QUERY_DIR = "query"
+
+
+def query_location(checkpoint: Path) -> Path:
+    """Where a job's query keeps Spark's checkpoint (its ``checkpointLocation``)."""
+    return checkpoint / QUERY_DIR
 
 
 class CheckpointLayoutError(StateError, ValueError):
@@ -86,7 +94,8 @@ class PerBatch:
     """A value per micro-batch id, kept in a JSON file of the checkpoint and recorded before the batch is
     written: a re-run of a batch (after a crash) gets the value its first run got.
 
-    Spark re-runs only its last micro-batch or so; the ``kept`` newest batch ids are remembered.
+    Spark re-runs only its last micro-batch or so; the ``kept`` newest batch ids are remembered. The file
+    is a JSON object whose keys are all batch ids, which is how :func:`per_batch_until` recognises it.
     """
 
     def __init__(self, path: Path, kept: int = 100) -> None:
@@ -107,3 +116,15 @@ class PerBatch:
         temporary.write_text(json.dumps(self.values))
         os.replace(temporary, self.path)
         return value
+
+
+def per_batch_until(text: str, last_batch: int) -> str | None:
+    """A :class:`PerBatch` file's content without the values of batches after ``last_batch`` (what a copy
+    of the checkpoint as it stood at that batch holds); None when ``text`` is not such a file's content."""
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(values, dict) or not values or not all(key.isdigit() for key in values):
+        return None
+    return json.dumps({key: value for key, value in values.items() if int(key) <= last_batch})

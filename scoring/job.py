@@ -49,7 +49,7 @@ from contracts.records import (
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
-from infra.checkpoints import PerBatch, pinned_layout
+from infra.checkpoints import PerBatch, pinned_layout, query_location
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
@@ -704,7 +704,7 @@ def start_scoring_job(
     writer = (
         feature_records(spark, config)
         .writeStream.foreachBatch(score_batch)
-        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"scoring-{config.topics.scores}")
     )
     return start_stream(writer, once, trigger_interval_s)

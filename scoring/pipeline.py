@@ -37,6 +37,7 @@ from features.job import (
     prepare_checkpoint,
 )
 from features.rows import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from infra.checkpoints import query_location
 from infra.kafka_sink.config import AfterCommitAll
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
@@ -169,7 +170,7 @@ def start_pipeline(
     writer = (
         feature_stream(spark, features)
         .writeStream.foreachBatch(write_batch)
-        .option("checkpointLocation", str(config.checkpoint / "query"))
+        .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"pipeline-{config.topics.features}")
     )
     return start_stream(writer, once, trigger_interval_s)

@@ -16,11 +16,13 @@ from fraud.options import (
     AllowedLatenessOption,
     FeatureDelayOption,
     FromOption,
+    FromSavepointOption,
     MaxRecordsOption,
     NamespaceOption,
     OnceOption,
     ToOption,
     TriggerIntervalOption,
+    check_start,
     checkpoint_dir,
     feature_params,
     time_range,
@@ -92,6 +94,7 @@ def run_command(
     namespace: NamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
+    from_savepoint: FromSavepointOption = None,
 ) -> None:
     """Run the streaming feature job: transactions and labels in; features to Kafka and Redis.
 
@@ -101,6 +104,7 @@ def run_command(
 
     settings = settings_of(ctx)
     start, end = time_range(from_time, to_time)
+    check_start(from_time, from_savepoint)
     config = jobs.feature_job_config(
         settings,
         settings.topics.in_namespace(namespace),
@@ -110,4 +114,4 @@ def run_command(
         jobs.Scope(namespace, start, end),
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)

@@ -14,6 +14,7 @@ from fraud.options import (
     AllowedLatenessOption,
     FeatureDelayOption,
     FromOption,
+    FromSavepointOption,
     MaxRecordsOption,
     ModelCheckOption,
     NamespaceOption,
@@ -21,6 +22,7 @@ from fraud.options import (
     ShadowOption,
     ToOption,
     TriggerIntervalOption,
+    check_start,
     checkpoint_dir,
     feature_params,
     time_range,
@@ -51,6 +53,7 @@ def run_command(
     from_time: FromOption = None,
     to_time: ToOption = None,
     shadow: ShadowOption = None,
+    from_savepoint: FromSavepointOption = None,
 ) -> None:
     """Run the streaming scoring job: feature records in; scores, alerts and Redis lookups out.
 
@@ -59,6 +62,7 @@ def run_command(
 
     settings = settings_of(ctx)
     start, end = time_range(from_time, to_time)
+    check_start(from_time, from_savepoint)
     config = jobs.scoring_job_config(
         settings,
         settings.topics.in_namespace(namespace),
@@ -70,7 +74,7 @@ def run_command(
         shadow,
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)
 
 
 @pipeline_app.command("run")
@@ -90,6 +94,7 @@ def pipeline_command(
     from_time: FromOption = None,
     to_time: ToOption = None,
     shadow: ShadowOption = None,
+    from_savepoint: FromSavepointOption = None,
 ) -> None:
     """Run features and scoring in one streaming query: transactions and labels in; features, scores,
     alerts to Kafka and Redis. --to ends the run there."""
@@ -97,6 +102,7 @@ def pipeline_command(
 
     settings = settings_of(ctx)
     start, end = time_range(from_time, to_time)
+    check_start(from_time, from_savepoint)
     config = jobs.pipeline_config(
         settings,
         settings.topics.in_namespace(namespace),
@@ -109,4 +115,4 @@ def pipeline_command(
         shadow,
     )
     once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace)
+    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)

@@ -141,14 +141,20 @@ class KafkaSinkConfig:
         }
 
 
+#: The files of a checkpoint that hold its sinks' ids (``checkpoint_sink_id``), as a glob pattern.
+SINK_ID_FILES = "fraud-sink-*.id"
+
+
 def checkpoint_sink_id(checkpoint: Path, name: str) -> str:
     """A sink id that lives and dies with a local checkpoint directory.
 
     The id (``name`` plus a random suffix) is kept in a file inside the checkpoint: restarts from the
     checkpoint reuse it, while a deleted and recreated checkpoint gets a new one, so its batch ids (which
-    start again at 0) never meet the old query's commit markers.
+    start again at 0) never meet the old query's commit markers. A checkpoint started from a savepoint
+    gets a new one as well (``infra.savepoints`` leaves the file out of its copies): the job it was taken
+    from may have written later batches under its id.
     """
-    path = checkpoint / f"fraud-sink-{name}.id"
+    path = checkpoint / SINK_ID_FILES.replace("*", name)
     if path.is_file():
         return path.read_text().strip()
     checkpoint.mkdir(parents=True, exist_ok=True)

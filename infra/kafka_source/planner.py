@@ -13,6 +13,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -238,6 +239,32 @@ def end_offset(
     if clock_ms is not None:
         end["clock"] = clock_ms
     return end
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the source stood at the end of a micro-batch (its end offset, as a checkpoint keeps it)."""
+
+    #: The next offset to read of each topic-partition (``topic/partition``).
+    offsets: dict[str, int]
+    #: The event-time frontier (None: before any event).
+    frontier_ms: int | None
+    #: The batch was the final one of an ``availableNow`` run: it released every event the job held.
+    final: bool
+
+    @property
+    def topics(self) -> set[str]:
+        return {parse_tp(name)[0] for name in self.offsets}
+
+
+def position(end: Mapping[str, Any]) -> Position:
+    """Where an end offset (``end_offset``) leaves the source."""
+    frontier = int(end.get("frontier", NO_FRONTIER))
+    return Position(
+        {name: int(offset) for name, offset in end.get("offsets", {}).items()},
+        None if frontier <= NO_FRONTIER else frontier,
+        bool(end.get("final", False)),
+    )
 
 
 def release_without_records(start: dict, available_now: bool, heartbeats: bool) -> bool:

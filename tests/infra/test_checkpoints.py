@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, pinned_layout
+from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, per_batch_until, pinned_layout
 
 LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 OLD = {"card_buckets": 16, "terminal_buckets": 16}
@@ -45,3 +46,9 @@ def test_a_pinned_layout_is_the_first_runs_whatever_a_restart_asks_for(tmp_path:
     assert pinned_layout(checkpoint, {"read_tasks": 8}) == {"read_tasks": 2}, "a restart on 8 cores"
     assert pinned_layout(checkpoint, {"read_tasks": 8, "extra": 1}) == {"read_tasks": 2, "extra": 1}
     assert pinned_layout(checkpoint, {"read_tasks": 1, "extra": 5}) == {"read_tasks": 2, "extra": 1}
+
+
+def test_per_batch_records_are_recognised_and_trimmed() -> None:
+    assert json.loads(per_batch_until('{"3": 1, "4": 2, "5": 2}', 4) or "") == {"3": 1, "4": 2}
+    for other in ('{"read_tasks": 2}', "{}", "[1, 2]", "not json", '{"1": 1, "x": 2}'):
+        assert per_batch_until(other, 4) is None

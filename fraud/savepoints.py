@@ -1,0 +1,249 @@
+"""Savepoints of the streaming jobs: a job's state, source offsets, event-time frontier and layout as one
+committed micro-batch left them, taken while the job runs; a job started from one continues from there.
+
+A savepoint is a directory: ``savepoint.json`` (what it holds, :class:`Savepoint`) and ``checkpoint/``, the
+job's checkpoint as it stood when its last committed micro-batch ended (``infra.savepoints``). It can live
+anywhere the job's Spark sees (a local directory, a mount the cluster shares) and be moved as a whole.
+
+A job starts from one in a new, empty checkpoint directory (``start_from``), which becomes the savepoint's
+copy once the savepoint is found to fit the job: the same job, the same layout (bucket counts), the same
+input topics and the same feature specs (``features.compat``). Its sink gets a new id: the job the
+savepoint was taken from may have written later batches, and may even still run. Run again with the same
+savepoint, a job resumes the checkpoint that its first start made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import ConfigError, NotFoundError, StateError
+from features.compat import check_specs, read_specs
+from features.definitions import FeatureSpec
+from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
+from infra.kafka_source.planner import Position, position
+from infra.savepoints import NothingCommittedError, copy_committed, read_offsets, restore
+
+#: What a savepoint holds, in its directory.
+SAVEPOINT_FILE = "savepoint.json"
+#: The copy of the job's checkpoint, in a savepoint's directory.
+CHECKPOINT_COPY = "checkpoint"
+#: Written in a checkpoint started from a savepoint: which one (a second start from it resumes instead).
+RESTORED_FILE = "restored-from.json"
+#: The version of ``savepoint.json``'s format.
+FORMAT = 1
+
+
+class SavepointMismatchError(StateError):
+    """A savepoint does not fit the job asked to start from it (another job, layout, input or features)."""
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """What a savepoint holds (``savepoint.json``)."""
+
+    #: Its directory (not stored: a savepoint can be moved).
+    path: Path = field(compare=False)
+    id: str
+    job: str
+    namespace: str
+    #: When it was taken, UTC ISO 8601.
+    created_at: str
+    #: The checkpoint directory it was taken from.
+    checkpoint: str
+    #: The last micro-batch committed when it was taken: a job started from it runs batch ``batch + 1`` next.
+    batch: int
+    #: The sources' end offsets of that batch, per ``topic/partition``: where the job reads on.
+    offsets: dict[str, int]
+    #: The event-time frontier at the end of that batch, UTC ms (None: no event yet).
+    frontier_ms: int | None
+    #: That batch was the last of an ``availableNow`` run (``--once``): it released every event held.
+    final: bool
+    #: What routes events to state (``layout.json``; empty for a job without keyed state).
+    layout: dict[str, int]
+    #: The feature specs its state was built for (``features.compat.spec_record``; None: no feature state).
+    features: dict[str, Any] | None
+    files: int
+    size_bytes: int
+    format: int = FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if name != "path"}
+
+    @property
+    def topics(self) -> set[str]:
+        """The topics the job read."""
+        return Position(self.offsets, self.frontier_ms, self.final).topics
+
+
+def default_location(home: Path, job: str, namespace: str = "", now: datetime | None = None) -> Path:
+    """``FRAUD_HOME/savepoints/[<namespace>.]<job>-<UTC time>``."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return home / "savepoints" / f"{namespace + '.' if namespace else ''}{job}-{stamp}"
+
+
+def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
+    """Take a savepoint of the job whose checkpoint is ``checkpoint`` into ``to`` (new, or empty).
+
+    Raises:
+        ConfigError: ``to`` holds files.
+        NotFoundError: there is no checkpoint of the job at ``checkpoint``.
+        StateError: the job has committed no micro-batch yet, or its checkpoint changed under the copy.
+    """
+    if to.exists() and (not to.is_dir() or any(to.iterdir())):
+        raise ConfigError(f"{to} is not an empty directory: a savepoint goes to a new one")
+    made = not to.exists()
+    to.mkdir(parents=True, exist_ok=True)
+    copy = to / CHECKPOINT_COPY
+    try:
+        try:
+            copied = copy_committed(checkpoint, copy, left_out=(RESTORED_FILE,))
+        except NotFoundError:
+            raise NotFoundError(
+                f"no checkpoint of the {job} job at {checkpoint} (--checkpoint and --namespace say where "
+                "the job keeps it)"
+            ) from None
+        except NothingCommittedError as exc:
+            raise NothingCommittedError(f"{exc}: the {job} job has nothing to save yet") from None
+        sources = [
+            position(end) for end in read_offsets(copy / QUERY_DIR, copied.batch) if isinstance(end, dict)
+        ]
+        frontiers = [source.frontier_ms for source in sources if source.frontier_ms is not None]
+        layout = copy / LAYOUT_FILE
+        savepoint = Savepoint(
+            path=to,
+            id=uuid.uuid4().hex,
+            job=job,
+            namespace=namespace,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            checkpoint=str(checkpoint),
+            batch=copied.batch,
+            offsets={name: o for source in sources for name, o in sorted(source.offsets.items())},
+            frontier_ms=min(frontiers, default=None),
+            final=bool(sources) and all(source.final for source in sources),
+            layout=json.loads(layout.read_text()) if layout.exists() else {},
+            features=read_specs(copy),
+            files=copied.files,
+            size_bytes=copied.bytes,
+        )
+        written = to / f".{SAVEPOINT_FILE}.tmp"
+        written.write_text(json.dumps(savepoint.to_json(), indent=1) + "\n")
+        written.replace(to / SAVEPOINT_FILE)  # last: a directory with it is a whole savepoint
+    except BaseException:
+        if made:
+            shutil.rmtree(to, ignore_errors=True)
+        else:
+            shutil.rmtree(copy, ignore_errors=True)
+        raise
+    return savepoint
+
+
+def read(path: Path) -> Savepoint:
+    """The savepoint in the directory ``path``.
+
+    Raises:
+        NotFoundError: nothing is at ``path``.
+        ConfigError: ``path`` is not a savepoint, or one of a newer format.
+    """
+    if not path.exists():
+        raise NotFoundError(f"no savepoint at {path}")
+    file = path / SAVEPOINT_FILE
+    if not file.is_file():
+        raise ConfigError(f"{path} is not a savepoint: it has no {SAVEPOINT_FILE}")
+    try:
+        values = json.loads(file.read_text())
+        if values.get("format", FORMAT) > FORMAT:
+            raise ConfigError(f"savepoint {path} has format {values['format']}, newer than this version's")
+        return Savepoint(path=path, **values)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{file} cannot be read as a savepoint: {exc}") from None
+
+
+def find(under: Path) -> list[Savepoint]:
+    """The savepoints in the directories under ``under`` (and ``under`` itself), oldest first."""
+    if not under.is_dir():
+        return []
+    places = [under, *sorted(p for p in under.iterdir() if p.is_dir())]
+    found = [read(place) for place in places if (place / SAVEPOINT_FILE).is_file()]
+    return sorted(found, key=lambda savepoint: savepoint.created_at)
+
+
+def delete(path: Path) -> Savepoint:
+    """Delete the savepoint at ``path`` (refused for a directory that is not one); the deleted savepoint."""
+    savepoint = read(path)
+    shutil.rmtree(path)
+    return savepoint
+
+
+def check_fits(
+    savepoint: Savepoint,
+    job: str,
+    layout: Mapping[str, int] | None,
+    specs: Sequence[FeatureSpec] | None,
+    inputs: Sequence[str],
+) -> None:
+    """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``) unless the job
+    ``job`` with ``layout`` (None: no keyed state), feature ``specs`` (None: none kept in state) and input
+    topics ``inputs`` can continue from ``savepoint``."""
+    where = f"savepoint {savepoint.path}"
+    if savepoint.job != job:
+        raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
+    if layout is not None and savepoint.layout != dict(layout):
+        raise SavepointMismatchError(
+            f"{where} holds state written with {savepoint.layout}, this run asks for {dict(layout)}: start "
+            "it with the savepoint's layout"
+        )
+    unread = sorted(savepoint.topics - set(inputs))
+    if unread:
+        raise SavepointMismatchError(
+            f"{where} read {', '.join(sorted(savepoint.topics))}; this job reads {', '.join(inputs)}: "
+            "check FRAUD_TOPICS__* (the savepoint's offsets are positions in its topics)"
+        )
+    if specs is not None:
+        if savepoint.features is None:
+            raise SavepointMismatchError(
+                f"{where} does not say which features its state was built for (its job ran a version "
+                "without that record): run that job once on its checkpoint, then take a savepoint again"
+            )
+        check_specs(savepoint.features, specs, where)
+
+
+def start_from(
+    path: Path,
+    checkpoint: Path,
+    job: str,
+    layout: Mapping[str, int] | None,
+    specs: Sequence[FeatureSpec] | None,
+    inputs: Sequence[str],
+) -> tuple[Savepoint, bool]:
+    """Make ``checkpoint`` a copy of the savepoint at ``path``, after checking that it fits the job
+    (:func:`check_fits`); the savepoint, and whether it was copied now (False: ``checkpoint`` is the copy
+    an earlier start from the same savepoint made, and the job resumes it).
+
+    Raises:
+        SavepointMismatchError: the savepoint does not fit the job, or ``checkpoint`` holds another state.
+    """
+    savepoint = read(path)
+    check_fits(savepoint, job, layout, specs, inputs)
+    if checkpoint.exists() and any(checkpoint.iterdir()):
+        marker = checkpoint / RESTORED_FILE
+        if marker.is_file() and json.loads(marker.read_text()).get("id") == savepoint.id:
+            return savepoint, False
+        raise SavepointMismatchError(
+            f"checkpoint {checkpoint} is not empty: a job starts from a savepoint in a new checkpoint "
+            "directory (give another --checkpoint or --namespace, or delete it)"
+        )
+    origin = {"id": savepoint.id, "savepoint": str(path.resolve()), "batch": savepoint.batch}
+    restore(path / CHECKPOINT_COPY, checkpoint, (RESTORED_FILE, json.dumps(origin) + "\n"))
+    return savepoint, True
+
+
+def iso_ms(ms: int | None) -> str:
+    """UTC ISO 8601 of epoch milliseconds ("-" for None)."""
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")

@@ -1,0 +1,144 @@
+"""Savepoints of the jobs: what a savepoint says it holds, where it goes, and which job can start from it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from contracts.errors import ConfigError, NotFoundError, StateError
+from features.compat import FeatureSpecsError
+from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
+from fraud import savepoints
+from fraud.savepoints import SavepointMismatchError
+from infra.checkpoints import QUERY_DIR
+from tests.support.checkpoints import LAYOUT, TOPICS, end_offset, spark_checkpoint
+
+SPECS = DEFAULT_PARAMS.specs
+
+
+@pytest.fixture
+def savepoint(tmp_path: Path) -> savepoints.Savepoint:
+    checkpoint = spark_checkpoint(tmp_path / "checkpoints" / "features", committed=4)
+    return savepoints.take("features", "", checkpoint, tmp_path / "savepoints" / "sp")
+
+
+def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
+    assert savepoint.batch == 4
+    assert savepoint.offsets == end_offset(4)["offsets"]
+    assert savepoint.frontier_ms == end_offset(4)["frontier"] and not savepoint.final
+    assert savepoint.layout == LAYOUT
+    assert savepoint.features is not None and len(savepoint.features["features"]) == len(SPECS)
+    assert savepoint.topics == set(TOPICS)
+    assert savepoint.checkpoint == str(tmp_path / "checkpoints" / "features")
+    assert datetime.fromisoformat(savepoint.created_at).tzinfo == UTC
+    stored = json.loads((savepoint.path / savepoints.SAVEPOINT_FILE).read_text())
+    assert "path" not in stored and stored["job"] == "features" and stored["format"] == savepoints.FORMAT
+    assert savepoints.read(savepoint.path) == savepoint
+    assert savepoints.find(savepoint.path.parent) == [savepoint] == savepoints.find(savepoint.path)
+    assert savepoints.find(tmp_path / "none") == []
+
+
+def test_the_default_place_names_the_job_and_the_time(tmp_path: Path) -> None:
+    now = datetime(2026, 11, 26, 9, 5, 7, tzinfo=UTC)
+    assert savepoints.default_location(tmp_path, "features", now=now) == (
+        tmp_path / "savepoints" / "features-20261126T090507Z"
+    )
+    assert (
+        savepoints.default_location(tmp_path, "pipeline", "replay", now).name
+        == "replay.pipeline-20261126T090507Z"
+    )
+
+
+def test_what_cannot_be_saved_or_read_is_told(tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match="no checkpoint of the scoring job at"):
+        savepoints.take("scoring", "", tmp_path / "missing", tmp_path / "sp")
+    assert not (tmp_path / "sp").exists(), "a failed savepoint leaves nothing behind"
+    (tmp_path / "new" / QUERY_DIR / "offsets").mkdir(parents=True)
+    (tmp_path / "sp").mkdir()
+    with pytest.raises(StateError, match="no committed micro-batch yet: the features job has nothing"):
+        savepoints.take("features", "", tmp_path / "new", tmp_path / "sp")
+    assert (tmp_path / "sp").is_dir() and not any((tmp_path / "sp").iterdir())
+    (tmp_path / "sp" / "notes").write_text("mine")
+    with pytest.raises(ConfigError, match="not an empty directory"):
+        savepoints.take("features", "", tmp_path / "new", tmp_path / "sp")
+    with pytest.raises(NotFoundError, match="no savepoint at"):
+        savepoints.read(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="is not a savepoint"):
+        savepoints.read(tmp_path / "sp")
+    with pytest.raises(ConfigError, match="is not a savepoint"):
+        savepoints.delete(tmp_path / "sp")
+    assert (tmp_path / "sp" / "notes").exists()
+
+
+def test_only_the_same_job_layout_inputs_and_features_fit(savepoint: savepoints.Savepoint) -> None:
+    savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, TOPICS)
+    with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
+        savepoints.check_fits(savepoint, "pipeline", LAYOUT, SPECS, TOPICS)
+    with pytest.raises(SavepointMismatchError, match=r"written with .*'card_buckets': 6.*'card_buckets': 12"):
+        savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, SPECS, TOPICS)
+    with pytest.raises(
+        SavepointMismatchError, match="read labels, transactions; this job reads tx2, labels2"
+    ):
+        savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, ("tx2", "labels2"))
+    with pytest.raises(
+        FeatureSpecsError, match=r"savepoint .* \(features missing from the state: card_nb_tx_2d"
+    ):
+        savepoints.check_fits(
+            savepoint, "features", LAYOUT, FeatureParams(window_days=(1, 2, 7, 30)).specs, TOPICS
+        )
+    with pytest.raises(
+        FeatureSpecsError, match=r"changed windows: terminal_nb_tx_1d \(1 d, 7 d before -> 1 d"
+    ):
+        savepoints.check_fits(
+            savepoint, "features", LAYOUT, FeatureParams(label_delay_ms=DAY_MS).specs, TOPICS
+        )
+
+
+def test_a_savepoint_without_a_specs_record_fits_no_feature_state(tmp_path: Path) -> None:
+    checkpoint = spark_checkpoint(tmp_path / "features", committed=1)
+    (checkpoint / "feature-specs.json").unlink()  # a checkpoint of an older version
+    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
+    assert savepoint.features is None
+    with pytest.raises(SavepointMismatchError, match="does not say which features"):
+        savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, TOPICS)
+    savepoints.check_fits(savepoint, "features", LAYOUT, None, TOPICS)  # a job without feature state
+
+
+def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
+    savepoint: savepoints.Savepoint, tmp_path: Path
+) -> None:
+    target = tmp_path / "checkpoints" / "restored" / "features"
+    start = (target, "features", LAYOUT, SPECS, TOPICS)
+    assert savepoints.start_from(savepoint.path, *start) == (savepoint, True)
+    origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
+    assert origin == {"id": savepoint.id, "savepoint": str(savepoint.path), "batch": 4}
+    assert (target / QUERY_DIR / "commits" / "4").exists() and not (
+        target / QUERY_DIR / "offsets" / "5"
+    ).exists()
+    run_on(target / QUERY_DIR, 5)
+    assert savepoints.start_from(savepoint.path, *start) == (savepoint, False), "a restart resumes"
+    assert (target / QUERY_DIR / "commits" / "5").exists()
+    # Another savepoint, or the checkpoint it was taken from, is refused.
+    other = savepoints.take("features", "", target, tmp_path / "savepoints" / "other")
+    with pytest.raises(SavepointMismatchError, match="is not empty: a job starts from a savepoint in a new"):
+        savepoints.start_from(other.path, *start)
+    with pytest.raises(SavepointMismatchError, match="is not empty"):
+        savepoints.start_from(savepoint.path, tmp_path / "checkpoints" / "features", *start[1:])
+    # A savepoint of a restored checkpoint has its own identity, and no trace of the first restore.
+    assert other.batch == 5 and not (other.path / "checkpoint" / savepoints.RESTORED_FILE).exists()
+
+
+def run_on(query: Path, batch: int) -> None:
+    """What the job writes when it commits ``batch``."""
+    (query / "offsets" / str(batch)).write_text((query / "offsets" / str(batch - 1)).read_text())
+    (query / "commits" / str(batch)).write_text("v1\n{}")
+    for store in query.glob("state/*/[0-9]"):
+        (store / f"{batch + 1}.changelog").write_bytes(b"changes")
+
+
+def test_deleting_a_savepoint_removes_its_directory(savepoint: savepoints.Savepoint) -> None:
+    assert savepoints.delete(savepoint.path) == savepoint
+    assert not savepoint.path.exists()

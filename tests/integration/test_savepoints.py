@@ -1,0 +1,201 @@
+"""Savepoints as a user takes them: `fraud features run` runs on the first part of a simulation and a
+savepoint is taken with `fraud savepoint create` while it runs. The rest of the input arrives; the job
+processes it too, and beside it a new job starts `--from-savepoint` in a namespace of its own (its own
+features topic and checkpoint) and processes the input from the savepoint on with `--once`.
+
+The first job is the uninterrupted run: its features equal the batch path's. Its records of the micro-batches
+up to the savepoint's, followed by the new job's records, are its own records exactly: each transaction
+once, the same key, value and timestamp. Jobs that do not fit the savepoint are refused before Spark starts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Message
+
+from contracts.provenance import provenance_of
+from features.definitions import FeatureParams
+from fraud import cli
+from fraud.savepoints import SAVEPOINT_FILE
+from infra.checkpoints import query_location
+from infra.clients import Clients, create_project_topics, read_topic
+from infra.savepoints import last_committed
+from ingest.produce import produce_events
+from ingest.simulator import SimulatorConfig
+from tests.support.chaos import kill_tree
+from tests.support.cli_stack import cli_stack
+from tests.support.feature_jobs import (
+    FeatureOutput,
+    assert_each_transaction_once,
+    assert_same_as_batch,
+    simulated,
+    split_at,
+)
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=20)
+#: Records per micro-batch of the first job: a few micro-batches in each part of the input.
+MAX_RECORDS = "800"
+NAMESPACE = "restored"
+TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clients, dict[str, str], Path]]:
+    """One embedded stack for the module's tests: clients, the `fraud` command's environment, a directory."""
+    home = tmp_path_factory.mktemp("savepoints")
+    with cli_stack(home) as (_, clients, env):
+        yield clients, env, home
+
+
+def fraud(env: dict[str, str], *args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "fraud"), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``fraud ARGS`` running in a session of its own, its output to ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(BIN / "fraud"), *args], env=env, stdout=out, stderr=out, start_new_session=True
+        )
+
+
+def wait_for(
+    condition: Callable[[], bool], what: str, job: subprocess.Popen[bytes], log: Path, poll_s: float = 0.2
+) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        assert job.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"{what} within {TIMEOUT_S} s"
+        time.sleep(poll_s)
+
+
+def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
+    stack: tuple[Clients, dict[str, str], Path],
+) -> None:
+    clients, env, home = stack
+    params = FeatureParams()
+    sim = simulated(SIMULATION, clients.settings, params)
+    topics = clients.settings.topics
+    create_project_topics(clients.admin(), clients.settings)
+    cut = min(sim.events.tx_times) + (max(sim.events.tx_times) - min(sim.events.tx_times)) * 6 // 10
+    first, rest = split_at(sim.events, cut)
+    assert produce_events(clients.producer(), topics, first).delivery_errors == []
+
+    checkpoint = home / "home" / "checkpoints" / "features"  # the run command's default
+    savepoint = home / "savepoint"
+    log, resumed_log = home / "features.log", home / "resumed.log"
+    running = [start(env, log, "features", "run", "--max-records", MAX_RECORDS)]
+    job = running[0]
+    try:
+        # While it works through the first part: its state holds events waiting for the frontier.
+        wait_for(lambda: last_committed(query_location(checkpoint)) is not None, "a micro-batch", job, log)
+        taken = fraud(env, "savepoint", "create", "features", "--to", str(savepoint))
+        assert taken.returncode == 0, taken.stderr
+        assert job.poll() is None, "the savepoint was taken while the job ran"
+        assert produce_events(clients.producer(), topics, rest).delivery_errors == []
+        # The new version starts beside the running job, in a namespace of its own.
+        resumed = start(
+            env, resumed_log, "features", "run", "--once", "--namespace", NAMESPACE,
+            "--from-savepoint", str(savepoint),
+        )  # fmt: skip
+        running.append(resumed)
+
+        def all_written() -> bool:
+            return len(list(read_topic(clients, topics.features))) >= len(sim.transactions)
+
+        wait_for(all_written, "every transaction's features", job, log, poll_s=2.0)
+        last_batch = last_committed(query_location(checkpoint))
+        kill_tree(job)  # idle: it has written everything
+        assert resumed.wait(timeout=TIMEOUT_S) == 0, resumed_log.read_text(errors="replace")[-3000:]
+    finally:
+        for process in running:
+            if process.poll() is None:
+                kill_tree(process)
+
+    saved = json.loads((savepoint / SAVEPOINT_FILE).read_text())
+    assert saved["job"] == "features" and saved["checkpoint"] == str(checkpoint)
+    assert last_batch is not None and saved["batch"] < last_batch
+    assert set(saved["offsets"]) == {
+        f"{t}/{p}" for t in (topics.transactions, topics.labels) for p in range(3)
+    }
+    assert saved["frontier_ms"] is not None and saved["frontier_ms"] <= cut
+    assert saved["layout"] == {"card_buckets": 6, "terminal_buckets": 6}
+    assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_log.read_text()
+    # The new job's checkpoint needs nothing of the one the savepoint was taken from.
+    for path in (home / "home" / "checkpoints" / NAMESPACE / "features").rglob("*"):
+        if path.is_file() and path.suffix not in (".zip", ".sst", ".changelog"):
+            assert str(checkpoint) not in path.read_text(errors="replace"), path
+
+    uninterrupted = FeatureOutput(list(read_topic(clients, topics.features)))
+    assert_each_transaction_once(uninterrupted, sim.transactions)
+    assert_same_as_batch(uninterrupted.by_tx(), sim, params)
+    before = [m for m in uninterrupted.records if batch_of(m) <= saved["batch"]]
+    after = list(read_topic(clients, topics.in_namespace(NAMESPACE).features))
+    assert before and after, "the savepoint lies between the first job's micro-batches"
+    joined = FeatureOutput(before + after)
+    assert_each_transaction_once(joined, sim.transactions)
+    expected = uninterrupted.by_tx()
+    for tx_id, message in joined.by_tx().items():
+        want = expected[tx_id]
+        assert (message.key(), message.value(), message.timestamp()) == (
+            want.key(),
+            want.value(),
+            want.timestamp(),
+        ), f"tx {tx_id}: the record differs from the uninterrupted run's"
+    read = sum(saved["offsets"].values())
+    print(
+        f"\nsavepoint at micro-batch {saved['batch']} of {last_batch}, {read:,} of {len(first.tx_values):,} + "
+        f"{len(first.label_values):,} records of the first part read: {len(before):,} feature records before "
+        f"it, {len(after):,} from the job started from it; {saved['files']} files, {saved['size_bytes']:,} bytes"
+    )
+
+    # Jobs that do not fit the savepoint, refused before Spark starts (run in this process: no JVM).
+    code, error = run_in_process(
+        env, "features", "run", "--feature-delay-days", "3", "--namespace", "other",
+        "--from-savepoint", str(savepoint),
+    )  # fmt: skip
+    assert code == 5 and "changed windows: terminal_nb_tx_1d (1 d, 7 d before -> 1 d, 3 d before)" in error
+    code, error = run_in_process(env, "score", "run", "--from-savepoint", str(savepoint))
+    assert code == 5 and "is of the features job, not of the scoring job" in error
+    code, error = run_in_process(env, "pipeline", "run", "--from", "-1d", "--from-savepoint", str(savepoint))
+    assert code == 2 and "--from and --from-savepoint both say where to start" in error
+    used = home / "home" / "checkpoints" / "used"
+    (used / "query").mkdir(parents=True)
+    code, error = run_in_process(
+        env, "features", "run", "--checkpoint", str(used), "--from-savepoint", str(savepoint)
+    )
+    assert code == 5 and f"checkpoint {used} is not empty" in error
+
+
+def batch_of(message: Message) -> int:
+    """The micro-batch that wrote a record (its provenance header)."""
+    provenance = provenance_of(message.headers())
+    assert provenance is not None, "a feature record without its provenance"
+    return provenance.batch
+
+
+def run_in_process(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """``fraud ARGS`` in this process with the ``FRAUD_*`` settings of ``env``, for a command that stops
+    before Spark starts: its exit code and its error output."""
+    errors = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            if name.startswith("FRAUD_"):
+                patch.setenv(name, value)
+        patch.setattr(cli.err_console, "file", errors)
+        with pytest.raises(SystemExit) as exit_:
+            cli.run(list(args))
+    return int(exit_.value.code or 0), " ".join(errors.getvalue().split())
