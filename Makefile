@@ -27,10 +27,11 @@ lint: $(STAMP)
 
 test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services
 	@bash infra/ensure-chromium.sh
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 -m "not integration and not chaos"
+	$(BIN)/pytest -m "integration or chaos"
 
 unit: $(STAMP)
-	$(BIN)/pytest -m "not integration and not chaos"
+	$(BIN)/pytest -n 2 -m "not integration and not chaos"
 
 bench: $(STAMP)  ## simulator, ingest, validation, feature-job and scoring throughput, alert latency, peers: into docs/benchmarks.md
 	$(BIN)/python bench/bench_simulator.py
