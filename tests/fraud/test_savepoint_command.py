@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fraud import cli
+from fraud.console import console
 from fraud.savepoints import SAVEPOINT_FILE
 from tests.support.checkpoints import spark_checkpoint
 
@@ -21,7 +22,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         if name.startswith("FRAUD_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("FRAUD_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("COLUMNS", "250")
+    # Wide enough for a path in a table: the console may have been made before, at another width.
+    monkeypatch.setattr(console, "width", 250)
     yield tmp_path / "home"
 
 
