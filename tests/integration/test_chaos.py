@@ -51,15 +51,14 @@ from infra.redis_store import alert_key, get_alert
 from infra.txn_lock import lock_path
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from models.registry import load_model
-from scoring.job import score_each
 from tests.support.chaos import kill_tree, pause, start_redis, stop_redis
 from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import (
+    Expected,
     FeatureOutput,
-    Simulated,
     assert_each_transaction_once,
     assert_same_as_batch,
+    expected_results,
     simulated,
 )
 
@@ -204,26 +203,6 @@ def run_with_kills(
         runs = [(job, job.finish()) for job in side_by_side]
         for job, run in runs:
             job.finished(run)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """The undisturbed results: batch-path features, and the model's score of each transaction."""
-
-    sim: Simulated
-    scores: pd.Series  # by tx_id
-    threshold: float
-    version: int
-
-
-def expected_results(sim: Simulated, tracking_uri: str, params: FeatureParams) -> Expected:
-    model = load_model(tracking_uri, version=1)
-    frame = sim.reference[list(params.feature_columns)].assign(
-        **{C.AMOUNT: [sim.transactions[tx].amount for tx in sim.reference.index]}
-    )
-    scores, failed = score_each(model, frame.reset_index(drop=True))
-    assert not failed
-    return Expected(sim, pd.Series(scores, index=sim.reference.index), model.threshold, model.version)
 
 
 def read_counting_copies(clients: Clients, topic: str) -> tuple[list[Message], int]:

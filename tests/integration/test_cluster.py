@@ -1,7 +1,8 @@
 """The cluster path: a real Spark standalone master and worker (the pyspark wheel's spark-class, loopback
 only) run the feature job and the scoring job over the embedded broker, Redis and an MLflow store, through
-the `fraud` command as a user runs it; their features and alerts equal a local-mode run on the same input,
-record for record. A job also says clearly when the executors lack what it needs."""
+the `fraud` command as a user runs it; their features equal the batch path's, their scores and alerts the
+champion's own, transaction by transaction. A job also says clearly when the executors lack what it
+needs."""
 
 from __future__ import annotations
 
@@ -11,15 +12,23 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
+import numpy as np
 import pytest
 
-from contracts.settings import Settings, Topics
+from contracts.records import AlertRecord, ScoreRecord
+from contracts.settings import OUTPUT_ROLES, Settings, Topics
+from features.definitions import FeatureParams
 from infra.clients import Clients, create_project_topics, read_topic
-from ingest.files import clean_table
-from ingest.produce import events_from_table, produce_events
-from ingest.simulator import simulate
-from tests.support.samples import LABEL_DELAY_MS, SMALL
+from ingest.produce import produce_events
+from tests.support.feature_jobs import (
+    TOLERANCE,
+    assert_each_transaction_once,
+    assert_same_as_batch,
+    expected_results,
+    features_topic,
+    simulated,
+)
+from tests.support.samples import SMALL
 from tests.support.scripts import FRAUD
 from tests.support.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
 
@@ -53,49 +62,44 @@ def fraud(settings: Settings, home: Path, master: str, outputs: Topics, *args: s
     )
 
 
-def values_by_tx(clients: Clients, topic: str) -> dict[int, dict[str, object]]:
-    records = [orjson.loads(message.value() or b"") for message in read_topic(clients, topic)]
-    by_tx = {record["tx_id"]: record for record in records}
-    assert len(by_tx) == len(records), f"{topic}: a transaction appears twice"
-    return by_tx
-
-
-def test_jobs_on_a_standalone_cluster_equal_local_mode(
+def test_jobs_on_a_standalone_cluster_equal_the_batch_path_and_the_model(
     cluster: Cluster, settings: Settings, tmp_path: Path
 ) -> None:
     clients = Clients.from_settings(settings)
-    frame = simulate(SMALL)
-    batch = events_from_table(
-        clean_table(frame, "sim"), "sim", b"k", LABEL_DELAY_MS, settings.max_event_bytes
-    )
-    produce_events(clients.producer(), settings.topics, batch)
+    params = FeatureParams()
+    sim = simulated(SMALL, settings, params)
+    produce_events(clients.producer(), settings.topics, sim.events)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = settings.model_copy(update={"mlflow_tracking_uri": store})  # a registry of this test only
     fraud(settings, tmp_path / "train", "local[2]", settings.topics, "train")  # the champion
 
-    runs = {}
-    for name, master in (("local", "local[2]"), ("cluster", cluster.master_url)):
-        outputs = settings.topics.model_copy(
-            update={
-                role: f"{getattr(settings.topics, role)}-{name}"
-                for role in ("features", "scores", "alerts", "dead_letter")
-            }
-        )
-        create_project_topics(clients.admin(), settings, outputs)
-        home = tmp_path / name
-        fraud(settings, home, master, outputs, "features", "run", "--once", "--max-records", "5000")
-        fraud(settings, home, master, outputs, "score", "run", "--once", "--max-records", "5000")
-        runs[name] = (values_by_tx(clients, outputs.features), values_by_tx(clients, outputs.alerts))
+    outputs = settings.topics.model_copy(
+        update={role: f"{getattr(settings.topics, role)}-cluster" for role in OUTPUT_ROLES}
+    )
+    create_project_topics(clients.admin(), settings, outputs)
+    home = tmp_path / "cluster"
+    fraud(settings, home, cluster.master_url, outputs, "features", "run", "--once", "--max-records", "5000")
+    fraud(settings, home, cluster.master_url, outputs, "score", "run", "--once", "--max-records", "5000")
 
-    (local_features, local_alerts), (cluster_features, cluster_alerts) = runs["local"], runs["cluster"]
-    assert len(local_features) == len(frame)
-    assert cluster_features == local_features
-    assert local_alerts, "the model raised no alert: nothing to compare"
-    assert cluster_alerts.keys() == local_alerts.keys()
-    for tx_id, alert in local_alerts.items():
-        assert {k: v for k, v in cluster_alerts[tx_id].items() if k != "scored_at_ms"} == {
-            k: v for k, v in alert.items() if k != "scored_at_ms"
-        }
+    features = features_topic(clients, outputs.features)
+    assert_each_transaction_once(features, sim.transactions)
+    assert_same_as_batch(features.by_tx(), sim, params)
+    expected = expected_results(sim, store, params)
+    scores = {
+        record.tx_id: record.score
+        for record in map(
+            ScoreRecord.model_validate_json, (m.value() or b"" for m in read_topic(clients, outputs.scores))
+        )
+    }
+    assert scores.keys() == set(sim.transactions)
+    want = expected.scores.loc[list(scores)].to_numpy()
+    assert np.allclose(list(scores.values()), want, rtol=0, atol=TOLERANCE), (
+        "a score differs from the model's"
+    )
+    alerts = [AlertRecord.model_validate_json(m.value() or b"") for m in read_topic(clients, outputs.alerts)]
+    flagged = set(expected.scores.index[expected.scores >= expected.threshold])
+    assert flagged, "the model raised no alert: nothing to compare"
+    assert sorted(alert.tx_id for alert in alerts) == sorted(flagged)
 
 
 #: Run in a process of its own: a Spark session started here on the cluster would set the JVM of the

@@ -31,6 +31,8 @@ from infra.redis_store import RedisTarget, card_features_key
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
+from models.registry import load_model
+from scoring.job import score_each
 from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns
@@ -246,3 +248,23 @@ def assert_redis_holds_latest(
             assert abs(float(fields[column]) - float(want[column])) <= TOLERANCE, (
                 f"card {card}: {column} is {fields[column]} in Redis, {want[column]} in the batch path"
             )
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The undisturbed results: batch-path features, and the model's score of each transaction."""
+
+    sim: Simulated
+    scores: pd.Series  # by tx_id
+    threshold: float
+    version: int
+
+
+def expected_results(sim: Simulated, tracking_uri: str, params: FeatureParams) -> Expected:
+    model = load_model(tracking_uri, version=1)
+    frame = sim.reference[list(params.feature_columns)].assign(
+        **{C.AMOUNT: [sim.transactions[tx].amount for tx in sim.reference.index]}
+    )
+    scores, failed = score_each(model, frame.reset_index(drop=True))
+    assert not failed
+    return Expected(sim, pd.Series(scores, index=sim.reference.index), model.threshold, model.version)
