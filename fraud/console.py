@@ -60,6 +60,39 @@ def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]
         yield advance
 
 
+class GrowingBar:
+    """A progress bar of records read toward records read + records behind (shown when ``shown``)."""
+
+    def __init__(self, shown: bool) -> None:
+        self.progress = (
+            Progress(
+                TextColumn("[bold]Records"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TaskProgressColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if shown
+            else None
+        )
+        self.task = self.progress.add_task("records", total=None) if self.progress else None
+
+    def __enter__(self) -> GrowingBar:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, done: int, behind: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=done, total=done + behind)
+
+
 def counts_table(title: str, counts: Mapping[str, int]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("topic")

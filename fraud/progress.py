@@ -9,17 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from contracts.errors import FraudError
-from fraud.console import console
+from fraud.console import GrowingBar, console
 from infra.metrics import records_behind, records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
@@ -58,7 +50,7 @@ def watch_query(
     report = QueryReport()
     started = time.monotonic()
     seen = -1
-    with _Bar(bar) as progress_bar:
+    with GrowingBar(bar) as progress_bar:
         try:
             while True:
                 active = query.isActive
@@ -80,39 +72,6 @@ def watch_query(
     if failure is not None:
         raise JobFailedError(failure)
     return report
-
-
-class _Bar:
-    """A progress bar of records read toward records read + records behind (shown when ``shown``)."""
-
-    def __init__(self, shown: bool) -> None:
-        self.progress = (
-            Progress(
-                TextColumn("[bold]Records"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TaskProgressColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            )
-            if shown
-            else None
-        )
-        self.task = self.progress.add_task("records", total=None) if self.progress else None
-
-    def __enter__(self) -> _Bar:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def update(self, done: int, behind: int) -> None:
-        if self.progress is not None and self.task is not None:
-            self.progress.update(self.task, completed=done, total=done + behind)
 
 
 def _report_batch(report: QueryReport, progress: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -307,8 +307,8 @@ class Scorer:
         scored = []
         at_ms = now_ms() if self.scored_at_ms is None else self.scored_at_ms
         for event, frame, raws, rows in self.valid(records, others):
-            sources = positions(records, rows)
-            scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms, sources))
+            source_of = _renumbered(lambda i: position_of(records, i), rows)
+            scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms, source_of))
             if shadow is not None:
                 scored.append(shadow_rows(shadow, event, frame, self.topics, at_ms))
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
@@ -363,15 +363,14 @@ class Scorer:
                 yield event, frame, pa.array(raws), rows
 
 
-def positions(records: pa.RecordBatch, rows: list[int]) -> list[str]:
-    """The source positions (``contracts.records.source_position``) of some of a source batch's records."""
-    return [
-        source_position(topic, partition, offset)
-        for topic, partition, offset in zip(
-            *(records.column(name).take(rows).to_pylist() for name in ("topic", "partition", "offset")),
-            strict=True,
-        )
-    ]
+def position_of(records: pa.RecordBatch, row: int) -> str:
+    """The source position (``contracts.records.source_position``) of a source batch's record."""
+    return source_position(*(records.column(name)[row].as_py() for name in ("topic", "partition", "offset")))
+
+
+def _renumbered(source_of: Callable[[int], str], rows: list[int]) -> Callable[[int], str]:
+    """``source_of`` for the i-th of ``rows``."""
+    return lambda i: source_of(rows[i])
 
 
 def parse_feature_record(
@@ -405,13 +404,14 @@ def score_rows(
     topics: Topics,
     others: SinkRows,
     scored_at_ms: int,
-    sources: Sequence[str] | None = None,
+    source_of: Callable[[int], str] | None = None,
 ) -> pa.RecordBatch | None:
     """Score records of valid feature records (returned); their alerts and dead letters go to ``others``.
 
     ``event`` holds the records' event fields as columns, ``features`` their feature values and ``raws``
-    the feature records as they are on the features topic (the dead letters' content); ``sources`` where
-    each came from (``contracts.records.source_position``: its alert's header). A record the model
+    the feature records as they are on the features topic (the dead letters' content); ``source_of(i)``
+    where the i-th came from (``contracts.records.source_position``: its alert's header, asked of alerts
+    only). A record the model
     cannot score becomes a dead letter (``unscorable``) alone; the others are scored.
     """
     frame = features.assign(**{C.AMOUNT: event[C.AMOUNT].to_numpy()})
@@ -434,7 +434,8 @@ def score_rows(
             return None
         taken = pa.array(kept)
         event = {name: column.take(taken) for name, column in event.items()}
-        sources = None if sources is None else [sources[i] for i in kept.tolist()]
+        if source_of is not None:
+            source_of = _renumbered(source_of, kept.tolist())
         frame, scores = frame.iloc[kept].reset_index(drop=True), scores[kept]
     alerting = scores >= model.threshold
     values = score_values(event, scored_at_ms, pa.array(scores, pa.float64()), pa.array(alerting), model)
@@ -450,7 +451,7 @@ def score_rows(
                 scored.card_id.encode(),
                 scored.to_alert(row, driving).model_dump_json().encode(),
                 scored.event_time_ms,
-                None if sources is None else [(ALERT_SOURCE_HEADER, sources[index].encode())],
+                None if source_of is None else [(ALERT_SOURCE_HEADER, source_of(index).encode())],
             )
     return score_batch(topics.scores, event, values)
 

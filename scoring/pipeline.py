@@ -104,14 +104,13 @@ class RowScorer:
         event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
         others = SinkRows()
         features = rows[list(self.feature_columns)]
-        sources = [
-            source_position(topic, partition, offset)
-            for topic, partition, offset in zip(
-                *(rows[name].tolist() for name in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET)),
-                strict=True,
+
+        def source_of(i: int) -> str:
+            return source_position(
+                *(rows[name].iat[i] for name in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET))
             )
-        ]
-        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms, sources)]
+
+        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms, source_of)]
         shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY)
         if shadow:
             scored.append(
