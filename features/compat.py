@@ -1,34 +1,42 @@
 """Which features a job's state was built for, and whether another version of the job can take it over.
 
-The feature job's state holds events (card histories, terminal transactions and labels), kept as long as
-its feature specs' windows need them. A job that resumes that state (a restart, or a start from a
-savepoint) must compute the same features over the same windows, or it would compute features over
-history its state never kept. So each checkpoint records the specs its state was built for
-(:data:`SPECS_FILE`: each feature's name, dtype and window, and their fingerprint), savepoints carry that
-record, and a run with other specs refuses to start, saying which features are missing or changed.
+The feature job's state holds events (card histories, terminal transactions and labels), not aggregates:
+each feature is computed from them when a transaction is released. The state keeps them as far back as its
+features look (their *span*: the longest card window; the longest terminal window plus the label delay),
+plus the allowed lateness. So another version of the job can take a state over (a restart, a start from a
+savepoint) when its features look back no further than the state's: it may add features (another window,
+within the longest), drop some, or change a label delay to a shorter one, and its first micro-batch
+computes them all from the events kept. A version whose features look further back refuses the state,
+naming them: the history they need was never kept, and only a replay of it can give it.
+
+Each checkpoint records the specs its state was built for (:data:`SPECS_FILE`: each feature's name, dtype
+and window, their fingerprint, and the spans), savepoints carry that record, and a job that takes the
+state over with other specs records its own (the state it leaves behind is pruned to its spans).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from contracts.errors import StateError
-from features.definitions import FeatureSpec
+from features.definitions import DAY_MS, FeatureParams, FeatureSpec
 
 #: The record of the feature specs a checkpoint's state was built for, at the checkpoint's root.
 SPECS_FILE = "feature-specs.json"
-#: What of a spec the state depends on (its meaning is documentation).
+#: What of a spec the record keeps (its meaning is documentation).
 SPEC_FIELDS = ("name", "dtype", "window")
+#: The spans of the record (``FeatureParams.card_span_ms``, ``terminal_span_ms``), by state.
+SPANS = ("card", "terminal")
 
 SpecRecord = dict[str, Any]
 
 
 class FeatureSpecsError(StateError, ValueError):
-    """A job's feature specs differ from those its state (a checkpoint, a savepoint) was built for."""
+    """A job's features look further back than the state (a checkpoint, a savepoint) keeps events."""
 
 
 def spec_summary(specs: Iterable[FeatureSpec]) -> list[dict[str, str]]:
@@ -37,14 +45,23 @@ def spec_summary(specs: Iterable[FeatureSpec]) -> list[dict[str, str]]:
 
 
 def spec_fingerprint(specs: Iterable[FeatureSpec]) -> str:
-    """A short hash of the features' names, dtypes and windows: equal fingerprints, compatible states."""
+    """A short hash of the features' names, dtypes and windows: equal fingerprints, the same features."""
     canonical = json.dumps(spec_summary(specs), separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def spec_record(specs: Sequence[FeatureSpec]) -> SpecRecord:
-    """The record kept in a checkpoint and a savepoint: the fingerprint and the summary it hashes."""
-    return {"fingerprint": spec_fingerprint(specs), "features": spec_summary(specs)}
+def spans(params: FeatureParams) -> dict[str, int]:
+    """How far back each state's features look, in event-time ms (the allowed lateness aside)."""
+    return {"card": params.card_span_ms, "terminal": params.terminal_span_ms}
+
+
+def spec_record(params: FeatureParams) -> SpecRecord:
+    """The record kept in a checkpoint and a savepoint: the fingerprint, the specs it hashes, the spans."""
+    return {
+        "fingerprint": spec_fingerprint(params.specs),
+        "features": spec_summary(params.specs),
+        "span_ms": spans(params),
+    }
 
 
 def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -55,12 +72,12 @@ def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[s
     before = {feature["name"]: feature for feature in saved.get("features", [])}
     after = {feature["name"]: feature for feature in current.get("features", [])}
     changes = []
-    missing = [name for name in after if name not in before]
-    if missing:
-        changes.append(f"features missing from the state: {', '.join(missing)}")
+    added = [name for name in after if name not in before]
+    if added:
+        changes.append(f"features added: {', '.join(added)}")
     dropped = [name for name in before if name not in after]
     if dropped:
-        changes.append(f"features the state has that this job lacks: {', '.join(dropped)}")
+        changes.append(f"features dropped: {', '.join(dropped)}")
     for field in ("window", "dtype"):
         changed = [
             f"{name} ({before[name][field]} -> {after[name][field]})"
@@ -72,32 +89,61 @@ def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[s
     return changes or ["the features' order differs"]
 
 
-def check_specs(saved: Mapping[str, Any], specs: Sequence[FeatureSpec], where: str) -> None:
-    """Raise :class:`FeatureSpecsError` when ``specs`` differ from the ``saved`` record of ``where`` (a
-    checkpoint, a savepoint), naming what differs."""
-    changes = spec_changes(saved, spec_record(specs))
-    if changes:
-        raise FeatureSpecsError(
-            f"{where} holds state built for other features ({'; '.join(changes)}): run the job with the "
-            "feature options its state was built for, or with a new checkpoint (a replay of the history)"
-        )
+def _days(ms: int) -> str:
+    return f"{ms / DAY_MS:g} d"
 
 
-def bind_specs(checkpoint: Path, specs: Sequence[FeatureSpec]) -> None:
-    """Record ``specs`` in a checkpoint that has no record yet (a new one, or one written before records
-    were kept), or check them against its record.
+def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> list[str]:
+    """Whether a job with ``params`` can take over the state of ``where`` (a checkpoint, a savepoint) whose
+    record is ``saved``: what differs (empty: nothing), when it can.
 
     Raises:
-        FeatureSpecsError: the checkpoint's state was built for other specs.
+        FeatureSpecsError: its features look further back than the state keeps events (or the record,
+            written before spans were kept, is not of the same features), naming what differs.
+    """
+    changes = spec_changes(saved, spec_record(params))
+    if not changes:
+        return []
+    kept = saved.get("span_ms")
+    if kept is None:
+        raise FeatureSpecsError(
+            f"{where} holds state built for other features ({'; '.join(changes)}) and does not say how far "
+            "back it keeps events: run the job with the feature options its state was built for, or with "
+            "a new checkpoint (a replay of the history)"
+        )
+    short = [
+        f"the {state} features look back {_days(need)}, the state keeps {_days(kept[state])}"
+        for state, need in spans(params).items()
+        if need > int(kept.get(state, 0))
+    ]
+    if short:
+        raise FeatureSpecsError(
+            f"{where} holds state built for other features ({'; '.join(changes)}) and lacks the history "
+            f"they need ({'; '.join(short)}): replay that history into a new checkpoint (--from as far "
+            "back before the point to take over, in a namespace of its own), or keep the features' spans"
+        )
+    return changes
+
+
+def bind_specs(checkpoint: Path, params: FeatureParams) -> list[str]:
+    """Record the specs of ``params`` in a checkpoint: one that has no record yet (a new one, or one written
+    before records were kept), or whose state they can take over (:func:`check_specs`); what differs from
+    the record it had (empty: nothing).
+
+    Raises:
+        FeatureSpecsError: the checkpoint's state cannot serve these features.
     """
     checkpoint.mkdir(parents=True, exist_ok=True)
     path = checkpoint / SPECS_FILE
+    changes = []
     if path.exists():
-        check_specs(json.loads(path.read_text()), specs, f"checkpoint {checkpoint}")
-        return
+        changes = check_specs(json.loads(path.read_text()), params, f"checkpoint {checkpoint}")
+        if not changes:
+            return []
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(spec_record(specs), indent=1) + "\n")
+    temporary.write_text(json.dumps(spec_record(params), indent=1) + "\n")
     temporary.replace(path)
+    return changes
 
 
 def read_specs(checkpoint: Path) -> SpecRecord | None:

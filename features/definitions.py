@@ -177,14 +177,24 @@ class FeatureParams(BaseModel):
         return self.short_window_hours * HOUR_MS
 
     @property
+    def card_span_ms(self) -> int:
+        """How far back in event time the card features look: their longest window."""
+        return max(self.longest_window_ms, self.short_window_ms)
+
+    @property
+    def terminal_span_ms(self) -> int:
+        """How far back in event time the terminal features look: their longest window plus the delay."""
+        return self.longest_window_ms + self.label_delay_ms
+
+    @property
     def card_history_ms(self) -> int:
         """How far behind the latest event time the card state must keep transactions."""
-        return max(self.longest_window_ms, self.short_window_ms) + self.max_lateness_ms
+        return self.card_span_ms + self.max_lateness_ms
 
     @property
     def terminal_history_ms(self) -> int:
         """How far behind the latest event time the terminal state must keep transactions and labels."""
-        return self.longest_window_ms + self.label_delay_ms + self.max_lateness_ms
+        return self.terminal_span_ms + self.max_lateness_ms
 
     @property
     def specs(self) -> tuple[FeatureSpec, ...]:

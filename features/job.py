@@ -12,6 +12,7 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from infra.schemas import spark_ddl
 from infra.spark import start_stream
 
 C = TxColumns
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -265,11 +267,14 @@ def layout_of(config: FeatureJobConfig) -> dict[str, int]:
 
 
 def prepare_checkpoint(config: FeatureJobConfig) -> None:
-    """Bind the checkpoint to the job's bucket counts and feature specs (refuses one made with others)."""
+    """Bind the checkpoint to the job's bucket counts (refuses one made with others) and feature specs
+    (refuses one whose state lacks the history they need; logs how they differ from its state's)."""
     bind_layout(
         config.checkpoint, layout_of(config), made_before_layouts={"card_buckets": 16, "terminal_buckets": 16}
     )
-    bind_specs(config.checkpoint, config.params.specs)
+    changes = bind_specs(config.checkpoint, config.params)
+    if changes:
+        _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))
 
 
 def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:

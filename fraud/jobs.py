@@ -206,12 +206,12 @@ def start_from_savepoint(config: JobConfig, path: Path) -> None:
     job, _ = describe(config)
     inputs: tuple[str, ...]
     if isinstance(config, ScoringJobConfig):
-        layout, specs, inputs = None, None, (config.topics.features,)
+        layout, params, inputs = None, None, (config.topics.features,)
     else:
         features = config if isinstance(config, FeatureJobConfig) else config.features
-        layout, specs = feature_job.layout_of(features), features.params.specs
+        layout, params = feature_job.layout_of(features), features.params
         inputs = (features.topics.transactions, features.topics.labels)
-    savepoint, copied = savepoints.start_from(path, config.checkpoint, job, layout, specs, inputs)
+    savepoint, copied = savepoints.start_from(path, config.checkpoint, job, layout, params, inputs)
     where = f"savepoint {path} (batch {savepoint.batch}, frontier {savepoints.iso_ms(savepoint.frontier_ms)})"
     if copied:
         console.print(f"Starting from {where} in checkpoint {config.checkpoint}.")

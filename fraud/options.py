@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from contracts.settings import NAMESPACE_PATTERN, Settings
-from features.definitions import DAY_MS, FeatureParams
+from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from models.registry import ALIASES
 
 #: Records per micro-batch unless a command says otherwise (admission control).
@@ -29,6 +30,14 @@ class JobName(StrEnum):
 FeatureDelayOption = Annotated[
     float,
     typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),
+]
+WindowsOption = Annotated[
+    str,
+    typer.Option(
+        "--windows",
+        help="The card and terminal windows in days, increasing: each gives the card's count and mean amount "
+        "and the terminal's count and risk. The longest bounds the state a job keeps.",
+    ),
 ]
 MaxRecordsOption = Annotated[
     int | None, typer.Option(min=1, help="Admission control: at most this many records per micro-batch.")
@@ -102,11 +111,30 @@ def time_range(from_time: str | None, to_time: str | None) -> tuple[int | None, 
     return start, end
 
 
-def feature_params(label_delay_days: float, allowed_lateness_s: float = 0.0) -> FeatureParams:
-    """The feature parameters of the options: the terminal features' label delay, the allowed lateness."""
-    return FeatureParams(
-        label_delay_ms=round(label_delay_days * DAY_MS), max_lateness_ms=round(allowed_lateness_s * 1000)
-    )
+#: ``--windows``' default: the feature definitions' windows.
+DEFAULT_WINDOWS = ",".join(map(str, DEFAULT_PARAMS.window_days))
+
+
+def feature_params(
+    label_delay_days: float, allowed_lateness_s: float = 0.0, windows: str = DEFAULT_WINDOWS
+) -> FeatureParams:
+    """The feature parameters of the options: the terminal features' label delay, the allowed lateness,
+    the windows (``--windows``: days, comma-separated)."""
+    try:
+        days = tuple(int(day) for day in windows.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{windows!r}: give whole days, comma-separated (1,7,30)", param_hint="--windows"
+        ) from None
+    try:
+        return FeatureParams(
+            window_days=days,
+            label_delay_ms=round(label_delay_days * DAY_MS),
+            max_lateness_ms=round(allowed_lateness_s * 1000),
+        )
+    except ValidationError as exc:
+        reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise typer.BadParameter(f"{windows!r}: {reasons}", param_hint="--windows") from None
 
 
 NamespaceOption = Annotated[

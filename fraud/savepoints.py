@@ -7,7 +7,7 @@ anywhere the job's Spark sees (a local directory, a mount the cluster shares) an
 
 A job starts from one in a new, empty checkpoint directory (``start_from``), which becomes the savepoint's
 copy once the savepoint is found to fit the job: the same job, the same layout (bucket counts), the same
-input topics and the same feature specs (``features.compat``). Its sink gets a new id: the job the
+input topics, and feature specs its state can serve (``features.compat``). Its sink gets a new id: the job the
 savepoint was taken from may have written later batches, and may even still run. Run again with the same
 savepoint, a job resumes the checkpoint that its first start made.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 from contracts.errors import ConfigError, NotFoundError, StateError
 from features.compat import check_specs, read_specs
-from features.definitions import FeatureSpec
+from features.definitions import FeatureParams
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
 from infra.kafka_source.planner import Position, position
 from infra.savepoints import NothingCommittedError, copy_committed, read_offsets, restore
@@ -185,12 +185,13 @@ def check_fits(
     savepoint: Savepoint,
     job: str,
     layout: Mapping[str, int] | None,
-    specs: Sequence[FeatureSpec] | None,
+    params: FeatureParams | None,
     inputs: Sequence[str],
 ) -> None:
     """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``) unless the job
-    ``job`` with ``layout`` (None: no keyed state), feature ``specs`` (None: none kept in state) and input
-    topics ``inputs`` can continue from ``savepoint``."""
+    ``job`` with ``layout`` (None: no keyed state), feature ``params`` (None: no feature state) and input
+    topics ``inputs`` can continue from ``savepoint``: its features may differ from the state's when the
+    state keeps the history they need (``features.compat.check_specs``)."""
     where = f"savepoint {savepoint.path}"
     if savepoint.job != job:
         raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
@@ -205,13 +206,13 @@ def check_fits(
             f"{where} read {', '.join(sorted(savepoint.topics))}; this job reads {', '.join(inputs)}: "
             "check FRAUD_TOPICS__* (the savepoint's offsets are positions in its topics)"
         )
-    if specs is not None:
+    if params is not None:
         if savepoint.features is None:
             raise SavepointMismatchError(
                 f"{where} does not say which features its state was built for (its job ran a version "
                 "without that record): run that job once on its checkpoint, then take a savepoint again"
             )
-        check_specs(savepoint.features, specs, where)
+        check_specs(savepoint.features, params, where)
 
 
 def start_from(
@@ -219,7 +220,7 @@ def start_from(
     checkpoint: Path,
     job: str,
     layout: Mapping[str, int] | None,
-    specs: Sequence[FeatureSpec] | None,
+    params: FeatureParams | None,
     inputs: Sequence[str],
 ) -> tuple[Savepoint, bool]:
     """Make ``checkpoint`` a copy of the savepoint at ``path``, after checking that it fits the job
@@ -230,7 +231,7 @@ def start_from(
         SavepointMismatchError: the savepoint does not fit the job, or ``checkpoint`` holds another state.
     """
     savepoint = read(path)
-    check_fits(savepoint, job, layout, specs, inputs)
+    check_fits(savepoint, job, layout, params, inputs)
     if checkpoint.exists() and any(checkpoint.iterdir()):
         marker = checkpoint / RESTORED_FILE
         if marker.is_file() and json.loads(marker.read_text()).get("id") == savepoint.id:

@@ -65,6 +65,21 @@ class EventBatch:
         self.label_values.append(dumps(event.model_dump()))
         self.label_times.append(event.known_at_ms)
 
+    def split_at(self, cut_ms: int) -> tuple[EventBatch, EventBatch]:
+        """The events (transactions and labels) with Kafka timestamps before ``cut_ms``, and the others."""
+        before, after = EventBatch(), EventBatch()
+        for key, value, ts in zip(self.tx_keys, self.tx_values, self.tx_times, strict=True):
+            part = before if ts < cut_ms else after
+            part.tx_keys.append(key)
+            part.tx_values.append(value)
+            part.tx_times.append(ts)
+        for key, value, ts in zip(self.label_keys, self.label_values, self.label_times, strict=True):
+            part = before if ts < cut_ms else after
+            part.label_keys.append(key)
+            part.label_values.append(value)
+            part.label_times.append(ts)
+        return before, after
+
 
 def dumps(obj: object) -> bytes:
     """JSON bytes of exactly their own size (orjson keeps a 4 KiB buffer behind each result)."""

@@ -3,7 +3,9 @@
 JSON endpoints serve the lookups of ``infra.redis_store`` (OpenAPI spec at ``/openapi.json``, docs at
 ``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up.
 The API only reads Redis, so it sees what the scoring job has written: idempotent upserts keyed by tx id,
-so a re-run of a micro-batch never shows an alert twice.
+so a re-run of a micro-batch never shows an alert twice. Given a reader of the jobs' state
+(:class:`JobStates`), it also serves what the feature job holds for a card or a terminal (``/state/...``):
+read from the job's checkpoint, seconds rather than milliseconds.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -22,6 +24,7 @@ from redis import RedisError
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
+from contracts.errors import FraudError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord, ScoreRecord
 from infra.metrics import ApiMetrics
@@ -52,18 +55,39 @@ class CardSummary(BaseModel):
     alerts: list[AlertRecord] = Field(description="Newest alerts first.")
 
 
+JobParam = Annotated[
+    str,
+    Query(pattern="^(features|pipeline)$", description="Whose state: the feature job's or the pipeline's."),
+]
+NamespaceParam = Annotated[
+    str, Query(max_length=40, description="The job's namespace (empty: the live one).")
+]
+
+
+class JobStates(Protocol):
+    """What a stateful job holds, as JSON (``fraud.state.StateService``): raises ``NotFoundError`` for
+    what is not there, another ``FraudError`` for a state it cannot read."""
+
+    def card(self, job: str, namespace: str, card_id: str) -> dict[str, Any]: ...
+
+    def terminal(self, job: str, namespace: str, terminal_id: str) -> dict[str, Any]: ...
+
+
 class Health(BaseModel):
     status: str
     redis: bool
 
 
-def create_app(redis: Any, prefix: str = "", token: str | None = None) -> FastAPI:
+def create_app(
+    redis: Any, prefix: str = "", token: str | None = None, states: JobStates | None = None
+) -> FastAPI:
     """The API and page over the Redis store behind this redis-py client.
 
     ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix). With a
     ``token``, every data endpoint requires ``Authorization: Bearer <token>`` (401 otherwise); the page
     itself holds no data and sends the token it is given in its URL fragment (``/#token=...``);
-    ``/healthz`` stays open.
+    ``/healthz`` stays open. With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}``
+    answer from the jobs' checkpoints (404 otherwise).
     """
     bearer = HTTPBearer(auto_error=False, description="FRAUD_API_TOKEN, when the server has one.")
 
@@ -171,5 +195,42 @@ def create_app(redis: Any, prefix: str = "", token: str | None = None) -> FastAP
         if not found and not card_known(redis, card_id, prefix):
             raise HTTPException(404, f"nothing stored for card {card_id}")
         return found
+
+    def job_state(read: Callable[[JobStates], dict[str, Any]]) -> dict[str, Any]:
+        if states is None:
+            raise HTTPException(404, "this server does not read the jobs' state")
+        try:
+            return read(states)
+        except NotFoundError as exc:
+            raise HTTPException(404, str(exc)) from None
+        except FraudError as exc:
+            raise HTTPException(409, str(exc)) from None
+
+    @app.get(
+        "/state/cards/{card_id}",
+        dependencies=guarded,
+        tags=["state"],
+        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for the card"}},
+    )
+    def card_state(card_id: CardIdParam, job: JobParam = "features", namespace: NamespaceParam = "") -> Any:
+        """What the feature job holds for a card at its last committed micro-batch: its transactions and
+        waiting events, the card windows at the frontier (as `fraud state card --json`; seconds: each read
+        is a Spark job over the checkpoint)."""
+        return job_state(lambda read: read.card(job, namespace, card_id))
+
+    @app.get(
+        "/state/terminals/{terminal_id}",
+        dependencies=guarded,
+        tags=["state"],
+        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for it"}},
+    )
+    def terminal_state(
+        terminal_id: Annotated[str, Path(min_length=1, max_length=64, description="Terminal id.")],
+        job: JobParam = "features",
+        namespace: NamespaceParam = "",
+    ) -> Any:
+        """What the feature job holds for a terminal: its transaction times, its labels, and the terminal
+        features at the frontier (as `fraud state terminal --json`)."""
+        return job_state(lambda read: read.terminal(job, namespace, terminal_id))
 
     return app

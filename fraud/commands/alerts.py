@@ -22,6 +22,7 @@ from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import PrefixOption, parse_time
+from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
 from scoring.api import create_app
@@ -241,7 +242,11 @@ def serve_command(
             f"--host {host} serves the alerts beyond this machine: set FRAUD_API_TOKEN (clients then send "
             "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
         )
-    app_ = create_app(Clients.from_settings(settings).redis(), prefix, token)
+    states = StateService(settings)
+    app_ = create_app(Clients.from_settings(settings).redis(), prefix, token, states)
     page = f"http://{host}:{port}/" + ("#token=<FRAUD_API_TOKEN>" if token else "")
     console.print(f"Live alerts page: {page}   API docs: http://{host}:{port}/docs")
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(app_, host=host, port=port, log_level="warning")
+    finally:
+        states.close()

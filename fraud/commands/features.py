@@ -13,6 +13,7 @@ from features.definitions import DAY_MS
 from fraud.console import console, settings_of
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
+    DEFAULT_WINDOWS,
     AllowedLatenessOption,
     FeatureDelayOption,
     FromOption,
@@ -22,6 +23,7 @@ from fraud.options import (
     OnceOption,
     ToOption,
     TriggerIntervalOption,
+    WindowsOption,
     check_start,
     checkpoint_dir,
     feature_params,
@@ -46,10 +48,11 @@ def batch_command(
         typer.Option(help="Column mapping, as for `fraud ingest`: canonical, handbook, or SRC=DST pairs."),
     ] = "canonical",
     feature_delay_days: FeatureDelayOption = 7.0,
+    windows: WindowsOption = DEFAULT_WINDOWS,
 ) -> None:
     """Compute the features over a file, exactly as the streaming job would after ingesting it."""
     settings = settings_of(ctx)
-    params = feature_params(feature_delay_days)
+    params = feature_params(feature_delay_days, windows=windows)
     with console.status(f"Computing features over {input_file}..."):
         result = file_features(
             input_file,
@@ -67,9 +70,11 @@ def batch_command(
 
 
 @app.command("list")
-def list_command(feature_delay_days: FeatureDelayOption = 7.0) -> None:
+def list_command(
+    feature_delay_days: FeatureDelayOption = 7.0, windows: WindowsOption = DEFAULT_WINDOWS
+) -> None:
     """The features the jobs compute, as declared in features/definitions.py: name, type, window, meaning."""
-    params = feature_params(feature_delay_days)
+    params = feature_params(feature_delay_days, windows=windows)
     table = Table(
         title=f"{len(params.specs)} features of a transaction at event time t", title_justify="left"
     )
@@ -95,6 +100,7 @@ def run_command(
     from_time: FromOption = None,
     to_time: ToOption = None,
     from_savepoint: FromSavepointOption = None,
+    windows: WindowsOption = DEFAULT_WINDOWS,
 ) -> None:
     """Run the streaming feature job: transactions and labels in; features to Kafka and Redis.
 
@@ -109,7 +115,7 @@ def run_command(
         settings,
         settings.topics.in_namespace(namespace),
         checkpoint_dir(settings, checkpoint, "features", namespace),
-        feature_params(feature_delay_days, allowed_lateness_s),
+        feature_params(feature_delay_days, allowed_lateness_s, windows),
         max_records,
         jobs.Scope(namespace, start, end),
     )

@@ -10,6 +10,7 @@ import typer
 from fraud.console import settings_of
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
+    DEFAULT_WINDOWS,
     AliasOption,
     AllowedLatenessOption,
     FeatureDelayOption,
@@ -22,6 +23,7 @@ from fraud.options import (
     ShadowOption,
     ToOption,
     TriggerIntervalOption,
+    WindowsOption,
     check_start,
     checkpoint_dir,
     feature_params,
@@ -95,6 +97,7 @@ def pipeline_command(
     to_time: ToOption = None,
     shadow: ShadowOption = None,
     from_savepoint: FromSavepointOption = None,
+    windows: WindowsOption = DEFAULT_WINDOWS,
 ) -> None:
     """Run features and scoring in one streaming query: transactions and labels in; features, scores,
     alerts to Kafka and Redis. --to ends the run there."""
@@ -107,7 +110,7 @@ def pipeline_command(
         settings,
         settings.topics.in_namespace(namespace),
         checkpoint_dir(settings, checkpoint, "pipeline", namespace),
-        feature_params(feature_delay_days, allowed_lateness_s),
+        feature_params(feature_delay_days, allowed_lateness_s, windows),
         alias,
         model_check_interval_s,
         max_records,

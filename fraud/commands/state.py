@@ -23,6 +23,7 @@ from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import FeatureDelayOption, NamespaceOption, checkpoint_dir, feature_params
+from fraud.state import state_session
 
 if TYPE_CHECKING:
     from features.inspect import CardView, JobState, TerminalView
@@ -70,7 +71,6 @@ def _view(ctx: typer.Context, where: Where, name: str, read: Callable[..., Any])
     """``read(spark, job_state, name, params)`` of the state ``where`` names, in a local Spark session of
     this command (stopped after it). The checkpoint is found before Spark starts."""
     from features.inspect import open_job_state  # heavy: PySpark, imported only when the state is read
-    from infra.spark import spark_session
 
     if where.checkpoint is not None and where.savepoint is not None:
         raise typer.BadParameter("give --checkpoint or --savepoint, not both", param_hint="--savepoint")
@@ -83,9 +83,7 @@ def _view(ctx: typer.Context, where: Where, name: str, read: Callable[..., Any])
     state = open_job_state(directory)
     params = feature_params(where.feature_delay_days)
     with err_console.status("Reading the state (starting Spark)..."):
-        spark = spark_session(
-            settings.model_copy(update={"spark_master": "local[2]"}), app_name="fraud-state"
-        )
+        spark = state_session(settings, "fraud-state")
         try:
             return read(spark, state, name, params)
         finally:

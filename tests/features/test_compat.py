@@ -1,5 +1,5 @@
-"""The record of the feature specs a state was built for: its fingerprint, what differs, and a checkpoint
-bound to it."""
+"""The record of the feature specs a state was built for: its fingerprint, what differs, which features a
+state can serve, and a checkpoint bound to it."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from features.compat import (
     SPECS_FILE,
     FeatureSpecsError,
     bind_specs,
+    check_specs,
     read_specs,
     spec_changes,
     spec_fingerprint,
     spec_record,
 )
-from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
+from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
 
 SPECS = DEFAULT_PARAMS.specs
 
@@ -36,25 +37,69 @@ def test_the_fingerprint_hashes_names_dtypes_and_windows_only() -> None:
     assert spec_fingerprint(SPECS[:-1]) != fingerprint
 
 
+def test_the_record_keeps_how_far_back_the_features_look() -> None:
+    assert spec_record(DEFAULT_PARAMS)["span_ms"] == {"card": 30 * DAY_MS, "terminal": 37 * DAY_MS}
+    longer = FeatureParams(window_days=(1, 7, 60), label_delay_ms=DAY_MS, max_lateness_ms=HOUR_MS)
+    assert spec_record(longer)["span_ms"] == {"card": 60 * DAY_MS, "terminal": 61 * DAY_MS}
+
+
 def test_what_differs_is_named() -> None:
-    saved = spec_record(SPECS)
-    assert spec_changes(saved, spec_record(SPECS)) == []
-    added = spec_record((*SPECS, dataclasses.replace(SPECS[0], name="card_nb_tx_2d", window="2 d")))
-    assert spec_changes(saved, added) == ["features missing from the state: card_nb_tx_2d"]
-    assert spec_changes(added, saved) == ["features the state has that this job lacks: card_nb_tx_2d"]
-    delayed = spec_record(FeatureParams(label_delay_ms=3 * DAY_MS).specs)
+    saved = spec_record(DEFAULT_PARAMS)
+    assert spec_changes(saved, spec_record(DEFAULT_PARAMS)) == []
+    added = spec_record(FeatureParams(window_days=(1, 2, 7, 30)))
+    names = "card_nb_tx_2d, card_avg_amount_2d, terminal_nb_tx_2d, terminal_risk_2d"
+    assert spec_changes(saved, added) == [f"features added: {names}"]
+    assert spec_changes(added, saved) == [f"features dropped: {names}"]
+    delayed = spec_record(FeatureParams(label_delay_ms=3 * DAY_MS))
     (windows,) = spec_changes(saved, delayed)
     assert windows.startswith("changed windows: terminal_nb_tx_1d (1 d, 7 d before -> 1 d, 3 d before)")
-    retyped = spec_record((dataclasses.replace(SPECS[0], dtype="float64"), *SPECS[1:]))
-    assert spec_changes(saved, retyped) == ["changed dtypes: card_nb_tx_1d (int64 -> float64)"]
-    assert spec_changes(saved, spec_record(SPECS[::-1])) == ["the features' order differs"]
+    retyped = {**saved, "fingerprint": "x", "features": [{**saved["features"][0], "dtype": "float64"}]}
+    assert spec_changes(saved, retyped)[-1] == "changed dtypes: card_nb_tx_1d (int64 -> float64)"
+    reordered = {**saved, "fingerprint": "x", "features": saved["features"][::-1]}
+    assert spec_changes(saved, reordered) == ["the features' order differs"]
 
 
-def test_a_checkpoint_keeps_its_first_runs_specs_and_refuses_others(tmp_path: Path) -> None:
+def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -> None:
+    saved = spec_record(DEFAULT_PARAMS)
+    assert check_specs(saved, DEFAULT_PARAMS, "here") == []
+    assert check_specs(saved, FeatureParams(window_days=(1, 7, 14, 30)), "here") == [
+        "features added: card_nb_tx_14d, card_avg_amount_14d, terminal_nb_tx_14d, terminal_risk_14d"
+    ]
+    assert check_specs(saved, FeatureParams(window_days=(1, 7)), "here") == [
+        "features added: card_amount_ratio_7d",
+        "features dropped: card_nb_tx_30d, card_avg_amount_30d, terminal_nb_tx_30d, terminal_risk_30d, "
+        "card_amount_ratio_30d",
+        "changed windows: card_secs_since_prev_tx (30 d -> 7 d)",
+    ]
+    assert check_specs(saved, FeatureParams(label_delay_ms=DAY_MS), "here")  # a shorter delay: served
+    assert check_specs(saved, FeatureParams(max_lateness_ms=DAY_MS), "here") == []  # lateness aside
+    with pytest.raises(
+        FeatureSpecsError,
+        match=r"^here holds state built for other features \(features added: card_nb_tx_45d, .*\) and "
+        r"lacks the history they need \(the card features look back 45 d, the state keeps 30 d; the "
+        r"terminal features look back 52 d, the state keeps 37 d\): replay",
+    ):
+        check_specs(saved, FeatureParams(window_days=(1, 7, 30, 45)), "here")
+    with pytest.raises(FeatureSpecsError, match=r"the terminal features look back 44 d, the state keeps 37"):
+        check_specs(saved, FeatureParams(label_delay_ms=14 * DAY_MS), "here")
+    unspanned = {key: value for key, value in saved.items() if key != "span_ms"}  # an older record
+    assert check_specs(unspanned, DEFAULT_PARAMS, "here") == []
+    with pytest.raises(FeatureSpecsError, match="does not say how far back it keeps events"):
+        check_specs(unspanned, FeatureParams(window_days=(1, 7, 14, 30)), "here")
+
+
+def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tmp_path: Path) -> None:
     assert read_specs(tmp_path) is None
-    bind_specs(tmp_path, SPECS)
-    assert json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(SPECS)
-    bind_specs(tmp_path, FeatureParams(max_lateness_ms=5).specs)  # lateness is not in the specs
+    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
+    assert (
+        json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
+    )
+    assert bind_specs(tmp_path, FeatureParams(max_lateness_ms=5)) == []  # lateness is not in the specs
     with pytest.raises(FeatureSpecsError, match=r"checkpoint .* other features \(changed windows: terminal"):
-        bind_specs(tmp_path, FeatureParams(label_delay_ms=DAY_MS).specs)
-    assert read_specs(tmp_path) == spec_record(SPECS)
+        bind_specs(tmp_path, FeatureParams(label_delay_ms=10 * DAY_MS))
+    assert read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
+    shorter = FeatureParams(window_days=(1, 7))
+    assert bind_specs(tmp_path, shorter) == check_specs(spec_record(DEFAULT_PARAMS), shorter, "here")
+    assert read_specs(tmp_path) == spec_record(shorter), "the state is kept for the new features from now on"
+    with pytest.raises(FeatureSpecsError, match="the card features look back 30 d, the state keeps 7 d"):
+        bind_specs(tmp_path, DEFAULT_PARAMS)

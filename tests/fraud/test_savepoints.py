@@ -16,7 +16,7 @@ from fraud.savepoints import SavepointMismatchError
 from infra.checkpoints import QUERY_DIR
 from tests.support.checkpoints import LAYOUT, TOPICS, end_offset, spark_checkpoint
 
-SPECS = DEFAULT_PARAMS.specs
+PARAMS = DEFAULT_PARAMS
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, t
     assert savepoint.offsets == end_offset(4)["offsets"]
     assert savepoint.frontier_ms == end_offset(4)["frontier"] and not savepoint.final
     assert savepoint.layout == LAYOUT
-    assert savepoint.features is not None and len(savepoint.features["features"]) == len(SPECS)
+    assert savepoint.features is not None and len(savepoint.features["features"]) == len(PARAMS.specs)
     assert savepoint.topics == set(TOPICS)
     assert savepoint.checkpoint == str(tmp_path / "checkpoints" / "features")
     assert datetime.fromisoformat(savepoint.created_at).tzinfo == UTC
@@ -74,27 +74,24 @@ def test_what_cannot_be_saved_or_read_is_told(tmp_path: Path) -> None:
 
 
 def test_only_the_same_job_layout_inputs_and_features_fit(savepoint: savepoints.Savepoint) -> None:
-    savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, TOPICS)
+    savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
-        savepoints.check_fits(savepoint, "pipeline", LAYOUT, SPECS, TOPICS)
+        savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(SavepointMismatchError, match=r"written with .*'card_buckets': 6.*'card_buckets': 12"):
-        savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, SPECS, TOPICS)
+        savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, PARAMS, TOPICS)
     with pytest.raises(
         SavepointMismatchError, match="read labels, transactions; this job reads tx2, labels2"
     ):
-        savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, ("tx2", "labels2"))
+        savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, ("tx2", "labels2"))
+    more = FeatureParams(window_days=(1, 2, 7, 30))  # features added, within the state's history
+    savepoints.check_fits(savepoint, "features", LAYOUT, more, TOPICS)
+    savepoints.check_fits(savepoint, "features", LAYOUT, FeatureParams(label_delay_ms=DAY_MS), TOPICS)
     with pytest.raises(
-        FeatureSpecsError, match=r"savepoint .* \(features missing from the state: card_nb_tx_2d"
+        FeatureSpecsError,
+        match=r"savepoint .* \(features added: card_nb_tx_60d, .*the card features look back 60 d, the "
+        r"state keeps 30 d; the terminal features look back 67 d, the state keeps 37 d\)",
     ):
-        savepoints.check_fits(
-            savepoint, "features", LAYOUT, FeatureParams(window_days=(1, 2, 7, 30)).specs, TOPICS
-        )
-    with pytest.raises(
-        FeatureSpecsError, match=r"changed windows: terminal_nb_tx_1d \(1 d, 7 d before -> 1 d"
-    ):
-        savepoints.check_fits(
-            savepoint, "features", LAYOUT, FeatureParams(label_delay_ms=DAY_MS).specs, TOPICS
-        )
+        savepoints.check_fits(savepoint, "features", LAYOUT, FeatureParams(window_days=(1, 7, 60)), TOPICS)
 
 
 def test_a_savepoint_without_a_specs_record_fits_no_feature_state(tmp_path: Path) -> None:
@@ -103,7 +100,7 @@ def test_a_savepoint_without_a_specs_record_fits_no_feature_state(tmp_path: Path
     savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
     assert savepoint.features is None
     with pytest.raises(SavepointMismatchError, match="does not say which features"):
-        savepoints.check_fits(savepoint, "features", LAYOUT, SPECS, TOPICS)
+        savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
     savepoints.check_fits(savepoint, "features", LAYOUT, None, TOPICS)  # a job without feature state
 
 
@@ -111,7 +108,7 @@ def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
     savepoint: savepoints.Savepoint, tmp_path: Path
 ) -> None:
     target = tmp_path / "checkpoints" / "restored" / "features"
-    start = (target, "features", LAYOUT, SPECS, TOPICS)
+    start = (target, "features", LAYOUT, PARAMS, TOPICS)
     assert savepoints.start_from(savepoint.path, *start) == (savepoint, True)
     origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
     assert origin == {"id": savepoint.id, "savepoint": str(savepoint.path), "batch": 4}

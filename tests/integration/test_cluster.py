@@ -1,8 +1,9 @@
 """The cluster path: a real Spark standalone master and worker (the pyspark wheel's spark-class, loopback
 only) run the feature job and the scoring job over the embedded broker, Redis and an MLflow store, through
-the `fraud` command as a user runs it; their features equal the batch path's, their scores and alerts the
-champion's own, transaction by transaction. A job also says clearly when the executors lack what it
-needs."""
+the `fraud` command as a user runs it. The feature job migrates: it starts in Spark's local mode on the
+first part of the input, a savepoint is taken, and it goes on from the savepoint on the cluster when the
+rest arrives. The features of both equal the batch path's, the scores and alerts the champion's own,
+transaction by transaction. A job also says clearly when the executors lack what it needs."""
 
 from __future__ import annotations
 
@@ -62,13 +63,14 @@ def fraud(settings: Settings, home: Path, master: str, outputs: Topics, *args: s
     )
 
 
-def test_jobs_on_a_standalone_cluster_equal_the_batch_path_and_the_model(
+def test_jobs_migrated_to_a_standalone_cluster_equal_the_batch_path_and_the_model(
     cluster: Cluster, settings: Settings, tmp_path: Path
 ) -> None:
     clients = Clients.from_settings(settings)
     params = FeatureParams()
     sim = simulated(SMALL, settings, params)
-    produce_events(clients.producer(), settings.topics, sim.events)
+    first, rest = sim.events.split_at(sorted(sim.events.tx_times)[len(sim.events.tx_times) * 6 // 10])
+    produce_events(clients.producer(), settings.topics, first)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = settings.model_copy(update={"mlflow_tracking_uri": store})  # a registry of this test only
     fraud(settings, tmp_path / "train", "local[2]", settings.topics, "train")  # the champion
@@ -77,8 +79,12 @@ def test_jobs_on_a_standalone_cluster_equal_the_batch_path_and_the_model(
         update={role: f"{getattr(settings.topics, role)}-cluster" for role in OUTPUT_ROLES}
     )
     create_project_topics(clients.admin(), settings, outputs)
-    home = tmp_path / "cluster"
-    fraud(settings, home, cluster.master_url, outputs, "features", "run", "--once", "--max-records", "5000")
+    local, home, savepoint = tmp_path / "local", tmp_path / "cluster", tmp_path / "savepoint"
+    job = ("features", "run", "--once", "--max-records", "5000")
+    fraud(settings, local, "local[2]", outputs, *job)
+    fraud(settings, local, "local[2]", outputs, "savepoint", "create", "features", "--to", str(savepoint))
+    produce_events(clients.producer(), settings.topics, rest)
+    fraud(settings, home, cluster.master_url, outputs, *job, "--from-savepoint", str(savepoint))
     fraud(settings, home, cluster.master_url, outputs, "score", "run", "--once", "--max-records", "5000")
 
     features = features_topic(clients, outputs.features)

@@ -67,7 +67,6 @@ from tests.support.feature_jobs import (
     prefix_of,
     run_once,
     simulated,
-    split_at,
 )
 
 C = TxColumns
@@ -180,7 +179,7 @@ def parity(
     topics = clients.settings.topics
     sim = simulated(PARITY_SIMULATION, clients.settings, params)
     cut_ms = int(np.median(np.asarray(sim.events.tx_times)))
-    first, rest = split_at(sim.events, cut_ms)
+    first, rest = sim.events.split_at(cut_ms)
     checkpoints = tmp_path_factory.mktemp("parity")
     configs = {
         limit: job_config(

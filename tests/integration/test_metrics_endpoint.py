@@ -25,7 +25,7 @@ from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from tests.support.chaos import kill_tree
 from tests.support.cli_stack import cli_stack, register_champion
-from tests.support.feature_jobs import simulated, split_at
+from tests.support.feature_jobs import simulated
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=150, terminals=300, days=35, seed=31)
@@ -59,7 +59,7 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
         subprocess.run([str(BIN / "fraud"), "topics", "create"], env=env, check=True, capture_output=True)
         # The last days' transactions come while the job runs: their alerts' latency is measured from their
         # append. Their labels (stamped a week after them) come last, not to move the frontier past them.
-        before, after = split_at(sim.events, max(sim.events.tx_times) - 4 * DAY_MS)
+        before, after = sim.events.split_at(max(sim.events.tx_times) - 4 * DAY_MS)
         later_labels = EventBatch(
             label_keys=after.label_keys, label_values=after.label_values, label_times=after.label_times
         )

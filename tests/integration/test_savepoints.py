@@ -1,12 +1,14 @@
 """Savepoints as a user takes them: `fraud features run` runs on the first part of a simulation and a
 savepoint is taken with `fraud savepoint create` while it runs. The rest of the input arrives; the job
-processes it too, and beside it a new job starts `--from-savepoint` in a namespace of its own (its own
-features topic and checkpoint) and processes the input from the savepoint on with `--once`.
+processes it too, and beside it a new version of the job (one more window: four more features) starts
+`--from-savepoint` in a namespace of its own (its own features topic and checkpoint) and processes the input
+from the savepoint on with `--once`.
 
 The first job is the uninterrupted run: its features equal the batch path's. Its records of the micro-batches
-up to the savepoint's, followed by the new job's records, are its own records exactly: each transaction
-once, the same key, value and timestamp. Jobs that do not fit the savepoint are refused before Spark starts.
-"""
+up to the savepoint's, followed by the new version's records, are its own records exactly, but for the
+features added: each transaction once, the same key, timestamp and value. The added features equal the
+batch path's of the new version: computed from the state the savepoint holds from the new version's first
+micro-batch on. Jobs that do not fit the savepoint are refused before Spark starts."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Message
 
@@ -37,7 +40,6 @@ from tests.support.feature_jobs import (
     assert_each_transaction_once,
     assert_same_as_batch,
     simulated,
-    split_at,
 )
 
 pytestmark = pytest.mark.integration
@@ -47,6 +49,8 @@ SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=20)
 #: Records per micro-batch of the first job: a few micro-batches in each part of the input.
 MAX_RECORDS = "800"
 NAMESPACE = "restored"
+#: The new version's windows: one more (four more features), within the state's 30 days.
+UPGRADED = FeatureParams(window_days=(1, 7, 14, 30))
 TIMEOUT_S = 180
 
 
@@ -91,7 +95,7 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     topics = clients.settings.topics
     create_project_topics(clients.admin(), clients.settings)
     cut = min(sim.events.tx_times) + (max(sim.events.tx_times) - min(sim.events.tx_times)) * 6 // 10
-    first, rest = split_at(sim.events, cut)
+    first, rest = sim.events.split_at(cut)
     assert produce_events(clients.producer(), topics, first).delivery_errors == []
 
     checkpoint = home / "home" / "checkpoints" / "features"  # the run command's default
@@ -109,7 +113,7 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
         # The new version starts beside the running job, in a namespace of its own.
         resumed = start(
             env, resumed_log, "features", "run", "--once", "--namespace", NAMESPACE,
-            "--from-savepoint", str(savepoint),
+            "--from-savepoint", str(savepoint), "--windows", ",".join(map(str, UPGRADED.window_days)),
         )  # fmt: skip
         running.append(resumed)
 
@@ -133,7 +137,10 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     }
     assert saved["frontier_ms"] is not None and saved["frontier_ms"] <= cut
     assert saved["layout"] == {"card_buckets": 6, "terminal_buckets": 6}
-    assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_log.read_text()
+    resumed_output = resumed_log.read_text()
+    assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_output
+    added = [name for name in UPGRADED.feature_columns if name not in params.feature_columns]
+    assert f"takes over state built for other features (features added: {', '.join(added)})" in resumed_output
     # The new job's checkpoint needs nothing of the one the savepoint was taken from.
     for path in (home / "home" / "checkpoints" / NAMESPACE / "features").rglob("*"):
         if path.is_file() and path.suffix not in (".zip", ".sst", ".changelog"):
@@ -143,31 +150,33 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     assert_each_transaction_once(uninterrupted, sim.transactions)
     assert_same_as_batch(uninterrupted.by_tx(), sim, params)
     before = [m for m in uninterrupted.records if batch_of(m) <= saved["batch"]]
-    after = list(read_topic(clients, topics.in_namespace(NAMESPACE).features))
-    assert before and after, "the savepoint lies between the first job's micro-batches"
-    joined = FeatureOutput(before + after)
-    assert_each_transaction_once(joined, sim.transactions)
+    after = FeatureOutput(list(read_topic(clients, topics.in_namespace(NAMESPACE).features)))
+    assert before and after.records, "the savepoint lies between the first job's micro-batches"
+    assert_each_transaction_once(FeatureOutput(before + after.records), sim.transactions)
+    assert_same_as_batch(after.by_tx(), simulated(SIMULATION, clients.settings, UPGRADED), UPGRADED)
     expected = uninterrupted.by_tx()
-    for tx_id, message in joined.by_tx().items():
-        want = expected[tx_id]
-        assert (message.key(), message.value(), message.timestamp()) == (
+    for message in [*before, *after.records]:
+        value = orjson.loads(message.value() or b"")
+        value["features"] = {k: v for k, v in value["features"].items() if k not in added}
+        want = expected[value["tx_id"]]
+        assert (message.key(), value, message.timestamp()) == (
             want.key(),
-            want.value(),
+            orjson.loads(want.value() or b""),
             want.timestamp(),
-        ), f"tx {tx_id}: the record differs from the uninterrupted run's"
+        ), f"tx {value['tx_id']}: the record differs from the uninterrupted run's"
     read = sum(saved["offsets"].values())
     print(
         f"\nsavepoint at micro-batch {saved['batch']} of {last_batch}, {read:,} of {len(first.tx_values):,} + "
         f"{len(first.label_values):,} records of the first part read: {len(before):,} feature records before "
-        f"it, {len(after):,} from the job started from it; {saved['files']} files, {saved['size_bytes']:,} bytes"
+        f"it, {len(after.records):,} from the job started from it; {saved['files']} files, {saved['size_bytes']:,} bytes"
     )
 
     # Jobs that do not fit the savepoint, refused before Spark starts (run in this process: no JVM).
     code, error = run_in_process(
-        env, "features", "run", "--feature-delay-days", "3", "--namespace", "other",
+        env, "features", "run", "--windows", "1,7,60", "--namespace", "other",
         "--from-savepoint", str(savepoint),
     )  # fmt: skip
-    assert code == 5 and "changed windows: terminal_nb_tx_1d (1 d, 7 d before -> 1 d, 3 d before)" in error
+    assert code == 5 and "lacks the history they need (the card features look back 60 d, the state" in error
     code, error = run_in_process(env, "score", "run", "--from-savepoint", str(savepoint))
     assert code == 5 and "is of the features job, not of the scoring job" in error
     code, error = run_in_process(env, "pipeline", "run", "--from", "-1d", "--from-savepoint", str(savepoint))

@@ -3,7 +3,8 @@ Spark.
 
 A small simulation (100 cards, 40 days) is produced and the feature job runs continuously over it. While
 it runs, the state of a few cards is read from its checkpoint (its last committed micro-batch), in this
-process and with ``fraud state card --json`` as a user runs it, and each card's window counts and sums at
+process, with ``fraud state card --json`` as a user runs it and through the API (``GET /state/cards/...``),
+and each card's window counts and sums at
 the frontier are compared with the batch path's: the features ``features.core.compute_features`` gives a
 transaction of the card at the frontier, minus that transaction. Then the job stops, its checkpoint is
 copied (a savepoint) and the original moved away, and the copy shows the same.
@@ -19,6 +20,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
+from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 
 from contracts.events import TxColumns
@@ -28,10 +30,12 @@ from features.core import compute_features
 from features.definitions import EVENT_TIME_MS, FeatureParams, card_avg_amount_column, card_nb_tx_column
 from features.inspect import NothingHeldError, open_job_state, read_card
 from features.job import start_feature_job
+from fraud.state import StateService
 from infra.clients import Clients
 from infra.spark import stop_between_batches
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
+from scoring.api import create_app
 from tests.support.feature_jobs import Simulated, job_config, simulated
 from tests.support.scripts import run_fraud
 
@@ -99,7 +103,7 @@ def test_state_of_cards_equals_the_batch_path_while_the_job_runs_and_in_a_moved_
 ) -> None:
     sim = simulated(SIMULATION, settings, PARAMS)
     everything = transactions_of(sim)
-    checkpoint = tmp_path / "features"
+    checkpoint = tmp_path / "checkpoints" / "features"  # where FRAUD_HOME=tmp_path keeps it
     config = job_config(clients, settings.topics, checkpoint, None, PARAMS)
     assert produce_events(clients.producer(), settings.topics, sim.events).delivery_errors == []
 
@@ -127,6 +131,21 @@ def test_state_of_cards_equals_the_batch_path_while_the_job_runs_and_in_a_moved_
         at = shown["windows_end_ms"]
         released = everything[everything[EVENT_TIME_MS] < at]
         assert_windows_equal(shown["windows"], windows_at(released, cards[0], at), cards[0])
+        states = StateService(settings.model_copy(update={"home": tmp_path}), session=lambda: spark)
+        api = TestClient(create_app(clients.redis(), states=states))
+        answer = api.get(f"/state/cards/{cards[2]}")
+        assert answer.status_code == 200, answer.text
+        served = answer.json()
+        at = served["windows_end_ms"]
+        released = everything[everything[EVENT_TIME_MS] < at]
+        assert_windows_equal(served["windows"], windows_at(released, cards[2], at), cards[2])
+        terminal = str(everything[C.TERMINAL_ID].value_counts().index[0])
+        answer = api.get(f"/state/terminals/{terminal}")
+        assert answer.status_code == 200 and answer.json()["terminal_id"] == terminal, answer.text
+        missing = api.get(f"/state/cards/{'f' * 32}")
+        assert missing.status_code == 404 and "holds nothing for card" in missing.json()["detail"]
+        elsewhere = api.get(f"/state/cards/{cards[0]}", params={"namespace": "other"})
+        assert elsewhere.status_code == 404 and "no checkpoint at" in elsewhere.json()["detail"]
         assert query.isActive and query.exception() is None, "the job stopped while its state was read"
     finally:
         stop_between_batches(query)

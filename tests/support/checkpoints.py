@@ -80,7 +80,7 @@ def spark_checkpoint(checkpoint: Path, committed: int = 4, in_flight: bool = Tru
                 _write(store / f"{version}.changelog", b"changes")
             _write(store / f".{last + 2}.changelog.0e7a.tmp", b"being written", crc=False)
     _write(checkpoint / LAYOUT_FILE, json.dumps(LAYOUT), crc=False)
-    _write(checkpoint / SPECS_FILE, json.dumps(spec_record(DEFAULT_PARAMS.specs)), crc=False)
+    _write(checkpoint / SPECS_FILE, json.dumps(spec_record(DEFAULT_PARAMS)), crc=False)
     _write(checkpoint / "model-versions.json", json.dumps({str(b): 1 for b in range(last + 1)}), crc=False)
     _write(checkpoint / "pinned.json", json.dumps({"read_tasks": 2}), crc=False)
     _write(checkpoint / "fraud-sink-features.id", "features-eceee0f65654", crc=False)

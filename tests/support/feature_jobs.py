@@ -124,22 +124,6 @@ def isolated_clients(stack: StackInfo, home: Path) -> Clients:
     return clients
 
 
-def split_at(events: EventBatch, cut_ms: int) -> tuple[EventBatch, EventBatch]:
-    """The events (transactions and labels) with Kafka timestamps before ``cut_ms``, and the others."""
-    before, after = EventBatch(), EventBatch()
-    for key, value, ts in zip(events.tx_keys, events.tx_values, events.tx_times, strict=True):
-        part = before if ts < cut_ms else after
-        part.tx_keys.append(key)
-        part.tx_values.append(value)
-        part.tx_times.append(ts)
-    for key, value, ts in zip(events.label_keys, events.label_values, events.label_times, strict=True):
-        part = before if ts < cut_ms else after
-        part.label_keys.append(key)
-        part.label_values.append(value)
-        part.label_times.append(ts)
-    return before, after
-
-
 @dataclass
 class FeatureOutput:
     """The features topic as a read_committed consumer sees it."""

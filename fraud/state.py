@@ -1,0 +1,92 @@
+"""A job's committed state, read for the API (``GET /state/cards/{card_id}``, ``/state/terminals/{id}``)
+as ``fraud state`` reads it: from the job's checkpoint under ``FRAUD_HOME``, with Spark's state data source,
+read-only beside the running job.
+
+Each read is a small Spark batch job; the service starts its local Spark session at the first read (a few
+seconds: the API answers everything else from Redis without a JVM) and keeps it for the next ones, which
+take a second or so. Reads go one at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from contracts.settings import Settings
+from features.definitions import DEFAULT_PARAMS, FeatureParams
+from fraud.options import checkpoint_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The Spark master of a state read: a local session of the reading process, whatever the jobs run on.
+STATE_MASTER = "local[2]"
+
+
+def state_session(settings: Settings, app_name: str) -> SparkSession:
+    """A local Spark session to read a job's state with."""
+    from infra.spark import spark_session  # heavy: PySpark, imported only when the state is read
+
+    return spark_session(settings.model_copy(update={"spark_master": STATE_MASTER}), app_name=app_name)
+
+
+class StateService:
+    """What the feature job (or the pipeline) of a namespace holds for a card or a terminal, as JSON
+    (``features.inspect``'s views).
+
+    Args:
+        settings: where the checkpoints are (``FRAUD_HOME``), and Spark's settings.
+        params: the features' parameters (their windows) the views are computed with.
+        session: makes the Spark session (default: :func:`state_session`); the service stops it on
+            :meth:`close` only when it made it.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        params: FeatureParams = DEFAULT_PARAMS,
+        session: Callable[[], SparkSession] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.params = params
+        self._make = session or (lambda: state_session(settings, "fraud-api-state"))
+        self._owned = session is None
+        self._spark: SparkSession | None = None
+        self._lock = threading.Lock()
+
+    def card(self, job: str, namespace: str, card_id: str) -> dict[str, Any]:
+        """The card's view (``features.inspect.CardView.as_json``).
+
+        Raises:
+            NotFoundError: no checkpoint of the job, nothing committed, or nothing held for the card.
+            StateError: the checkpoint is not of a feature job.
+        """
+        from features.inspect import read_card
+
+        return self._read(job, namespace, lambda spark, state: read_card(spark, state, card_id, self.params))
+
+    def terminal(self, job: str, namespace: str, terminal_id: str) -> dict[str, Any]:
+        """The terminal's view (``features.inspect.TerminalView.as_json``); raises as :meth:`card`."""
+        from features.inspect import read_terminal
+
+        return self._read(
+            job, namespace, lambda spark, state: read_terminal(spark, state, terminal_id, self.params)
+        )
+
+    def _read(self, job: str, namespace: str, read: Callable[[SparkSession, Any], Any]) -> dict[str, Any]:
+        from features.inspect import open_job_state
+
+        state = open_job_state(checkpoint_dir(self.settings, None, job, namespace))
+        with self._lock:
+            if self._spark is None:
+                self._spark = self._make()
+            view: dict[str, Any] = read(self._spark, state).as_json()
+        return view
+
+    def close(self) -> None:
+        """Stop the Spark session, if the service started one."""
+        with self._lock:
+            if self._spark is not None and self._owned:
+                self._spark.stop()
+            self._spark = None
