@@ -40,6 +40,8 @@ CASES = {
     "unreachable Kafka": (unreachable_services(), ["topics", "list"], 3, "Kafka did not answer"),
     "unreachable Redis": (unreachable_services(), ["alerts", "get", "5"], 3, "Redis"),
     "unreachable MLflow": (unreachable_services(), ["models", "list"], 3, "MLflow at http://127.0.0.1"),
+    "windows out of order": ({}, ["features", "list", "--windows", "7,1"], 2, "strictly increasing"),
+    "windows not in days": ({}, ["features", "list", "--windows", "1d,7d"], 2, "give whole days"),
     "no checkpoint to read the state of": ({}, ["state", "card", "ab" * 16], 4, "no checkpoint at"),
     "a checkpoint and a savepoint": (
         {},
