@@ -6,7 +6,8 @@ scores name the version that made them (the first, then the second, never back),
 (amounts above 220) raise alerts, Redis holds the same alerts, and bad feature records are dead-lettered.
 
 Then the same transactions go through the one-query pipeline (``fraud pipeline run --once``) into topics
-and Redis keys of its own: it writes the feature job's feature records and the scoring job's scores.
+and Redis keys of its own, in two runs: the first to the middle of the input, the second from a savepoint
+of the first. Together they write the feature job's feature records and the scoring job's scores.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ import orjson
 import pytest
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import Reason, TxColumns, from_message
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
+from features.job import layout_of
+from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients, ensure_topics, read_topic, topic_counts
 from infra.embedded import StackInfo
+from infra.kafka_source.config import at_time
 from infra.redis_store import RedisTarget, card_features_key, card_score_key, get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -228,23 +233,8 @@ class Piped:
     versions_by_batch: dict[int, int]
 
 
-@pytest.fixture(scope="module")
-def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPathFactory) -> Piped:
-    """The pipeline, once, over the scoring fixture's transactions and labels; the champion is v2 now."""
-    home = tmp_path_factory.mktemp("pipeline")
-    clients = scored.clients
-    inputs = clients.settings.topics
-    own = Topics().with_prefix(f"{scored.prefix}pipe-")
-    ensure_topics(clients.admin(), own.all(), clients.settings.partitions, 1)
-    topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
-    config = PipelineConfig(
-        features=replace(
-            job_config(clients, topics, home / "checkpoint", MAX_RECORDS),
-            redis=RedisTarget(clients.endpoints.redis_url, prefix_of(own), DEFAULT_RETENTION_S),
-        ),
-        tracking_uri=scored.tracking_uri,
-        model_check_interval_s=DEFAULT_MODEL_CHECK_INTERVAL_S,
-    )
+def run_pipeline(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
+    """Run the pipeline once over what its input holds (up to its ending offsets)."""
     query = start_pipeline(spark, config, once=True)
     try:
         finished = query.awaitTermination(TIMEOUT_S)
@@ -252,6 +242,42 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
         query.stop()
     assert finished, f"the pipeline did not finish within {TIMEOUT_S} s"
     assert query.exception() is None, f"the pipeline failed: {query.exception()}"
+    return query
+
+
+@pytest.fixture(scope="module")
+def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPathFactory) -> Piped:
+    """The pipeline over the scoring fixture's transactions and labels; the champion is v2 now. It runs up
+    to the middle of the input, a savepoint is taken, and a second pipeline goes on from it to the end."""
+    home = tmp_path_factory.mktemp("pipeline")
+    clients = scored.clients
+    inputs = clients.settings.topics
+    own = Topics().with_prefix(f"{scored.prefix}pipe-")
+    ensure_topics(clients.admin(), own.all(), clients.settings.partitions, 1)
+    topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
+    features = replace(
+        job_config(clients, topics, home / "first", MAX_RECORDS),
+        redis=RedisTarget(clients.endpoints.redis_url, prefix_of(own), DEFAULT_RETENTION_S),
+    )
+    config = PipelineConfig(
+        features=features,
+        tracking_uri=scored.tracking_uri,
+        model_check_interval_s=DEFAULT_MODEL_CHECK_INTERVAL_S,
+    )
+    times = sorted(record[EVENT_TIME_MS] for record in by_tx(scored.features).values())
+    half = replace(features, ending_offsets=at_time(times[len(times) // 2]))
+    run_pipeline(spark, replace(config, features=half))
+    savepoint = savepoints.take("pipeline", "", home / "first", home / "savepoint")
+    checkpoint = home / "checkpoint"
+    savepoints.start_from(
+        savepoint.path,
+        checkpoint,
+        "pipeline",
+        layout_of(features),
+        features.params,
+        (inputs.transactions, inputs.labels),
+    )
+    query = run_pipeline(spark, replace(config, features=replace(features, checkpoint=checkpoint)))
     versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())
     piped = Piped(
         prefix_of(own),
