@@ -95,17 +95,25 @@ def _to_int(values: pd.Series) -> pd.Series:
     return numeric.where(whole)
 
 
+#: A number written as text (a CSV cell): epoch milliseconds, like a number column.
+_NUMBER_TEXT = r"\s*-?\d+(?:\.\d*)?\s*"
+
+
 def _to_event_time_ms(values: pd.Series) -> pd.Series:
-    """Epoch milliseconds from datetimes (naive = UTC), date strings, or numbers (already epoch ms)."""
+    """Epoch milliseconds from datetimes (naive = UTC), date strings, or numbers (already epoch ms), also
+    numbers written as text (a CSV's cells are all text)."""
     numbers = pd.api.types.infer_dtype(values, skipna=True) in ("integer", "floating", "mixed-integer-float")
     if pd.api.types.is_numeric_dtype(values) or numbers:  # numbers, also with nulls among them
         return _to_int(values)
     if isinstance(values.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_any_dtype(values):
         stamps = pd.to_datetime(values, utc=True)
+        numbered = pd.Series(np.nan, index=values.index)
     else:
-        stamps = pd.to_datetime(values, utc=True, errors="coerce", format="mixed")
+        as_number = values.astype("string").str.fullmatch(_NUMBER_TEXT).fillna(False).astype(bool)
+        numbered = _to_int(values.where(as_number))
+        stamps = pd.to_datetime(values.where(~as_number), utc=True, errors="coerce", format="mixed")
     ms = stamps.astype("datetime64[ms, UTC]").astype("int64").astype("float64")
-    return ms.where(stamps.notna())
+    return ms.where(stamps.notna(), numbered)
 
 
 _PROBLEM = {

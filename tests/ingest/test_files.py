@@ -41,6 +41,24 @@ def test_zoned_times_are_converted_to_utc(tmp_path: Path) -> None:
     assert clean.frame[C.EVENT_TIME].tolist() == [1_522_540_800_000, 1_522_540_800_000]
 
 
+def test_epoch_milliseconds_in_a_csv_are_times_too(tmp_path: Path) -> None:
+    path = tmp_path / "epoch.csv"
+    path.write_text(
+        "tx_id,card_id,terminal_id,amount,event_time\n"
+        "1,c,t,1.0,1522540800000\n"
+        "2,c,t,1.0,2018-04-01T00:00:01Z\n"
+        "3,c,t,1.0, 1522540802000.0 \n"
+        "4,c,t,1.0,1522540803000.5\n"
+        "5,c,t,1.0,15225408O3000\n"
+    )
+    clean = clean_table(read_table(path, parse_mapping("canonical")), "file")
+    assert clean.frame[C.EVENT_TIME].tolist() == [1_522_540_800_000, 1_522_540_801_000, 1_522_540_802_000]
+    assert [(letter.reason, letter.source) for letter in clean.dead_letters] == [
+        (Reason.WRONG_TYPE, "file:row 4"),  # a fraction of a millisecond
+        (Reason.WRONG_TYPE, "file:row 5"),  # a letter O among the digits
+    ]
+
+
 def test_parquet_with_aware_datetimes(tmp_path: Path) -> None:
     path = tmp_path / "tx.parquet"
     pd.DataFrame(

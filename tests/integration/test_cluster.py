@@ -20,6 +20,7 @@ from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import OUTPUT_ROLES, Settings, Topics
 from features.definitions import FeatureParams
 from infra.clients import Clients, create_project_topics, read_topic
+from infra.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
 from ingest.produce import produce_events
 from tests.support.feature_jobs import (
     TOLERANCE,
@@ -31,7 +32,6 @@ from tests.support.feature_jobs import (
 )
 from tests.support.samples import SMALL
 from tests.support.scripts import FRAUD
-from tests.support.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
 
 JOB_TIMEOUT_S = 600
 

@@ -29,7 +29,7 @@ from contracts.settings import Settings, known_env_names
 from fraud.cli import app
 from infra.embedded import StackInfo, free_port, temporary_stack
 from infra.metrics import ApiMetrics, JobMetrics
-from tests.support.spark_cluster import SPARK_ENV, spawn, stop
+from infra.spark_cluster import SPARK_ENV, spawn, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

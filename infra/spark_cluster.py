@@ -1,5 +1,6 @@
-"""A real Spark standalone cluster for the tests: a master and a worker from the pyspark wheel's own
-launcher (``spark-class``), on the loopback address, each in a process group of its own."""
+"""A real Spark standalone cluster on this machine, for the tests and benchmarks of the cluster path: a master
+and a worker from the pyspark wheel's own launcher (``spark-class``), on the loopback address, each in a
+process group of its own."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyspark
 
-from infra.embedded import free_port
+from infra.embedded import StackError, free_port
 
 HOST = "127.0.0.1"
 SPARK_HOME = str(Path(pyspark.__file__).parent)
@@ -29,10 +30,12 @@ START_TIMEOUT_S = 90.0
 
 @dataclass(frozen=True)
 class Cluster:
-    """A running standalone cluster: its master URL and the master's web UI (its JSON status)."""
+    """A running standalone cluster: its master URL, the master's web UI (its JSON status), and the process
+    of its worker (its executors are its children)."""
 
     master_url: str
     ui_url: str
+    worker_pid: int | None = None
 
     def workers(self) -> list[dict[str, object]]:
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as response:  # noqa: S310 - loopback
@@ -42,7 +45,7 @@ class Cluster:
 def spawn(args: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A process in a session of its own (killed with its children by :func:`stop`), output to ``log``."""
     with log.open("ab") as out:
-        return subprocess.Popen(
+        return subprocess.Popen(  # noqa: S603 - Spark's launcher from the installed wheel
             list(args),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -74,7 +77,7 @@ def wait_for_worker(cluster: Cluster, timeout_s: float = START_TIMEOUT_S) -> Non
         except OSError:
             pass  # the master's UI is not up yet
         time.sleep(0.5)
-    raise AssertionError(f"no worker joined {cluster.master_url} within {timeout_s:.0f} s")
+    raise StackError(f"no worker joined {cluster.master_url} within {timeout_s:.0f} s")
 
 
 @contextmanager
@@ -116,6 +119,6 @@ def standalone_cluster(work: Path, cores: int = 2, memory: str = "2g") -> Iterat
     )
     try:
         wait_for_worker(cluster)
-        yield cluster
+        yield replace(cluster, worker_pid=worker.pid)
     finally:
         stop(worker, master)

@@ -1,0 +1,192 @@
+"""How the feature job scales: throughput on local[1], local[2] and a standalone master + worker; memory and
+state against the number of cards and of events.
+
+Each run is ``fraud features run --once`` over a simulation produced to an embedded stack of its own, as a
+user runs it (Spark's start-up included in the wall time, not in the rate):
+
+1. **Masters**: one simulation (``--customers``, ``--days``) on ``local[1]``, ``local[2]`` and a standalone
+   cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
+2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days each: the state holds every card's
+   transactions of the last 30 days, so it should grow with the cards.
+3. **Events**: 10,000 cards over ``--event-days`` (40 and 80 days): twice the events, the same 30 days of
+   history per card, so the state should not grow.
+
+Per run: records/s (the command's own report), wall time, the peak resident memory of the job's processes
+(the command's process tree; on the cluster, the worker's too), and its state on disk (the checkpoint's
+state stores). Writes the ``scaling`` section of docs/benchmarks.md.
+
+Run: .venv/bin/python bench/bench_scaling.py [--cards 10000,100000,1000000] [--no-report]
+Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-days 31,35 --no-report
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import report
+from measure import TreeSampler
+
+from infra.clients import Clients, create_project_topics
+from infra.embedded import HOST, temporary_stack
+from infra.spark_cluster import SPARK_ENV, standalone_cluster
+from ingest.files import clean_table
+from ingest.produce import events_from_table, produce_events
+from ingest.simulator import SimulatorConfig, simulate
+
+DAY_MS = 86_400_000
+FRAUD = Path(sys.executable).parent / "fraud"
+#: The command's last line: ``Done: 1,234 records in 5 micro-batches, 6.7 s (184 records/s).``
+DONE = re.compile(r"Done: ([\d,]+) records in ([\d,]+) micro-batches, ([\d,.]+) s \(([\d,]+) records/s\)")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the feature job: what it read, how fast, how much memory and state."""
+
+    transactions: int
+    records: int
+    rate: float
+    wall_s: float
+    peak_rss_bytes: int
+    state_bytes: int
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def run_job(
+    customers: int, days: int, seed: int, master: str, work: Path, worker_pid: int | None = None
+) -> Run:
+    """Simulate, produce to a stack of its own, run the feature job once on ``master``; its figures."""
+    frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
+    home = work / "home"
+    with temporary_stack(work / "stack") as info:
+        clients = Clients.for_stack(info, home, partitions=4)
+        settings = clients.settings
+        create_project_topics(clients.admin(), settings)
+        events = events_from_table(
+            clean_table(frame, "bench"), "bench", b"bench-token-key", 7 * DAY_MS, settings.max_event_bytes
+        )
+        produce_events(clients.producer(), settings.topics, events)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")} | {
+            **SPARK_ENV,
+            "SPARK_LOCAL_IP": HOST,
+            "FRAUD_HOME": str(home),
+            "FRAUD_BOOTSTRAP_SERVERS": info.bootstrap_servers,
+            "FRAUD_REDIS_URL": info.redis_url,
+            "FRAUD_MLFLOW_TRACKING_URI": info.mlflow_tracking_uri,
+            "FRAUD_TOKEN_KEY": "bench-token-key",
+            "FRAUD_PARTITIONS": "4",
+            "FRAUD_SPARK_MASTER": master,
+            "COLUMNS": "200",
+        }
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [str(FRAUD), "features", "run", "--once"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        samplers = [TreeSampler(pid).start() for pid in (process.pid, worker_pid) if pid is not None]
+        out, err = process.communicate()
+        wall_s = time.perf_counter() - started
+        for sampler in samplers:
+            sampler.stop()
+    text = out.decode(errors="replace")
+    done = DONE.search(text)
+    if process.returncode != 0 or done is None:
+        sys.exit(
+            f"fraud features run on {master} failed ({process.returncode}):\n{text[-2000:]}{err.decode()[-3000:]}"
+        )
+    state = home / "checkpoints" / "features" / "query" / "state"
+    return Run(
+        transactions=len(events.tx_values),
+        records=int(done.group(1).replace(",", "")),
+        rate=float(done.group(4).replace(",", "")),
+        wall_s=wall_s,
+        peak_rss_bytes=sum(sampler.peak_rss_bytes for sampler in samplers),
+        state_bytes=directory_bytes(state),
+    )
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def row(name: str, run: Run) -> list[str]:
+    return [
+        name,
+        f"{run.transactions:,}",
+        f"{run.rate:,.0f}",
+        f"{run.wall_s:,.0f} s",
+        mib(run.peak_rss_bytes),
+        mib(run.state_bytes),
+    ]
+
+
+HEADERS = ["run", "transactions", "records/s", "wall time", "peak RSS", "state on disk"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--customers", type=int, default=5000, help="cards of the masters' runs")
+    parser.add_argument("--days", type=int, default=31, help="days of the masters' runs")
+    parser.add_argument("--cards", default="10000,100000,1000000")
+    parser.add_argument("--card-days", type=int, default=2)
+    parser.add_argument("--event-days", default="40,80", help="days of the 10,000 cards' runs")
+    parser.add_argument("--seed", type=int, default=0)
+    report.add_flag(parser)
+    args = parser.parse_args()
+    print(f"settings: {vars(args)}")
+
+    masters, cards, events = [], [], []
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        for master in ("local[1]", "local[2]"):
+            run = run_job(args.customers, args.days, args.seed, master, work / master)
+            masters.append(row(master, run))
+            print(masters[-1])
+        with standalone_cluster(work / "cluster", cores=2, memory="4g") as cluster:
+            run = run_job(
+                args.customers,
+                args.days,
+                args.seed,
+                cluster.master_url,
+                work / "standalone",
+                cluster.worker_pid,
+            )
+            masters.append(row("standalone: 1 master, 1 worker of 2 cores", run))
+            print(masters[-1])
+        for n in (int(value) for value in args.cards.split(",")):
+            run = run_job(n, args.card_days, args.seed, "local[2]", work / f"cards-{n}")
+            cards.append(row(f"{n:,} cards, {args.card_days} days", run))
+            print(cards[-1])
+        for days in (int(value) for value in args.event_days.split(",")):
+            run = run_job(10_000, days, args.seed, "local[2]", work / f"days-{days}")
+            events.append(row(f"10,000 cards, {days} days", run))
+            print(events[-1])
+
+    if not args.no_report:
+        report.write_section(
+            "scaling",
+            script=__file__,
+            tables=[
+                report.Table(HEADERS, masters, caption="Throughput by Spark master (the same input)."),
+                report.Table(HEADERS, cards, caption="Memory and state against the number of cards."),
+                report.Table(HEADERS, events, caption="Memory and state against the number of events."),
+            ],
+            settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey"},
+            title="Scaling: Spark masters, cards and events",
+        )
+
+
+if __name__ == "__main__":
+    main()
