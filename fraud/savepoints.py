@@ -50,8 +50,9 @@ SAVEPOINT_FILE = "savepoint.json"
 CHECKPOINT_COPY = "checkpoint"
 #: Written in a checkpoint started from a savepoint: which one (a second start from it resumes instead).
 RESTORED_FILE = "restored-from.json"
-#: The version of ``savepoint.json``'s format.
-FORMAT = 1
+#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; a version 1 file reads as
+#: not recording them).
+FORMAT = 2
 #: The Spark setting a checkpoint keeps for its life, which a rescale changes with the bucket counts.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 

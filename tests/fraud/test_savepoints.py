@@ -38,8 +38,13 @@ def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, t
     stored = json.loads((savepoint.path / savepoints.SAVEPOINT_FILE).read_text())
     assert "path" not in stored and stored["job"] == "features" and stored["format"] == savepoints.FORMAT
     assert savepoints.read(savepoint.path) == savepoint
+    assert savepoint.shuffle_partitions == 2
     assert savepoints.find(savepoint.path.parent) == [savepoint] == savepoints.find(savepoint.path)
     assert savepoints.find(tmp_path / "none") == []
+    older = {**stored, "format": 1}
+    del older["shuffle_partitions"]
+    (savepoint.path / savepoints.SAVEPOINT_FILE).write_text(json.dumps(older))
+    assert savepoints.read(savepoint.path).shuffle_partitions is None, "a version 1 savepoint reads as before"
 
 
 def test_the_default_place_names_the_job_and_the_time(tmp_path: Path) -> None:
