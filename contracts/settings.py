@@ -26,6 +26,11 @@ DAY_S = 86_400
 DEFAULT_RETENTION_S = 30 * DAY_S
 #: How often a scoring job re-reads where its model alias points, unless ``FRAUD_MODEL_CHECK_INTERVAL_S`` says.
 DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
+#: Buckets the feature job hashes cards (and terminals) into, unless ``FRAUD_CARD_BUCKETS`` (and
+#: ``FRAUD_TERMINAL_BUCKETS``) say: the keys of its two stateful stages.
+DEFAULT_BUCKETS = 6
+#: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
+DEFAULT_SHUFFLE_PARTITIONS = 2
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -144,6 +149,13 @@ class Settings(BaseSettings):
         description="Host name the Spark executors reach the driver at (a container's name in compose); "
         "default: Spark's own choice.",
     )
+    spark_shuffle_partitions: int = Field(
+        DEFAULT_SHUFFLE_PARTITIONS,
+        ge=1,
+        le=10_000,
+        description="Partitions of the jobs' Spark shuffles, hence of their state stores. A checkpoint keeps "
+        "the count it started with; a job started from a savepoint with another count is rescaled.",
+    )
     spark_ui_port: int | None = Field(
         None,
         ge=1,
@@ -181,6 +193,23 @@ class Settings(BaseSettings):
     token_key: SecretStr = Field(
         SecretStr(DEMO_TOKEN_KEY),
         description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",
+    )
+
+    # State layout of the feature job and the pipeline: fixed for the life of a checkpoint (``layout.json``);
+    # a job started from a savepoint with other counts re-keys the savepoint's state into them.
+    card_buckets: int = Field(
+        DEFAULT_BUCKETS,
+        ge=1,
+        le=4096,
+        description="Buckets cards are hashed into, the keys of the feature job's card state (one state call "
+        "per bucket and micro-batch). Change it through a savepoint: `fraud features run --from-savepoint`.",
+    )
+    terminal_buckets: int = Field(
+        DEFAULT_BUCKETS,
+        ge=1,
+        le=4096,
+        description="Buckets terminals are hashed into, the keys of the feature job's terminal state. Change "
+        "it through a savepoint, as FRAUD_CARD_BUCKETS.",
     )
 
     # Alerts: the Redis lookup store and its API.

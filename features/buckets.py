@@ -18,6 +18,12 @@ def card_bucket(card_id: str, buckets: int) -> int:
         return zlib.crc32(card_id.encode()) % buckets
 
 
+def card_buckets(card_ids: pd.Series, buckets: int) -> np.ndarray:
+    """Bucket of each card token (:func:`card_bucket`)."""
+    mapping = {card: card_bucket(str(card), buckets) for card in card_ids.unique()}
+    return card_ids.map(mapping).to_numpy(dtype=np.int32)
+
+
 def terminal_buckets(terminal_ids: pd.Series, buckets: int) -> np.ndarray:
     """Bucket of each terminal id (CRC-32, stable across processes and runs)."""
     mapping = {t: zlib.crc32(str(t).encode()) % buckets for t in terminal_ids.unique()}

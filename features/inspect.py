@@ -3,7 +3,7 @@
 The job keeps its state per card bucket and per terminal bucket (``features.job``): Arrow blobs of the
 core's states. A card is looked up in the bucket the job routes it to (``features.buckets``, with the
 bucket counts of the checkpoint's layout file), and the blobs are decoded as the job decodes them
-(``features.transport.from_blob``). The windows shown are the core's, at the event-time frontier:
+(``features.transport``). The windows shown are the core's, at the event-time frontier:
 ``features.core.card_windows`` for the card and ``features.core.terminal_step`` for a transaction at the
 frontier for the terminal, so they follow the feature definitions and cannot drift from them.
 
@@ -41,7 +41,7 @@ from features.definitions import (
 )
 from features.job import CARD_STATE_VAR, TERMINAL_STATE_VAR
 from features.rows import KIND, LABEL, TX
-from features.transport import KEY, from_blob
+from features.transport import KEY, card_bucket_of, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
@@ -196,9 +196,9 @@ def card_view(
     """
     history, pending, frontier = CardState.empty(), pd.DataFrame(columns=EVENT_COLUMNS), None
     if stored is not None:
-        history = CardState.from_frame(from_blob(stored["history"]))
-        pending = from_blob(stored["pending"])
-        frontier = None if int(stored["frontier"]) <= NO_FRONTIER else int(stored["frontier"])
+        held = card_bucket_of(stored["history"], stored["pending"], stored["frontier"])
+        history, pending = held.history, held.pending
+        frontier = None if held.frontier_ms <= NO_FRONTIER else held.frontier_ms
     mine = history.card_id == card_id
     released = pd.DataFrame(
         {
@@ -307,7 +307,7 @@ def terminal_view(
     """
     state = TerminalState.empty()
     if stored is not None:
-        state = TerminalState.from_frames(from_blob(stored["transactions"]), from_blob(stored["labels"]))
+        state = terminal_state_of(stored["transactions"], stored["labels"])
     tx = state.terminal_id == terminal_id
     lab = state.label_terminal_id == terminal_id
     mine = TerminalState(

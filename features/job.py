@@ -21,20 +21,31 @@ from typing import Any, Protocol
 import orjson
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, GroupedData, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
-from contracts.settings import Topics
+from contracts.settings import DEFAULT_BUCKETS, Topics
 from features.compat import bind_specs
 from features.core import CardState, TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.records import kafka_records
+from features.rescale import Rescale, rekey_card_values, rekey_terminal_values
 from features.rows import CARD_BUCKET, FEATURES, KIND, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
-from features.transport import KEY, PACKED_FIELDS, from_blob, pack, pack_frame, to_blob, unpack
+from features.transport import (
+    KEY,
+    PACKED_FIELDS,
+    card_bucket_of,
+    card_value,
+    pack,
+    pack_frame,
+    terminal_state_of,
+    terminal_value,
+    unpack,
+)
 from infra.checkpoints import bind_layout, query_location
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
@@ -47,6 +58,7 @@ from infra.metrics import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, 
 from infra.redis_store import RedisTarget, card_features_key, set_latest
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
+from infra.state_store import StateReader
 
 C = TxColumns
 _log = logging.getLogger(__name__)
@@ -72,6 +84,9 @@ CARD_STATE = "history binary, pending binary, frontier bigint"
 TERMINAL_STATE = "transactions binary, labels binary"
 #: The names of the two state variables (what Spark's state data source reads them by).
 CARD_STATE_VAR, TERMINAL_STATE_VAR = "bucket", "terminals"
+#: The fields of each state's value, in order.
+CARD_STATE_FIELDS = tuple(part.split()[0] for part in CARD_STATE.split(","))
+TERMINAL_STATE_FIELDS = tuple(part.split()[0] for part in TERMINAL_STATE.split(","))
 
 
 class CardStage(StatefulProcessor):
@@ -89,16 +104,18 @@ class CardStage(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         frame = unpack(rows)
         stored = self.state.get()
-        if stored:
-            history, pending, frontier = stored
-            bucket = CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
-        else:
-            bucket = CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
+        bucket = (
+            card_bucket_of(*stored) if stored else CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
+        )
         after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        history = to_blob(after.history.to_frame(), dictionary=(C.CARD_ID,))
-        self.state.update((history, to_blob(after.pending), after.frontier_ms))
+        self.state.update(card_value(after))
         if len(out):
             yield pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+        """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
+        for history, pending, frontier in initialState[list(CARD_STATE_FIELDS)].itertuples(index=False):
+            self.state.update((history, pending, int(frontier)))
 
     def close(self) -> None:
         pass
@@ -131,15 +148,9 @@ class TerminalStage(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         frame = unpack(rows)
         stored = self.state.get()
-        terminals = (
-            TerminalState.from_frames(from_blob(stored[0]), from_blob(stored[1]))
-            if stored
-            else TerminalState.empty()
-        )
+        terminals = terminal_state_of(*stored) if stored else TerminalState.empty()
         terminals, out = terminal_stage(terminals, frame, self.params)
-        tx_frame, label_frame = terminals.to_frames()
-        by_terminal = (C.TERMINAL_ID,)
-        self.state.update((to_blob(tx_frame, by_terminal), to_blob(label_frame, by_terminal)))
+        self.state.update(terminal_value(terminals))
         if len(out):
             records = kafka_records(
                 out, self.topics.features, self.topics.dead_letter, self.params, self.hook
@@ -147,6 +158,11 @@ class TerminalStage(StatefulProcessor):
             late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
             counts = counts_row(batch_counts(records, self.topics, late), alert_sources(records, self.topics))
             yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+        """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
+        for transactions, labels in initialState[list(TERMINAL_STATE_FIELDS)].itertuples(index=False):
+            self.state.update((transactions, labels))
 
     def close(self) -> None:
         pass
@@ -174,13 +190,17 @@ class FeatureJobConfig:
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
     #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
-    card_buckets: int = 6
-    terminal_buckets: int = 6
+    card_buckets: int = DEFAULT_BUCKETS
+    terminal_buckets: int = DEFAULT_BUCKETS
     #: More records made from the feature rows, written with them (the pipeline's scoring).
     hook: FeatureRowsHook | None = None
     #: Transactions dated further ahead of the planner's clock than this are dead letters
     #: (``future_event_time``) and move no frontier (None: no check).
     max_clock_skew_ms: int | None = DEFAULT_MAX_CLOCK_SKEW_MS
+    #: Start a new checkpoint from another layout's state and input position (a savepoint's): its first
+    #: micro-batch re-keys that state into this layout (:func:`initial_states`). Only until that batch
+    #: commits: later runs resume the checkpoint.
+    rescale: Rescale | None = None
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
@@ -204,7 +224,9 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
         decoder=decoder,
         max_clock_skew_ms=config.max_clock_skew_ms,
+        initial_position=config.rescale.position if config.rescale is not None else None,
     )
+    card_state, terminal_state = initial_states(spark, config)
     card = (
         read_stream(spark, source)
         .groupBy(KEY)
@@ -213,6 +235,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
             outputStructType=spark_ddl(PACKED_FIELDS),
             outputMode="Append",
             timeMode="None",
+            initialState=card_state,
         )
     )
     terminal = card.groupBy(KEY).transformWithStateInPandas(
@@ -220,10 +243,35 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         outputStructType=f"{PACKED_DDL}, {COUNTS_DDL}",
         outputMode="Append",
         timeMode="None",
+        initialState=terminal_state,
     )
     # Each micro-batch's counts (records, late events, dead letters by reason) in its progress report.
     counted = terminal.observe(OBSERVATION, *observations())
     return counted.select(RECORDS_COLUMN)
+
+
+def initial_states(
+    spark: SparkSession, config: FeatureJobConfig
+) -> tuple[GroupedData | None, GroupedData | None]:
+    """The two stages' initial state for a rescaled start (``config.rescale``), else none: the state the
+    other layout's query committed, read with Spark's state data source (every bucket, in the driver) and
+    re-keyed into this layout's buckets (``features.rescale``). Spark hands it to the stages in the new
+    query's first micro-batch only (``handleInitialState``), before that batch's rows."""
+    if config.rescale is None:
+        return None, None
+    with StateReader(spark, config.rescale.query_dir, config.rescale.batch) as reader:
+        cards = reader.all_values(CARD_STATE_VAR)
+        terminals = reader.all_values(TERMINAL_STATE_VAR)
+    card_rows = rekey_card_values(cards, config.card_buckets)
+    terminal_rows = rekey_terminal_values(terminals, config.terminal_buckets)
+    return (
+        spark.createDataFrame(
+            [(key, *value) for key, value in card_rows.items()], f"{KEY} int, {CARD_STATE}"
+        ).groupBy(KEY),
+        spark.createDataFrame(
+            [(key, *value) for key, value in terminal_rows.items()], f"{KEY} int, {TERMINAL_STATE}"
+        ).groupBy(KEY),
+    )
 
 
 # --- Redis: the latest features of each card, written after each committed Kafka transaction ----------

@@ -1,7 +1,8 @@
 """State values and the rows between stages, as Arrow IPC bytes.
 
 Spark moves rows one by one between Python and the JVM; sending each key ONE row that holds all its events
-as an Arrow IPC blob keeps that cost per key instead of per event. State values are blobs too.
+as an Arrow IPC blob keeps that cost per key instead of per event. State values are blobs too: the stages'
+states (``features.stages``, ``features.core``) to and from what the Spark job stores, in one place.
 """
 
 from __future__ import annotations
@@ -13,8 +14,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.events import TxColumns
+from features.core import CardState, TerminalState
 from features.rows import empty_events
+from features.stages import CardBucket
 from infra.kafka_sink.records import pack_records
+
+C = TxColumns
 
 #: State values are compressed: the bytes go through pickling, the JVM, the state store and its changelog,
 #: where their size is what costs (5x fewer bytes for a card history). The rows between stages are not:
@@ -72,3 +78,29 @@ def unpack(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
     if not tables:
         return empty_events()
     return pa.concat_tables(tables).to_pandas() if len(tables) > 1 else tables[0].to_pandas()
+
+
+# --- state values -------------------------------------------------------------------------------------
+
+
+def card_value(bucket: CardBucket) -> tuple[bytes, bytes, int]:
+    """A card bucket as the card stage stores it: history and pending events as blobs, the frontier."""
+    history = to_blob(bucket.history.to_frame(), dictionary=(C.CARD_ID,))
+    return history, to_blob(bucket.pending), bucket.frontier_ms
+
+
+def card_bucket_of(history: bytes, pending: bytes, frontier: int) -> CardBucket:
+    """The card bucket of a stored value (:func:`card_value`)."""
+    return CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
+
+
+def terminal_value(state: TerminalState) -> tuple[bytes, bytes]:
+    """A terminal bucket as the terminal stage stores it: its transactions and labels as blobs."""
+    transactions, labels = state.to_frames()
+    by_terminal = (C.TERMINAL_ID,)
+    return to_blob(transactions, by_terminal), to_blob(labels, by_terminal)
+
+
+def terminal_state_of(transactions: bytes, labels: bytes) -> TerminalState:
+    """The terminal state of a stored value (:func:`terminal_value`)."""
+    return TerminalState.from_frames(from_blob(transactions), from_blob(labels))

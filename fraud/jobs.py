@@ -7,7 +7,7 @@ This module imports PySpark and the jobs: the CLI imports it when a job runs, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -95,6 +95,8 @@ def feature_job_config(
         starting_offsets=scope.starting_offsets,
         ending_offsets=scope.ending_offsets,
         max_clock_skew_ms=round(settings.max_clock_skew_s * 1000),
+        card_buckets=settings.card_buckets,
+        terminal_buckets=settings.terminal_buckets,
     )
 
 
@@ -196,27 +198,69 @@ def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMet
     return JobMetrics(job, watch=watch, redis_failures=redis.write_failures)
 
 
-def start_from_savepoint(config: JobConfig, path: Path) -> None:
-    """Make the job's checkpoint (new and empty) a copy of the savepoint at ``path`` once it is found to fit
-    the job, or resume the copy that an earlier start from the same savepoint made (``fraud.savepoints``).
+def feature_config_of(config: JobConfig) -> FeatureJobConfig | None:
+    """The feature job's part of a job (the feature job itself, or the pipeline's); None for the scoring job."""
+    if isinstance(config, ScoringJobConfig):
+        return None
+    return config if isinstance(config, FeatureJobConfig) else config.features
+
+
+def start_from_savepoint(settings: Settings, config: JobConfig, path: Path) -> JobConfig:
+    """Start the job's checkpoint (new and empty) from the savepoint at ``path`` once it is found to fit the
+    job (``fraud.savepoints.start_from``): a copy in the savepoint's layout, a rescale into another
+    (``FRAUD_CARD_BUCKETS``, ``FRAUD_TERMINAL_BUCKETS``, ``FRAUD_SPARK_SHUFFLE_PARTITIONS``), or the
+    checkpoint an earlier start from it made. The job's config, with the rescale's first state and
+    source position while the rescaled checkpoint's first micro-batch has not committed.
 
     Raises:
         StateError: the savepoint does not fit the job, or the checkpoint holds another state.
     """
     job, _ = describe(config)
+    features = feature_config_of(config)
     inputs: tuple[str, ...]
-    if isinstance(config, ScoringJobConfig):
+    if features is None:
         layout, params, inputs = None, None, (config.topics.features,)
     else:
-        features = config if isinstance(config, FeatureJobConfig) else config.features
         layout, params = feature_job.layout_of(features), features.params
         inputs = (features.topics.transactions, features.topics.labels)
-    savepoint, copied = savepoints.start_from(path, config.checkpoint, job, layout, params, inputs)
+    start = savepoints.start_from(
+        path, config.checkpoint, job, layout, params, inputs, settings.spark_shuffle_partitions
+    )
+    savepoint = start.savepoint
     where = f"savepoint {path} (batch {savepoint.batch}, frontier {savepoints.iso_ms(savepoint.frontier_ms)})"
-    if copied:
+    if start.how == "copied":
         console.print(f"Starting from {where} in checkpoint {config.checkpoint}.")
-    else:
+    elif start.how == "resumed":
         console.print(f"Resuming checkpoint {config.checkpoint}, started from {where}.")
+    else:
+        console.print(
+            f"Starting from {where} in checkpoint {config.checkpoint}, rescaled ({start.change}): the first "
+            "micro-batch re-keys the savepoint's state."
+        )
+    if start.rescale is None or features is None:
+        return config
+    rescaled = replace(features, rescale=start.rescale)
+    if isinstance(config, PipelineConfig):
+        return replace(config, features=rescaled)
+    return rescaled
+
+
+def prepare_start(settings: Settings, config: JobConfig, from_savepoint: Path | None) -> JobConfig:
+    """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
+    rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check the
+    checkpoint's layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job's
+    config to run.
+
+    Raises:
+        StateError: the savepoint or the checkpoint does not fit the job.
+    """
+    path = from_savepoint or savepoints.unfinished_rescale(config.checkpoint)
+    if path is not None:
+        config = start_from_savepoint(settings, config, path)
+    features = feature_config_of(config)
+    if features is not None:
+        feature_job.prepare_checkpoint(features)
+    return config
 
 
 def run_job(
@@ -230,9 +274,8 @@ def run_job(
     """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
     there; a bar shows how far), stop Spark, and print a summary. The job serves its metrics
     (``FRAUD_METRICS_PORT``, else a free port of ``FRAUD_METRICS_HOST``) and is listed for ``fraud status``
-    while it runs. With ``from_savepoint``, the job starts from that savepoint (``start_from_savepoint``)."""
-    if from_savepoint is not None:
-        start_from_savepoint(config, from_savepoint)
+    while it runs. With ``from_savepoint``, the job starts from that savepoint (``prepare_start``)."""
+    config = prepare_start(settings, config, from_savepoint)
     job, what = describe(config)
     metrics = job_metrics(settings, config, namespace)
     try:

@@ -5,11 +5,17 @@ A savepoint is a directory: ``savepoint.json`` (what it holds, :class:`Savepoint
 job's checkpoint as it stood when its last committed micro-batch ended (``infra.savepoints``). It can live
 anywhere the job's Spark sees (a local directory, a mount the cluster shares) and be moved as a whole.
 
-A job starts from one in a new, empty checkpoint directory (``start_from``), which becomes the savepoint's
-copy once the savepoint is found to fit the job: the same job, the same layout (bucket counts), the same
-input topics, and feature specs its state can serve (``features.compat``). Its sink gets a new id: the job the
-savepoint was taken from may have written later batches, and may even still run. Run again with the same
-savepoint, a job resumes the checkpoint that its first start made.
+A job starts from one in a new, empty checkpoint directory (``start_from``) once the savepoint is found to
+fit the job: the same job, the same input topics, and feature specs its state can serve
+(``features.compat``). In the same layout (bucket counts and shuffle partitions) the checkpoint becomes the
+savepoint's copy, and the job goes on as a restart would. In another layout it is *rescaled*: the
+checkpoint starts a new query whose first micro-batch takes the savepoint's state re-keyed into the new
+buckets (``features.rescale``) and whose source starts at the savepoint's end offset; the checkpoint
+records the layout change and, once that batch has committed, needs the savepoint no more. Either way its
+sink gets a new id: the job the savepoint was taken from may have written later batches, and may even
+still run. Run again with the same savepoint, a job resumes the checkpoint that its first start made (a
+rescaled one whose first micro-batch did not commit starts it again, from the savepoint, with or without
+``--from-savepoint``).
 """
 
 from __future__ import annotations
@@ -21,14 +27,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from features.compat import check_specs, read_specs
+from features.compat import SPECS_FILE, check_specs, read_specs
 from features.definitions import FeatureParams
-from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
+from features.rescale import Rescale
+from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout
 from infra.kafka_source.planner import Position, position
-from infra.savepoints import NothingCommittedError, copy_committed, read_offsets, restore
+from infra.savepoints import (
+    NothingCommittedError,
+    copy_committed,
+    last_committed,
+    read_batch_conf,
+    read_offsets,
+    restore,
+)
 
 #: What a savepoint holds, in its directory.
 SAVEPOINT_FILE = "savepoint.json"
@@ -36,8 +50,11 @@ SAVEPOINT_FILE = "savepoint.json"
 CHECKPOINT_COPY = "checkpoint"
 #: Written in a checkpoint started from a savepoint: which one (a second start from it resumes instead).
 RESTORED_FILE = "restored-from.json"
-#: The version of ``savepoint.json``'s format.
-FORMAT = 1
+#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; a version 1 file reads as
+#: not recording them).
+FORMAT = 2
+#: The Spark setting a checkpoint keeps for its life, which a rescale changes with the bucket counts.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 class SavepointMismatchError(StateError):
@@ -71,6 +88,8 @@ class Savepoint:
     features: dict[str, Any] | None
     files: int
     size_bytes: int
+    #: The partitions of its Spark shuffles and state stores (None: not recorded by its checkpoint).
+    shuffle_partitions: int | None = None
     format: int = FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -116,6 +135,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
         ]
         frontiers = [source.frontier_ms for source in sources if source.frontier_ms is not None]
         layout = copy / LAYOUT_FILE
+        shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch).get(SHUFFLE_PARTITIONS)
         savepoint = Savepoint(
             path=to,
             id=uuid.uuid4().hex,
@@ -131,6 +151,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             features=read_specs(copy),
             files=copied.files,
             size_bytes=copied.bytes,
+            shuffle_partitions=None if shuffle is None else int(shuffle),
         )
         written = to / f".{SAVEPOINT_FILE}.tmp"
         written.write_text(json.dumps(savepoint.to_json(), indent=1) + "\n")
@@ -191,14 +212,15 @@ def check_fits(
     """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``) unless the job
     ``job`` with ``layout`` (None: no keyed state), feature ``params`` (None: no feature state) and input
     topics ``inputs`` can continue from ``savepoint``: its features may differ from the state's when the
-    state keeps the history they need (``features.compat.check_specs``)."""
+    state keeps the history they need (``features.compat.check_specs``), its layout when it is of the same
+    kind (other bucket counts: the job is rescaled into it, :func:`start_from`)."""
     where = f"savepoint {savepoint.path}"
     if savepoint.job != job:
         raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
-    if layout is not None and savepoint.layout != dict(layout):
+    if layout is not None and set(savepoint.layout) != set(layout):
         raise SavepointMismatchError(
-            f"{where} holds state written with {savepoint.layout}, this run asks for {dict(layout)}: start "
-            "it with the savepoint's layout"
+            f"{where} holds state keyed by {', '.join(savepoint.layout) or 'nothing'}, this job keys it by "
+            f"{', '.join(layout)}: it cannot be re-keyed"
         )
     unread = sorted(savepoint.topics - set(inputs))
     if unread:
@@ -215,6 +237,43 @@ def check_fits(
         check_specs(savepoint.features, params, where)
 
 
+def layout_change(
+    savepoint: Savepoint, layout: Mapping[str, int] | None, shuffle_partitions: int | None
+) -> str | None:
+    """What differs between the savepoint's layout and the job's (``layout``: its bucket counts, None for a
+    job without keyed state; ``shuffle_partitions``: its Spark shuffle partitions), e.g. ``card_buckets 6
+    -> 12``; None when nothing does and the savepoint restores by copy."""
+    if layout is None:
+        return None
+    changes = [
+        f"{name} {savepoint.layout[name]} -> {count}"
+        for name, count in layout.items()
+        if savepoint.layout.get(name) != count
+    ]
+    old_shuffle = savepoint.shuffle_partitions
+    if shuffle_partitions is not None and old_shuffle is not None and old_shuffle != shuffle_partitions:
+        changes.append(f"shuffle partitions {old_shuffle} -> {shuffle_partitions}")
+    return ", ".join(changes) or None
+
+
+How = Literal["copied", "resumed", "rescaled"]
+
+
+@dataclass(frozen=True)
+class Start:
+    """How a job starts from a savepoint (:func:`start_from`)."""
+
+    savepoint: Savepoint
+    #: ``copied``: the checkpoint is the savepoint's copy, made now; ``resumed``: the checkpoint an earlier
+    #: start made goes on; ``rescaled``: a new query starts in the checkpoint, its first micro-batch
+    #: re-keys the savepoint's state (now, or again: its first micro-batch has not committed).
+    how: How
+    #: What a rescale changes (:func:`layout_change`).
+    change: str | None = None
+    #: For ``rescaled``: where the first micro-batch's state and the source's position come from.
+    rescale: Rescale | None = None
+
+
 def start_from(
     path: Path,
     checkpoint: Path,
@@ -222,27 +281,69 @@ def start_from(
     layout: Mapping[str, int] | None,
     params: FeatureParams | None,
     inputs: Sequence[str],
-) -> tuple[Savepoint, bool]:
-    """Make ``checkpoint`` a copy of the savepoint at ``path``, after checking that it fits the job
-    (:func:`check_fits`); the savepoint, and whether it was copied now (False: ``checkpoint`` is the copy
-    an earlier start from the same savepoint made, and the job resumes it).
+    shuffle_partitions: int | None = None,
+) -> Start:
+    """Start the job's ``checkpoint`` (new and empty) from the savepoint at ``path``, after checking that it
+    fits the job (:func:`check_fits`): in the savepoint's layout by making it the savepoint's copy; in
+    another (``layout``, ``shuffle_partitions``) by recording the rescale and the new layout in it, for a
+    new query to start there (:class:`Start`). A checkpoint that an earlier start from the same savepoint
+    made is resumed.
 
     Raises:
         SavepointMismatchError: the savepoint does not fit the job, or ``checkpoint`` holds another state.
     """
     savepoint = read(path)
     check_fits(savepoint, job, layout, params, inputs)
+    change = layout_change(savepoint, layout, shuffle_partitions)
     if checkpoint.exists() and any(checkpoint.iterdir()):
         marker = checkpoint / RESTORED_FILE
-        if marker.is_file() and json.loads(marker.read_text()).get("id") == savepoint.id:
-            return savepoint, False
-        raise SavepointMismatchError(
-            f"checkpoint {checkpoint} is not empty: a job starts from a savepoint in a new checkpoint "
-            "directory (give another --checkpoint or --namespace, or delete it)"
-        )
+        origin = json.loads(marker.read_text()) if marker.is_file() else {}
+        if origin.get("id") != savepoint.id:
+            raise SavepointMismatchError(
+                f"checkpoint {checkpoint} is not empty: a job starts from a savepoint in a new checkpoint "
+                "directory (give another --checkpoint or --namespace, or delete it)"
+            )
+        if "rescaled" in origin and last_committed(checkpoint / QUERY_DIR) is None:
+            return Start(savepoint, "rescaled", origin["rescaled"], rescale_of(savepoint))
+        return Start(savepoint, "resumed")
     origin = {"id": savepoint.id, "savepoint": str(path.resolve()), "batch": savepoint.batch}
-    restore(path / CHECKPOINT_COPY, checkpoint, (RESTORED_FILE, json.dumps(origin) + "\n"))
-    return savepoint, True
+    if change is None or layout is None:
+        restore(path / CHECKPOINT_COPY, checkpoint, (RESTORED_FILE, json.dumps(origin) + "\n"))
+        return Start(savepoint, "copied")
+    rescale = rescale_of(savepoint)
+    bind_layout(checkpoint, layout)
+    if savepoint.features is not None:  # what the state was built for, as a copy would say it
+        (checkpoint / SPECS_FILE).write_text(json.dumps(savepoint.features, indent=1) + "\n")
+    marker = checkpoint / f".{RESTORED_FILE}.tmp"
+    marker.write_text(json.dumps({**origin, "rescaled": change}) + "\n")
+    marker.replace(checkpoint / RESTORED_FILE)
+    return Start(savepoint, "rescaled", change, rescale)
+
+
+def rescale_of(savepoint: Savepoint) -> Rescale:
+    """Where a rescaled job takes its first state and source position from: the savepoint's copy of the
+    query checkpoint at its micro-batch, and that batch's end offset of the job's one source.
+
+    Raises:
+        SavepointMismatchError: the savepoint's query has another number of sources than one.
+    """
+    query = savepoint.path / CHECKPOINT_COPY / QUERY_DIR
+    ends = [end for end in read_offsets(query, savepoint.batch) if isinstance(end, dict)]
+    if len(ends) != 1:
+        raise SavepointMismatchError(
+            f"savepoint {savepoint.path} has {len(ends)} sources with offsets: a rescale restores one"
+        )
+    return Rescale(query, savepoint.batch, ends[0])
+
+
+def unfinished_rescale(checkpoint: Path) -> Path | None:
+    """The savepoint a checkpoint was rescaled from, while the checkpoint's first micro-batch, which takes
+    its state from it, has not committed (None: the checkpoint needs no savepoint)."""
+    marker = checkpoint / RESTORED_FILE
+    if not marker.is_file() or last_committed(checkpoint / QUERY_DIR) is not None:
+        return None
+    origin = json.loads(marker.read_text())
+    return Path(origin["savepoint"]) if "rescaled" in origin else None
 
 
 def iso_ms(ms: int | None) -> str:

@@ -69,8 +69,9 @@ def bind_layout(
         found = wanted
     if found != wanted:
         raise CheckpointLayoutError(
-            f"checkpoint {checkpoint} holds state written with {found}, this run asks for {wanted}; "
-            "resume it with the same settings, or start over with a new checkpoint directory"
+            f"checkpoint {checkpoint} holds state written with {found}, this run asks for {wanted}: "
+            "resume it with the same settings, or rescale it through a savepoint (`fraud savepoint create`, "
+            "then run with `--from-savepoint` into a new checkpoint)"
         )
     if not path.exists():
         path.write_text(json.dumps(wanted, sort_keys=True) + "\n")

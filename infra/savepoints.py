@@ -209,6 +209,15 @@ def read_offsets(query: Path, batch: int) -> list[Any]:
     return [None if line.strip() == "-" else _json_or_text(line) for line in lines[2:]]
 
 
+def read_batch_conf(query: Path, batch: int) -> dict[str, str]:
+    """The SQL settings a query ran batch ``batch`` with, as its offset log records them: those Spark keeps
+    for the life of a checkpoint, whatever a restart asks for (``spark.sql.shuffle.partitions``, the
+    partitions of its state stores, among them)."""
+    lines = (query / "offsets" / str(batch)).read_text().splitlines()
+    conf = json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else {}
+    return {str(name): str(value) for name, value in conf.items()}
+
+
 def _json_or_text(line: str) -> Any:
     try:
         return json.loads(line)

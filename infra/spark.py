@@ -101,17 +101,20 @@ def spark_log(settings: Settings) -> Path:
 
 
 def session_config(
-    settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
+    settings: Settings,
+    app_name: str = "fraud",
+    shuffle_partitions: int | None = None,
+    preload: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """The configuration :func:`spark_session` starts Spark with, but for the local file system's jar
     (:func:`local_file_system_jar`, built on first use). The Spark UI is off unless
-    ``settings.spark_ui_port`` names its port."""
+    ``settings.spark_ui_port`` names its port; shuffle partitions are the settings' unless given."""
     config = {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.ui.enabled": "false" if settings.spark_ui_port is None else "true",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.shuffle.partitions": str(shuffle_partitions or settings.spark_shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
@@ -132,7 +135,10 @@ def session_config(
 
 
 def spark_session(
-    settings: Settings, app_name: str = "fraud", shuffle_partitions: int = 2, preload: tuple[str, ...] = ()
+    settings: Settings,
+    app_name: str = "fraud",
+    shuffle_partitions: int | None = None,
+    preload: tuple[str, ...] = (),
 ) -> SparkSession:
     """Get or create the session for ``settings.spark_master`` (:func:`session_config`); its Python workers
     start with the ``preload`` modules imported (``infra.spark_daemon``). Spark's own output goes to

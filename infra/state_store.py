@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 from contracts.errors import NotFoundError, StateError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 #: Directories of a query checkpoint that this module reads.
 OFFSETS, COMMITS, STATE = "offsets", "commits", "state"
@@ -142,20 +142,29 @@ class StateReader:
             )
         return self._operators[state_var]
 
-    def value_state(
-        self, state_var: str, key_column: str, keys: Collection[Any]
-    ) -> dict[Any, dict[str, Any]]:
-        """The values of ``state_var`` of the grouping keys ``keys`` (their column ``key_column``): by key,
-        the value's fields by name. Keys without a value are left out."""
-        frame = (
+    def _values(self, state_var: str) -> DataFrame:
+        return (
             self.spark.read.format("statestore")
             .option("batchId", self.batch_id)
             .option("operatorId", self.operator_of(state_var))
             .option("stateVarName", state_var)
             .load(self.path)
         )
+
+    def value_state(
+        self, state_var: str, key_column: str, keys: Collection[Any]
+    ) -> dict[Any, dict[str, Any]]:
+        """The values of ``state_var`` of the grouping keys ``keys`` (their column ``key_column``): by key,
+        the value's fields by name. Keys without a value are left out."""
+        frame = self._values(state_var)
         rows = frame.where(frame["key"][key_column].isin(list(keys))).select("key", "value").collect()
         return {row["key"][key_column]: row["value"].asDict() for row in rows if row["value"] is not None}
+
+    def all_values(self, state_var: str) -> list[tuple[Any, ...]]:
+        """Every value of ``state_var``, whatever its key: each value's fields in order (collected in the
+        driver)."""
+        rows = self._values(state_var).select("value").collect()
+        return [tuple(row["value"]) for row in rows if row["value"] is not None]
 
 
 def _metadata_files(query_dir: Path) -> list[Path]:

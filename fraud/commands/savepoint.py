@@ -126,10 +126,20 @@ def inspect_command(
         "namespace": savepoint.namespace or "- (the live pipeline)",
         "created (UTC)": savepoint.created_at,
         "taken from": savepoint.checkpoint,
-        "micro-batch": f"{savepoint.batch} (a job started from it runs {savepoint.batch + 1} next)",
+        "micro-batch": f"{savepoint.batch} (a job started from it in its layout runs {savepoint.batch + 1} next)",
         "frontier (UTC)": savepoints.iso_ms(savepoint.frontier_ms) + (" (final)" if savepoint.final else ""),
         "offsets": "\n".join(f"{name}: {offset:,}" for name, offset in savepoint.offsets.items()) or "-",
-        "layout": ", ".join(f"{k} {v}" for k, v in savepoint.layout.items()) or "-",
+        "layout": "; ".join(
+            [
+                *(f"{name} {count}" for name, count in savepoint.layout.items()),
+                *(
+                    [f"shuffle partitions {savepoint.shuffle_partitions}"]
+                    if savepoint.shuffle_partitions
+                    else []
+                ),
+            ]
+        )
+        or "-",
         "features": "-"
         if features is None
         else f"{len(features['features'])}, fingerprint {features['fingerprint']}",

@@ -79,6 +79,10 @@ class KafkaSourceConfig:
         max_clock_skew_ms: records stamped further ahead of the planner's clock than this move no
             partition's progress, hence no frontier (None: no limit). The clock of each micro-batch is
             kept in its end offset and reaches the decoder (``Split.clock_ms``), which can reject them.
+        initial_position: where a new query starts instead of ``starting_offsets``: an end offset of this
+            source, as another query's checkpoint keeps it (``planner.end_offset``: offsets, progress,
+            frontier, final mark, copy marks, clock), so the new query goes on exactly where that one's
+            micro-batch left it. Partitions it does not name are read from their first record.
 
     Raises:
         ConfigError: a setting is out of range.
@@ -93,6 +97,7 @@ class KafkaSourceConfig:
     read_tasks: int | None = None
     decoder: Decoder | None = field(default=None, compare=False)
     max_clock_skew_ms: int | None = None
+    initial_position: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if "bootstrap.servers" not in self.kafka_config:
@@ -109,6 +114,8 @@ class KafkaSourceConfig:
             raise ConfigError("allowed_lateness_ms must not be negative")
         if self.max_clock_skew_ms is not None and self.max_clock_skew_ms < 0:
             raise ConfigError("max_clock_skew_ms must not be negative")
+        if self.initial_position is not None and not {"offsets", "frontier"} <= set(self.initial_position):
+            raise ConfigError("initial_position must be an end offset of the source: offsets, frontier, ...")
 
     @property
     def schema(self) -> str:

@@ -154,6 +154,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {name: first if spec == EARLIEST else end for name, (first, end) in bounds.items()}
 
     def initialOffset(self) -> dict:
+        if self.config.initial_position is not None:  # where another query's micro-batch left the source
+            return dict(self.config.initial_position)
         offsets = self.offsets_at(self.config.starting_offsets, self.log_ends())
         return {"offsets": offsets, "progress": {}, "frontier": NO_FRONTIER, "read": 0}
 

@@ -43,7 +43,9 @@ def test_create_list_inspect_delete(home: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = fraud(capsys, "savepoint", "list")
     assert code == 0 and str(made) in out and "replay" in out
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made))
-    assert code == 0 and "2 (a job started from it runs 3 next)" in out and "transactions/1: 300" in out
+    assert code == 0 and "2 (a job started from it in its layout runs 3 next)" in out
+    assert "transactions/1: 300" in out
+    assert "card_buckets 6; terminal_buckets 6; shuffle partitions 2" in out
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made), "--json")
     assert code == 0 and json.loads(out)["batch"] == 2
     code, out, _ = fraud(capsys, "savepoint", "delete", str(made), "--yes")

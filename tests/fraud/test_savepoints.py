@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from features.compat import FeatureSpecsError
+from features.compat import SPECS_FILE, FeatureSpecsError
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
+from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
-from infra.checkpoints import QUERY_DIR
+from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
 from tests.support.checkpoints import LAYOUT, TOPICS, end_offset, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
@@ -37,8 +38,13 @@ def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, t
     stored = json.loads((savepoint.path / savepoints.SAVEPOINT_FILE).read_text())
     assert "path" not in stored and stored["job"] == "features" and stored["format"] == savepoints.FORMAT
     assert savepoints.read(savepoint.path) == savepoint
+    assert savepoint.shuffle_partitions == 2
     assert savepoints.find(savepoint.path.parent) == [savepoint] == savepoints.find(savepoint.path)
     assert savepoints.find(tmp_path / "none") == []
+    older = {**stored, "format": 1}
+    del older["shuffle_partitions"]
+    (savepoint.path / savepoints.SAVEPOINT_FILE).write_text(json.dumps(older))
+    assert savepoints.read(savepoint.path).shuffle_partitions is None, "a version 1 savepoint reads as before"
 
 
 def test_the_default_place_names_the_job_and_the_time(tmp_path: Path) -> None:
@@ -73,12 +79,15 @@ def test_what_cannot_be_saved_or_read_is_told(tmp_path: Path) -> None:
     assert (tmp_path / "sp" / "notes").exists()
 
 
-def test_only_the_same_job_layout_inputs_and_features_fit(savepoint: savepoints.Savepoint) -> None:
+def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoint) -> None:
     savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
+    savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, PARAMS, TOPICS)  # rescaled
     with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
         savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
-    with pytest.raises(SavepointMismatchError, match=r"written with .*'card_buckets': 6.*'card_buckets': 12"):
-        savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, PARAMS, TOPICS)
+    with pytest.raises(
+        SavepointMismatchError, match="keyed by card_buckets, terminal_buckets, this job keys"
+    ):
+        savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
     with pytest.raises(
         SavepointMismatchError, match="read labels, transactions; this job reads tx2, labels2"
     ):
@@ -108,15 +117,15 @@ def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
     savepoint: savepoints.Savepoint, tmp_path: Path
 ) -> None:
     target = tmp_path / "checkpoints" / "restored" / "features"
-    start = (target, "features", LAYOUT, PARAMS, TOPICS)
-    assert savepoints.start_from(savepoint.path, *start) == (savepoint, True)
+    start = (target, "features", LAYOUT, PARAMS, TOPICS, 2)
+    assert savepoints.start_from(savepoint.path, *start) == savepoints.Start(savepoint, "copied")
     origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
     assert origin == {"id": savepoint.id, "savepoint": str(savepoint.path), "batch": 4}
     assert (target / QUERY_DIR / "commits" / "4").exists() and not (
         target / QUERY_DIR / "offsets" / "5"
     ).exists()
     run_on(target / QUERY_DIR, 5)
-    assert savepoints.start_from(savepoint.path, *start) == (savepoint, False), "a restart resumes"
+    assert savepoints.start_from(savepoint.path, *start).how == "resumed", "a restart resumes"
     assert (target / QUERY_DIR / "commits" / "5").exists()
     # Another savepoint, or the checkpoint it was taken from, is refused.
     other = savepoints.take("features", "", target, tmp_path / "savepoints" / "other")
@@ -126,6 +135,42 @@ def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
         savepoints.start_from(savepoint.path, tmp_path / "checkpoints" / "features", *start[1:])
     # A savepoint of a restored checkpoint has its own identity, and no trace of the first restore.
     assert other.batch == 5 and not (other.path / "checkpoint" / savepoints.RESTORED_FILE).exists()
+
+
+def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
+    savepoint: savepoints.Savepoint, tmp_path: Path
+) -> None:
+    target = tmp_path / "checkpoints" / "rescaled" / "features"
+    twelve = {"card_buckets": 12, "terminal_buckets": 12}
+    start = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
+    assert (start.how, start.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
+    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, end_offset(4))
+    # Nothing copied: a new query starts here, in the new layout, recording where its state comes from and
+    # which features it was built for.
+    assert {p.name for p in target.iterdir()} == {LAYOUT_FILE, SPECS_FILE, savepoints.RESTORED_FILE}
+    assert json.loads((target / LAYOUT_FILE).read_text()) == twelve
+    assert json.loads((target / SPECS_FILE).read_text()) == savepoint.features
+    origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
+    assert origin["rescaled"] == start.change and origin["id"] == savepoint.id
+    # Until its first micro-batch commits, it needs the savepoint: a restart, with or without it, rescales.
+    assert savepoints.unfinished_rescale(target) == savepoint.path
+    again = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
+    assert again == start
+    (target / QUERY_DIR / "commits").mkdir(parents=True)
+    (target / QUERY_DIR / "commits" / "0").write_text("v1\n{}")
+    assert savepoints.unfinished_rescale(target) is None
+    resumed = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
+    assert (resumed.how, resumed.rescale) == ("resumed", None)
+    assert savepoints.unfinished_rescale(tmp_path / "checkpoints" / "none") is None
+
+
+def test_other_shuffle_partitions_rescale_too(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
+    assert savepoint.shuffle_partitions == 2
+    assert savepoints.layout_change(savepoint, LAYOUT, 2) is None
+    assert savepoints.layout_change(savepoint, LAYOUT, None) is None
+    assert savepoints.layout_change(savepoint, None, 3) is None, "a job without keyed state copies"
+    start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 3)
+    assert (start.how, start.change) == ("rescaled", "shuffle partitions 2 -> 3")
 
 
 def run_on(query: Path, batch: int) -> None:

@@ -97,6 +97,20 @@ def test_splits_carry_the_final_mark() -> None:
     ]
 
 
+def test_a_query_with_an_initial_position_starts_exactly_there() -> None:
+    """Where another query's micro-batch left the source (a savepoint's end offset), whole: no Kafka asked."""
+    end = {
+        "offsets": {"tx/0": 5},
+        "progress": {"tx/0": 7},
+        "frontier": 8,
+        "read": 5,
+        "final": True,
+        "clock": 3,
+    }
+    config = KafkaSourceConfig(KAFKA, ("tx",), starting_offsets="latest", initial_position=end)
+    assert KafkaStreamReader(config).initialOffset() == end
+
+
 def test_read_tasks_group_the_splits_the_same_way_in_every_micro_batch() -> None:
     offsets = {f"{topic}/{p}": 10 for topic in ("labels", "tx") for p in range(4)}
     end = {"offsets": offsets, "progress": {}, "frontier": 9, "read": 0}
@@ -120,6 +134,7 @@ def test_read_tasks_group_the_splits_the_same_way_in_every_micro_batch() -> None
         ({"starting_offsets": "first"}, "starting_offsets 'first'"),
         ({"ending_offsets": "earliest"}, "ending_offsets 'earliest'"),
         ({"allowed_lateness_ms": -1}, "allowed_lateness_ms"),
+        ({"initial_position": {"offsets": {}}}, "initial_position must be an end offset"),
     ],
 )
 def test_bad_source_configs_fail_with_a_clear_message(kwargs: dict[str, object], message: str) -> None:

@@ -8,27 +8,35 @@ The first job is the uninterrupted run: its features equal the batch path's. Its
 up to the savepoint's, followed by the new version's records, are its own records exactly, but for the
 features added: each transaction once, the same key, timestamp and value. The added features equal the
 batch path's of the new version: computed from the state the savepoint holds from the new version's first
-micro-batch on. Jobs that do not fit the savepoint are refused before Spark starts."""
+micro-batch on. Jobs that do not fit the savepoint are refused before Spark starts.
+
+Rescaling: from the same savepoint (6 buckets), a job in 12 buckets and 3 shuffle partitions, then from a
+savepoint of that one a job in 3 buckets, restarted once from its own checkpoint without the savepoint:
+the first job's records up to the savepoint followed by theirs are the first job's records exactly.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka import Message
+from pyspark.sql import SparkSession
 
 from contracts.provenance import provenance_of
 from features.definitions import FeatureParams
-from fraud import cli
+from features.job import FeatureJobConfig
+from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
-from infra.checkpoints import query_location
+from infra.checkpoints import LAYOUT_FILE, query_location
 from infra.clients import Clients, create_project_topics, read_topic
 from infra.savepoints import last_committed
 from ingest.produce import produce_events
@@ -39,6 +47,7 @@ from tests.support.feature_jobs import (
     FeatureOutput,
     assert_each_transaction_once,
     assert_same_as_batch,
+    finished_query,
     simulated,
 )
 
@@ -87,7 +96,7 @@ def wait_for(
 
 
 def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
-    stack: tuple[Clients, dict[str, str], Path],
+    stack: tuple[Clients, dict[str, str], Path], spark: SparkSession
 ) -> None:
     clients, env, home = stack
     params = FeatureParams()
@@ -187,6 +196,92 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
         env, "features", "run", "--checkpoint", str(used), "--from-savepoint", str(savepoint)
     )
     assert code == 5 and f"checkpoint {used} is not empty" in error
+    code, error = run_in_process({**env, "FRAUD_CARD_BUCKETS": "12"}, "features", "run", "--once")
+    assert code == 5 and "'card_buckets': 6, 'terminal_buckets': 6}, this run asks for" in error
+    assert "rescale it through a savepoint" in error
+
+    # Rescaled: 6 buckets (the savepoint) to 12 to 3, then a restart, each job on from where the last stopped.
+    span = max(sim.events.tx_times) - min(sim.events.tx_times)
+    cuts = [min(sim.events.tx_times) + span * share // 100 for share in (75, 90)]
+    started = time.monotonic()
+    rescaled = rescale_runs(spark, clients, home, savepoint, cuts)
+    seconds = time.monotonic() - started
+    assert_same_records(FeatureOutput(before + rescaled), uninterrupted, sim.transactions)
+    print(f"rescaled 6 -> 12 -> 3 buckets: {len(rescaled):,} feature records in three runs, {seconds:.1f} s")
+
+
+#: Records per micro-batch of the rescaled jobs: a few micro-batches each.
+RESCALED_MAX_RECORDS = 1_500
+
+
+def rescale_runs(
+    spark: SparkSession, clients: Clients, home: Path, savepoint: Path, cuts: list[int]
+) -> list[Message]:
+    """From ``savepoint`` (6 buckets, 2 shuffle partitions), as `fraud features run` starts the jobs
+    (``fraud.jobs``) but in this process's Spark session: a job in 12 buckets and 3 shuffle partitions, in a
+    namespace of its own, runs `--once` up to ``cuts[0]`` and a savepoint of it is taken; a job in 3
+    buckets and 2 shuffle partitions starts from that one and runs up to ``cuts[1]``; the second savepoint
+    is deleted and that job, restarted from its checkpoint, runs to the end. Their feature records."""
+    params = FeatureParams()
+
+    def run(namespace: str, buckets: int, shuffle: int, end_ms: int | None, start: Path | None) -> Path:
+        settings = clients.settings.model_copy(
+            update={"card_buckets": buckets, "terminal_buckets": buckets, "spark_shuffle_partitions": shuffle}
+        )
+        checkpoint = home / "rescaled" / namespace
+        config = jobs.prepare_start(
+            settings,
+            jobs.feature_job_config(
+                settings,
+                settings.topics.in_namespace(namespace),
+                checkpoint,
+                params,
+                RESCALED_MAX_RECORDS,
+                jobs.Scope(namespace, end_ms=end_ms),
+            ),
+            start,
+        )
+        assert isinstance(config, FeatureJobConfig)
+        assert (config.rescale is not None) == (start is not None), "a re-keyed first state, only at first"
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))  # as the job's session would have it
+        try:
+            finished_query(spark, config)
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", str(clients.settings.spark_shuffle_partitions))
+        return checkpoint
+
+    twelve = run("twelve", 12, 3, cuts[0], savepoint)
+    assert json.loads((twelve / LAYOUT_FILE).read_text()) == {"card_buckets": 12, "terminal_buckets": 12}
+    origin = json.loads((twelve / savepoints.RESTORED_FILE).read_text())
+    assert origin["rescaled"] == "card_buckets 6 -> 12, terminal_buckets 6 -> 12, shuffle partitions 2 -> 3"
+    saved = savepoints.take("features", "twelve", twelve, home / "rescaled" / "savepoint-twelve")
+    assert (saved.shuffle_partitions, saved.layout["card_buckets"]) == (3, 12)
+    assert saved.batch >= 1, "micro-batches after the first, which alone gets the re-keyed state"
+    three = run("three", 3, 2, cuts[1], saved.path)
+    shutil.rmtree(saved.path)  # the first micro-batch has committed: the checkpoint needs it no more
+    assert savepoints.unfinished_rescale(three) is None
+    run("three", 3, 2, None, None)
+    topics = clients.settings.topics
+    return [
+        message
+        for namespace in ("twelve", "three")
+        for message in read_topic(clients, topics.in_namespace(namespace).features)
+    ]
+
+
+def assert_same_records(
+    joined: FeatureOutput, uninterrupted: FeatureOutput, transactions: Iterable[int]
+) -> None:
+    """Each transaction once, with the uninterrupted run's record: the same key, value and timestamp."""
+    assert_each_transaction_once(joined, transactions)
+    expected = uninterrupted.by_tx()
+    for tx_id, message in joined.by_tx().items():
+        want = expected[tx_id]
+        assert (message.key(), message.value(), message.timestamp()) == (
+            want.key(),
+            want.value(),
+            want.timestamp(),
+        ), f"tx {tx_id}: the record differs from the uninterrupted run's"
 
 
 def batch_of(message: Message) -> int:

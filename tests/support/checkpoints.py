@@ -47,7 +47,8 @@ def spark_checkpoint(checkpoint: Path, committed: int = 4, in_flight: bool = Tru
     _write(query / "metadata", '{"id":"cbb19ccf-f66f-47b9-8211-72812a495d02"}')
     last = committed + 1 if in_flight else committed
     for batch in range(last + 1):
-        meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_795_686_700_821, "conf": {}})
+        conf = {"spark.sql.shuffle.partitions": "2"}
+        meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_795_686_700_821, "conf": conf})
         _write(query / "offsets" / str(batch), f"v1\n{meta}\n{json.dumps(end_offset(batch))}")
         if batch <= committed:
             _write(query / "commits" / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
