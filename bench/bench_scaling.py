@@ -8,15 +8,15 @@ user runs it (Spark's start-up included in the wall time, not in the rate):
    cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
 2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
-3. **Events**: 10,000 cards over ``--event-days`` (40 and 80 days): twice the events, the same 30 days of
-   history per card, so the state should not grow.
+3. **Events**: ``--event-cards`` cards (10,000) over ``--event-days`` (40 and 80 days): twice the events,
+   the same 30 days of history per card, so the state should not grow.
 
 Per run: records/s (the command's own report), wall time, the peak resident memory of the job's processes
 (the command's process tree; on the cluster, the worker's too), and its state on disk (the checkpoint's
 state stores). Writes the ``scaling`` section of docs/benchmarks.md.
 
 Run: .venv/bin/python bench/bench_scaling.py [--cards 10000,100000,1000000] [--no-report]
-Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-days 31,35 --no-report
+Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-cards 300 --event-days 31,35 --no-report
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def run_job(
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB"
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def row(name: str, run: Run) -> list[str]:
@@ -141,7 +141,8 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=31, help="days of the masters' runs")
     parser.add_argument("--cards", default="10000,100000,1000000")
     parser.add_argument("--card-days", type=int, default=2)
-    parser.add_argument("--event-days", default="40,80", help="days of the 10,000 cards' runs")
+    parser.add_argument("--event-cards", type=int, default=10_000, help="cards of the events' runs")
+    parser.add_argument("--event-days", default="40,80", help="days of the events' runs")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
@@ -170,8 +171,8 @@ def main() -> None:
             cards.append(row(f"{n:,} cards, {args.card_days} days", run))
             print(cards[-1])
         for days in (int(value) for value in args.event_days.split(",")):
-            run = run_job(10_000, days, args.seed, "local[2]", work / f"days-{days}")
-            events.append(row(f"10,000 cards, {days} days", run))
+            run = run_job(args.event_cards, days, args.seed, "local[2]", work / f"days-{days}")
+            events.append(row(f"{args.event_cards:,} cards, {days} days", run))
             print(events[-1])
 
     if not args.no_report:
