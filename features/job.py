@@ -46,6 +46,7 @@ from infra.metrics import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, 
 from infra.redis_store import RedisTarget, card_features_key, set_latest
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
+from infra.timing import Timings
 
 C = TxColumns
 
@@ -85,18 +86,28 @@ class CardStage(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = unpack(rows)
-        stored = self.state.get()
-        if stored:
-            history, pending, frontier = stored
-            bucket = CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
-        else:
-            bucket = CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
-        after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        history = to_blob(after.history.to_frame(), dictionary=(C.CARD_ID,))
-        self.state.update((history, to_blob(after.pending), after.frontier_ms))
+        timings = Timings("card-stage")
+        with timings.phase("input"):
+            frame = unpack(rows)
+        with timings.phase("state-get"):
+            stored = self.state.get()
+            if stored:
+                history, pending, frontier = stored
+                bucket = CardBucket(
+                    CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier)
+                )
+            else:
+                bucket = CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
+        with timings.phase("core"):
+            after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
+        with timings.phase("state-put"):
+            history = to_blob(after.history.to_frame(), dictionary=(C.CARD_ID,))
+            self.state.update((history, to_blob(after.pending), after.frontier_ms))
         if len(out):
-            yield pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+            with timings.phase("output"):
+                packed = pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+            yield packed
+        timings.log()
 
     def close(self) -> None:
         pass
@@ -127,24 +138,34 @@ class TerminalStage(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = unpack(rows)
-        stored = self.state.get()
-        terminals = (
-            TerminalState.from_frames(from_blob(stored[0]), from_blob(stored[1]))
-            if stored
-            else TerminalState.empty()
-        )
-        terminals, out = terminal_stage(terminals, frame, self.params)
-        tx_frame, label_frame = terminals.to_frames()
-        by_terminal = (C.TERMINAL_ID,)
-        self.state.update((to_blob(tx_frame, by_terminal), to_blob(label_frame, by_terminal)))
-        if len(out):
-            records = kafka_records(
-                out, self.topics.features, self.topics.dead_letter, self.params, self.hook
+        timings = Timings("terminal-stage")
+        with timings.phase("input"):
+            frame = unpack(rows)
+        with timings.phase("state-get"):
+            stored = self.state.get()
+            terminals = (
+                TerminalState.from_frames(from_blob(stored[0]), from_blob(stored[1]))
+                if stored
+                else TerminalState.empty()
             )
-            late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
-            counts = counts_row(batch_counts(records, self.topics, late), alert_sources(records, self.topics))
-            yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
+        with timings.phase("core"):
+            terminals, out = terminal_stage(terminals, frame, self.params)
+        with timings.phase("state-put"):
+            tx_frame, label_frame = terminals.to_frames()
+            by_terminal = (C.TERMINAL_ID,)
+            self.state.update((to_blob(tx_frame, by_terminal), to_blob(label_frame, by_terminal)))
+        if len(out):
+            with timings.phase("records"):  # the hook's scoring included
+                records = kafka_records(
+                    out, self.topics.features, self.topics.dead_letter, self.params, self.hook
+                )
+                late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
+                counts = counts_row(
+                    batch_counts(records, self.topics, late), alert_sources(records, self.topics)
+                )
+                packed = pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
+            yield packed
+        timings.log()
 
     def close(self) -> None:
         pass
