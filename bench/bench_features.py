@@ -22,7 +22,7 @@ import report
 
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from fraud.jobs import job_spark_session, redis_target
+from fraud.jobs import SPARK_PRELOAD, job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients, ensure_topics, topic_counts
 from infra.embedded import temporary_stack
@@ -63,7 +63,7 @@ def main() -> None:
         print(f"input: {produced.transactions:,} transactions, {produced.labels:,} labels")
 
         started = time.perf_counter()
-        spark = job_spark_session(settings, "bench-features")
+        spark = job_spark_session(settings, "bench-features", SPARK_PRELOAD)
         startup_s = time.perf_counter() - started
         config = FeatureJobConfig(
             kafka_config=clients.kafka_config(),

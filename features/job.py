@@ -59,6 +59,7 @@ from infra.redis_store import RedisTarget, card_features_key, set_latest
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
 from infra.state_store import StateReader
+from infra.timing import Timings
 
 C = TxColumns
 _log = logging.getLogger(__name__)
@@ -102,15 +103,25 @@ class CardStage(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = unpack(rows)
-        stored = self.state.get()
-        bucket = (
-            card_bucket_of(*stored) if stored else CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
-        )
-        after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        self.state.update(card_value(after))
+        timings = Timings("card-stage")
+        with timings.phase("input"):
+            frame = unpack(rows)
+        with timings.phase("state-get"):
+            stored = self.state.get()
+            bucket = (
+                card_bucket_of(*stored)
+                if stored
+                else CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
+            )
+        with timings.phase("core"):
+            after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
+        with timings.phase("state-put"):
+            self.state.update(card_value(after))
         if len(out):
-            yield pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+            with timings.phase("output"):
+                packed = pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+            yield packed
+        timings.log()
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
         """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
@@ -146,18 +157,28 @@ class TerminalStage(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
     ) -> Iterator[pd.DataFrame]:
-        frame = unpack(rows)
-        stored = self.state.get()
-        terminals = terminal_state_of(*stored) if stored else TerminalState.empty()
-        terminals, out = terminal_stage(terminals, frame, self.params)
-        self.state.update(terminal_value(terminals))
+        timings = Timings("terminal-stage")
+        with timings.phase("input"):
+            frame = unpack(rows)
+        with timings.phase("state-get"):
+            stored = self.state.get()
+            terminals = terminal_state_of(*stored) if stored else TerminalState.empty()
+        with timings.phase("core"):
+            terminals, out = terminal_stage(terminals, frame, self.params)
+        with timings.phase("state-put"):
+            self.state.update(terminal_value(terminals))
         if len(out):
-            records = kafka_records(
-                out, self.topics.features, self.topics.dead_letter, self.params, self.hook
-            )
-            late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
-            counts = counts_row(batch_counts(records, self.topics, late), alert_sources(records, self.topics))
-            yield pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
+            with timings.phase("records"):  # the hook's scoring included
+                records = kafka_records(
+                    out, self.topics.features, self.topics.dead_letter, self.params, self.hook
+                )
+                late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
+                counts = counts_row(
+                    batch_counts(records, self.topics, late), alert_sources(records, self.topics)
+                )
+                packed = pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
+            yield packed
+        timings.log()
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
         """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""

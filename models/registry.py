@@ -90,6 +90,19 @@ def check_reachable(tracking_uri: str) -> None:
         ) from None
 
 
+#: What :func:`load_model` imports (MLflow, its SQL stores, skops and with it scikit-learn): seconds in a fresh
+#: process, so a process that will load models imports them ahead, e.g. the Spark daemon that forks the
+#: scoring workers (``infra.spark_daemon``).
+MODEL_LOADING_MODULES = (
+    "mlflow.tracking",
+    "mlflow.artifacts",
+    "mlflow.models",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.model_registry.sqlalchemy_store",
+    "skops.io",
+)
+
+
 def registry_client(tracking_uri: str) -> MlflowClient:
     """A client for the tracking server and registry at ``tracking_uri`` (no global MLflow state).
 

@@ -43,6 +43,7 @@ from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import SinkRows
 from infra.spark import start_stream
+from infra.timing import Timings
 from models.registry import CHAMPION
 from scoring.job import (
     SCORED_EVENT_FIELDS,
@@ -99,7 +100,9 @@ class RowScorer:
             raise RuntimeError(
                 f"no model version for this micro-batch: {MODEL_VERSION_PROPERTY} is set by start_pipeline"
             )
-        model = worker_model(self.tracking_uri, int(version))
+        timings = Timings("scoring")
+        with timings.phase("model"):
+            model = worker_model(self.tracking_uri, int(version))
         scored_at_ms = int(context.getLocalProperty(SCORED_AT_PROPERTY) or now_ms())
         event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
         others = SinkRows()
@@ -110,7 +113,10 @@ class RowScorer:
                 *(rows[name].iat[i] for name in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET))
             )
 
-        scored = [score_rows(model, event, features, values, self.topics, others, scored_at_ms, source_of)]
+        with timings.phase("score"):
+            scored = [
+                score_rows(model, event, features, values, self.topics, others, scored_at_ms, source_of)
+            ]
         shadow = context.getLocalProperty(SHADOW_VERSION_PROPERTY)
         if shadow:
             scored.append(
@@ -119,6 +125,7 @@ class RowScorer:
                 )
             )
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
+        timings.log()
         return pa.Table.from_batches(batches) if batches else None
 
 
@@ -157,12 +164,16 @@ def start_pipeline(
     clock = scoring_clock(config.checkpoint)
 
     def write_batch(records: DataFrame, batch_id: int) -> None:
-        context = records.sparkSession.sparkContext
-        context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
-        versions = batch_versions(batch_id, chooser, shadow)
-        context.setLocalProperty(MODEL_VERSION_PROPERTY, str(versions["model"]))
-        context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(versions.get("shadow", "")))
-        write_micro_batch(records, sink, batch_id)
+        timings = Timings("pipeline-batch", batch=batch_id)
+        with timings.phase("versions"):
+            context = records.sparkSession.sparkContext
+            context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
+            versions = batch_versions(batch_id, chooser, shadow)
+            context.setLocalProperty(MODEL_VERSION_PROPERTY, str(versions["model"]))
+            context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(versions.get("shadow", "")))
+        with timings.phase("write"):
+            write_micro_batch(records, sink, batch_id)
+        timings.log()
         if on_batch is not None:
             on_batch({}, versions)
 

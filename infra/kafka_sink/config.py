@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from contracts.errors import ConfigError, FraudError, StateError
 from infra.clients import PRODUCER_LINGER_MS, TRANSACTION_TIMEOUT_MS
+from infra.timing import Timings
 
 #: The commit markers live on this partition of the marker topic (it exists in every topic).
 MARKER_PARTITION = 0
@@ -43,8 +44,11 @@ class AfterCommitAll:
     hooks: tuple[AfterCommit, ...]
 
     def __call__(self, batches: list[pa.RecordBatch]) -> None:
+        timings = Timings("after-commit")
         for hook in self.hooks:
-            hook(batches)
+            with timings.phase(type(hook).__name__):
+                hook(batches)
+        timings.log()
 
 
 class SinkConfigError(ConfigError, ValueError):

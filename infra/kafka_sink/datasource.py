@@ -61,6 +61,7 @@ import functools
 import gc
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,6 +97,7 @@ from infra.kafka_sink.transactions import (
 )
 from infra.spark_config import config_from, config_options
 from infra.spark_logs import mark_worker_logs
+from infra.timing import Timings
 from infra.txn_lock import needs_locks, topic_locks, topics_of
 
 if TYPE_CHECKING:
@@ -174,7 +176,8 @@ class _ArrowKafkaWriter:
         self, batches: Iterator[pa.RecordBatch], batch_id: int, partition_id: int
     ) -> KafkaSinkCommit:
         """Write the rows of micro-batch ``batch_id``, Spark partition ``partition_id``, exactly once."""
-        batches = unpacked(batches)
+        timings = Timings("sink-write")
+        batches = timings.timed("input", unpacked(batches))
         first = _peek(batches)
         if first is None:
             return self._message(batch_id, partition_id, 0, "empty")
@@ -184,7 +187,8 @@ class _ArrowKafkaWriter:
             kept.append(first)
         writer = cached_writer(self.config, self.config.transactional_id(partition_id))
         what = f"{SINK_NAME} {writer.transactional_id} batch {batch_id}"
-        producer = self._begin(writer, batch_id, what)
+        with timings.phase("begin"):
+            producer = self._begin(writer, batch_id, what)
         if producer is None:
             drained = first.num_rows + sum(batch.num_rows for batch in batches)
             _log.info("%s: already written (marker %d), skipping %d rows", what, batch_id + 1, drained)
@@ -192,21 +196,29 @@ class _ArrowKafkaWriter:
             return self._message(batch_id, partition_id, drained, "already-written")
         self.on_transaction_event("opened", batch_id, partition_id)
         prefix = header_prefix(writer.transactional_id, batch_id, uuid.uuid4().hex[:8])
-        with self._one_at_a_time(writer, first, batches) as batches:
-            rows = self._produce_all(producer, writer, first, batches, what, prefix)
+        with self._one_at_a_time(writer, first, batches, timings) as batches:
+            with timings.phase("produce"):
+                rows = self._produce_all(producer, writer, first, batches, what, prefix)
             try:
-                commit(producer, what)
+                with timings.phase("commit"):
+                    commit(producer, what)
             except SinkWriteError:
                 writer.discard_producer()
                 raise
         writer.owned_marker = batch_id + 1
         self.on_transaction_event("committed", batch_id, partition_id)
-        self.config.run_after_commit(kept)
+        with timings.phase("after-commit"):
+            self.config.run_after_commit(kept)
+        timings.log()
         return self._message(batch_id, partition_id, rows, "written")
 
     @contextmanager
     def _one_at_a_time(
-        self, writer: TransactionalWriter, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]
+        self,
+        writer: TransactionalWriter,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
+        timings: Timings | None = None,
     ) -> Iterator[Iterator[pa.RecordBatch]]:
         """The rows after ``first``; on a broker that needs it, with this host's locks of their topics held
         until the block ends (the rows are read first: the lock covers producing and committing only)."""
@@ -215,7 +227,10 @@ class _ArrowKafkaWriter:
             yield rest
             return
         buffered = list(rest)
+        started = time.perf_counter()
         with topic_locks(bootstrap, topics_of([first, *buffered], self.config.topic)):
+            if timings is not None:
+                timings.add("lock-wait", started)
             yield iter(buffered)
 
     def _begin(self, writer: TransactionalWriter, batch_id: int, what: str) -> Producer | None:

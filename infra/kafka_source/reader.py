@@ -21,6 +21,7 @@ from infra.clients import KAFKA_LOGGER, consumed
 from infra.kafka_source.config import RAW_FIELDS, KafkaSourceConfig
 from infra.kafka_source.planner import FETCH_WAIT_MS, POLL_S, check_deadline, deadline
 from infra.kafka_source.splits import Split, SplitGroup, tp_name
+from infra.timing import Timings
 
 _Record = tuple[int, int, bytes | None, bytes | None, Provenance | None]  # offset, timestamp, key, value, ...
 _CONSUMERS: dict[tuple[str, str, int], tuple[Consumer, int, list[_Record]]] = {}
@@ -33,14 +34,16 @@ def read_group(config: KafkaSourceConfig, group: InputPartition) -> Iterator[pa.
     if not isinstance(group, SplitGroup):
         raise TypeError(f"unexpected input partition {group!r}")
     decoder = config.decoder
+    timings = Timings("source-read")
     for split in group.splits:
-        for records in _read_range(config.kafka_config, split):
+        for records in timings.timed("kafka", _read_range(config.kafka_config, split)):
             if decoder is None:
                 yield records
             else:
-                yield from decoder.decode(records, split)
+                yield from timings.timed("decode", decoder.decode(records, split))
         if decoder is not None and split.heartbeat:
-            yield from decoder.heartbeat(split)
+            yield from timings.timed("decode", decoder.heartbeat(split))
+    timings.log()
 
 
 def _source_consumer(kafka_config: Mapping[str, Any], split: Split) -> tuple[Consumer, list[_Record]]:

@@ -19,7 +19,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from contracts.settings import Settings
-from fraud.jobs import SPARK_PRELOAD
+from fraud.jobs import SCORING_PRELOAD
 from infra.spark import spark_session
 
 
@@ -28,7 +28,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """Spark in local[2] mode: 2 shuffle partitions, Python workers on this interpreter, no UI, RocksDB state."""
     settings = Settings(spark_master="local[2]", home=tmp_path_factory.mktemp("spark-home"))
     session = spark_session(
-        settings, app_name="fraud-integration-tests", shuffle_partitions=2, preload=SPARK_PRELOAD
+        settings, app_name="fraud-integration-tests", shuffle_partitions=2, preload=SCORING_PRELOAD
     )
     try:
         yield session
