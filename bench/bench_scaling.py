@@ -6,9 +6,9 @@ user runs it (Spark's start-up included in the wall time, not in the rate):
 
 1. **Masters**: one simulation (``--customers``, ``--days``) on ``local[1]``, ``local[2]`` and a standalone
    cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
-2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days each: the state holds every card's
+2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days (1) each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
-3. **Events**: ``--event-cards`` cards (10,000) over ``--event-days`` (40 and 80 days): twice the events,
+3. **Events**: ``--event-cards`` cards (10,000) over ``--event-days`` (35 and 70 days): twice the events,
    the same 30 days of history per card, so the state should not grow.
 
 Per run: records/s (the command's own report), wall time, the peak resident memory of the job's processes
@@ -63,11 +63,15 @@ def directory_bytes(path: Path) -> int:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
+#: Terminals of every simulation: the handbook's (the density a customer's terminals are drawn from).
+TERMINALS = 10_000
+
+
 def run_job(
     customers: int, days: int, seed: int, master: str, work: Path, worker_pid: int | None = None
 ) -> Run:
     """Simulate, produce to a stack of its own, run the feature job once on ``master``; its figures."""
-    frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
+    frame = simulate(SimulatorConfig(customers=customers, terminals=TERMINALS, days=days, seed=seed))
     home = work / "home"
     with temporary_stack(work / "stack") as info:
         clients = Clients.for_stack(info, home, partitions=4)
@@ -140,9 +144,9 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=5000, help="cards of the masters' runs")
     parser.add_argument("--days", type=int, default=31, help="days of the masters' runs")
     parser.add_argument("--cards", default="10000,100000,1000000")
-    parser.add_argument("--card-days", type=int, default=2)
+    parser.add_argument("--card-days", type=int, default=1, help="days of the cards' runs")
     parser.add_argument("--event-cards", type=int, default=10_000, help="cards of the events' runs")
-    parser.add_argument("--event-days", default="40,80", help="days of the events' runs")
+    parser.add_argument("--event-days", default="35,70", help="days of the events' runs")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
