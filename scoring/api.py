@@ -64,6 +64,58 @@ NamespaceParam = Annotated[
 ]
 
 
+class StateAt(BaseModel):
+    """Where a job's state was read and what it reflects."""
+
+    checkpoint: str
+    batch_id: int = Field(description="The last committed micro-batch: the state as it left it.")
+    frontier_ms: int | None = Field(description="Its event-time frontier (UTC ms; null before any record).")
+    final: bool = Field(description="It was the last micro-batch of an --once run (it released everything).")
+
+
+class CardWindow(BaseModel):
+    window: str
+    window_ms: int
+    feature: str = Field(description="The count feature of the window (card_nb_tx_7d).")
+    nb_tx: int
+    amount_sum: float
+    avg_amount: float | None
+
+
+class CardState(StateAt):
+    """What the feature job holds for a card (``fraud state card --json``)."""
+
+    card_id: str
+    card_bucket: int
+    card_buckets: int | None
+    bucket_frontier_ms: int | None
+    windows_end_ms: int | None
+    windows: list[CardWindow] = Field(description="The card's transactions in (end - window, end].")
+    events: list[dict[str, Any]] = Field(
+        description="Released transactions and waiting events, oldest first."
+    )
+
+
+class TerminalWindow(BaseModel):
+    window: str
+    window_ms: int
+    nb_tx: int
+    risk: float
+
+
+class TerminalState(StateAt):
+    """What the feature job holds for a terminal (``fraud state terminal --json``)."""
+
+    terminal_id: str
+    terminal_bucket: int
+    terminal_buckets: int | None
+    transaction_times_ms: list[int]
+    labels: list[dict[str, Any]] = Field(description="The first known label of each transaction kept.")
+    windows: list[TerminalWindow] = Field(
+        description="The terminal features of a transaction at the frontier."
+    )
+
+
 class JobStates(Protocol):
     """What a stateful job holds, as JSON (``fraud.state.StateService``): raises ``NotFoundError`` for
     what is not there, another ``FraudError`` for a state it cannot read."""
@@ -87,7 +139,7 @@ def create_app(
     ``token``, every data endpoint requires ``Authorization: Bearer <token>`` (401 otherwise); the page
     itself holds no data and sends the token it is given in its URL fragment (``/#token=...``);
     ``/healthz`` stays open. With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}``
-    answer from the jobs' checkpoints (404 otherwise).
+    answer from the jobs' checkpoints (:func:`add_state_routes`).
     """
     bearer = HTTPBearer(auto_error=False, description="FRAUD_API_TOKEN, when the server has one.")
 
@@ -196,9 +248,15 @@ def create_app(
             raise HTTPException(404, f"nothing stored for card {card_id}")
         return found
 
+    if states is not None:
+        add_state_routes(app, states, guarded)
+    return app
+
+
+def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> None:
+    """``/state/cards/{card_id}`` and ``/state/terminals/{terminal_id}``: what ``states`` reads."""
+
     def job_state(read: Callable[[JobStates], dict[str, Any]]) -> dict[str, Any]:
-        if states is None:
-            raise HTTPException(404, "this server does not read the jobs' state")
         try:
             return read(states)
         except NotFoundError as exc:
@@ -209,6 +267,7 @@ def create_app(
     @app.get(
         "/state/cards/{card_id}",
         dependencies=guarded,
+        response_model=CardState,
         tags=["state"],
         responses={404: {"description": "No checkpoint, nothing committed, or nothing held for the card"}},
     )
@@ -221,6 +280,7 @@ def create_app(
     @app.get(
         "/state/terminals/{terminal_id}",
         dependencies=guarded,
+        response_model=TerminalState,
         tags=["state"],
         responses={404: {"description": "No checkpoint, nothing committed, or nothing held for it"}},
     )
@@ -232,5 +292,3 @@ def create_app(
         """What the feature job holds for a terminal: its transaction times, its labels, and the terminal
         features at the frontier (as `fraud state terminal --json`)."""
         return job_state(lambda read: read.terminal(job, namespace, terminal_id))
-
-    return app

@@ -46,6 +46,8 @@ REHEARSAL_ENV = {
     "FRAUD_API_TOKEN": "rehearsal-api-token",
 }
 FIRST_ALERT_TIMEOUT_S = 480
+#: From the first alert served to the pipeline's metrics counting the micro-batch that wrote it.
+METRICS_TIMEOUT_S = 60
 REQUIRED = ("kafka", "redis", "mlflow", "spark-master", "spark-worker")
 
 
@@ -426,11 +428,18 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
     } <= ours
     print(f"compose rehearsal: first alert served {time.monotonic() - started:.0f} s after the first service")
     assert {"tx_id", "score", "model_version"} <= set(alerts[0])
+    # The alerts are in Redis once the sink commits; the micro-batch's progress (hence its metrics) follows
+    # when the batch has ended.
     metrics_url = f"http://127.0.0.1:{rehearsal.ports['metrics']}/metrics"
-    with urllib.request.urlopen(metrics_url, timeout=5) as response:
-        scraped = response.read().decode()
-    read = re.search(r'^fraud_input_records_total\{job="pipeline"\} (\S+)$', scraped, re.MULTILINE)
-    assert read and float(read.group(1)) > 0, scraped[:2000]
+    deadline = time.monotonic() + METRICS_TIMEOUT_S
+    while True:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+            scraped = response.read().decode()
+        read = re.search(r'^fraud_input_records_total\{job="pipeline"\} (\S+)$', scraped, re.MULTILINE)
+        if read and float(read.group(1)) > 0:
+            break
+        assert time.monotonic() < deadline, f"no record counted in {METRICS_TIMEOUT_S} s:\n{scraped[:2000]}"
+        time.sleep(1)
     ui_url = f"http://127.0.0.1:{rehearsal.ports['pipeline-ui']}/api/v1/applications"
     with urllib.request.urlopen(ui_url, timeout=5) as response:
         assert json.loads(response.read())[0]["name"] == "fraud-pipeline"

@@ -14,28 +14,67 @@ from scoring.api import create_app
 CARD = "0123456789abcdef0123456789abcdef"
 
 
+def read_at(job: str, namespace: str) -> dict[str, Any]:
+    """Where a view says it was read: the job and namespace asked for, in the checkpoint's path."""
+    return {
+        "checkpoint": f"/home/checkpoints/{namespace}/{job}",
+        "batch_id": 7,
+        "frontier_ms": 5,
+        "final": False,
+    }
+
+
+def card_view(job: str, namespace: str, card_id: str) -> dict[str, Any]:
+    window = {"window": "1 d", "window_ms": 86_400_000, "feature": "card_nb_tx_1d", "nb_tx": 2}
+    return {
+        "card_id": card_id,
+        **read_at(job, namespace),
+        "card_bucket": 1,
+        "card_buckets": 6,
+        "bucket_frontier_ms": 5,
+        "windows_end_ms": 5,
+        "windows": [{**window, "amount_sum": 3.5, "avg_amount": 1.75}],
+        "events": [{"tx_id": 1, "kind": "tx"}],
+    }
+
+
+def terminal_view(job: str, namespace: str, terminal_id: str) -> dict[str, Any]:
+    return {
+        "terminal_id": terminal_id,
+        **read_at(job, namespace),
+        "terminal_bucket": 2,
+        "terminal_buckets": 6,
+        "transaction_times_ms": [1, 2],
+        "labels": [],
+        "windows": [{"window": "1 d", "window_ms": 86_400_000, "nb_tx": 2, "risk": 0.5}],
+    }
+
+
 class States:
-    """Answers with what it was asked; raises for the card and terminal ``missing`` and ``foreign``."""
+    """Answers views of what it was asked; raises for the card and terminal ``missing`` and ``foreign``."""
 
     def card(self, job: str, namespace: str, card_id: str) -> dict[str, Any]:
-        return self._answer(job, namespace, card_id)
+        self._check(card_id)
+        return card_view(job, namespace, card_id)
 
     def terminal(self, job: str, namespace: str, terminal_id: str) -> dict[str, Any]:
-        return self._answer(job, namespace, terminal_id)
+        self._check(terminal_id)
+        return terminal_view(job, namespace, terminal_id)
 
-    def _answer(self, job: str, namespace: str, name: str) -> dict[str, Any]:
+    def _check(self, name: str) -> None:
         if name in ("missing", "f" * 32):
             raise NotFoundError(f"the state holds nothing for {name}")
         if name == "foreign":
             raise StateError("the checkpoint keeps no state variable 'bucket': it is not this job's")
-        return {"job": job, "namespace": namespace, "name": name}
 
 
-def test_the_routes_pass_the_job_namespace_and_key_on() -> None:
+def test_the_routes_pass_the_job_namespace_and_key_on_and_answer_the_views() -> None:
     api = TestClient(create_app(None, states=States()))
-    assert api.get(f"/state/cards/{CARD}").json() == {"job": "features", "namespace": "", "name": CARD}
+    assert api.get(f"/state/cards/{CARD}").json() == card_view("features", "", CARD)
     answer = api.get("/state/terminals/T-12", params={"job": "pipeline", "namespace": "v2"})
-    assert answer.json() == {"job": "pipeline", "namespace": "v2", "name": "T-12"}
+    assert answer.json() == terminal_view("pipeline", "v2", "T-12")
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    assert {"CardState", "TerminalState", "CardWindow", "TerminalWindow"} <= set(schemas)
 
 
 def test_what_the_reader_raises_is_a_404_or_a_409_with_its_reason() -> None:
@@ -50,8 +89,9 @@ def test_bad_requests_and_a_server_without_a_reader() -> None:
     api = TestClient(create_app(None, states=States()))
     assert api.get("/state/cards/not-a-token").status_code == 422
     assert api.get(f"/state/cards/{CARD}", params={"job": "scoring"}).status_code == 422
-    plain = TestClient(create_app(None)).get(f"/state/cards/{CARD}")
-    assert plain.status_code == 404 and plain.json()["detail"] == "this server does not read the jobs' state"
+    plain = TestClient(create_app(None))  # a server without a reader: no state routes
+    assert plain.get(f"/state/cards/{CARD}").status_code == 404
+    assert not [path for path in plain.get("/openapi.json").json()["paths"] if path.startswith("/state")]
 
 
 def test_a_token_guards_the_state_as_every_data_route() -> None:
