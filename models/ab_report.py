@@ -2,7 +2,9 @@
 
 The page needs nothing but a browser: styles inline, plots as base64 PNG images drawn with matplotlib's
 object API (``Figure``, never pyplot: no global state, safe in threads). ``metrics_table_rows`` gives the
-cells of the metrics table, so the CLI's table and the page show the same strings.
+cells of the metrics table, so the CLI's table and the page show the same strings. Matplotlib and
+scikit-learn are imported when a page is drawn, not with the module: the CLI imports it for its table, and
+every ``fraud`` command would otherwise pay a second for them at start.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ import html
 import io
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from sklearn.metrics import precision_recall_curve
 
 from models.comparison import (
     ALERTS_PER_DAY,
@@ -28,6 +29,9 @@ from models.comparison import (
     ComparisonError,
     ModelMetrics,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Header of ``metrics_table_rows``.
 METRICS_TABLE_HEADER = ("metric", "A", "B", "B - A", "95% CI days", "95% CI cards")
@@ -187,6 +191,9 @@ def _mcnemar_section(comparison: Comparison) -> str:
 def _precision_recall_figure(
     y: np.ndarray, scores: Sequence[np.ndarray], models: Sequence[ModelMetrics], labels: Sequence[str]
 ) -> Figure:
+    from matplotlib.figure import Figure
+    from sklearn.metrics import precision_recall_curve
+
     figure = Figure(figsize=(6, 5))
     axes = figure.subplots()
     if y.any():
@@ -213,6 +220,8 @@ def _precision_recall_figure(
 
 
 def _card_precision_figure(comparison: Comparison, labels: Sequence[str]) -> Figure:
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(7, 4))
     axes = figure.subplots()
     days = np.asarray(comparison.a.card_precision.days)
@@ -232,6 +241,8 @@ def _card_precision_figure(comparison: Comparison, labels: Sequence[str]) -> Fig
 def _score_figure(
     y: np.ndarray, scores: Sequence[np.ndarray], models: Sequence[ModelMetrics], labels: Sequence[str]
 ) -> Figure:
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(10, 4))
     panels = figure.subplots(1, 2, sharey=False)
     low = min(float(s.min()) for s in scores)
@@ -252,6 +263,8 @@ def _score_figure(
 
 
 def _overlap_figure(comparison: Comparison) -> Figure:
+    from matplotlib.figure import Figure
+
     agreement = comparison.agreement
     cells = ("both", "A only", "B only")
     frauds = np.array([agreement.frauds_both, agreement.frauds_a_only, agreement.frauds_b_only])

@@ -5,14 +5,13 @@
 The feature job and the scoring job run side by side, continuously, and beside them the one-query
 pipeline in a namespace of its own (its own output topics and Redis keys, the same input). They are
 killed in turns (the whole application: driver, JVM, Python daemon and workers) and each is started
-again from its checkpoint at once: three kills of the feature job, three of the scoring job, two of the
-pipeline. The first kill of each job waits until a write task of the job holds its topic's transaction
-lock, which it holds from its first record to its commit: those kills land inside a Kafka transaction;
-the others at a seeded random moment up to 8 s after their turn comes (start-ups included). The input is
-there from the start (arriving while a job waits with nothing to do, it could be late across
-partitions: the jobs run without allowed lateness). After the second kill Redis is shut down until a job
-waits to write it, then started again; after the fifth, once every job works, the broker is stopped
-(SIGSTOP) for 30 s. Then each job finishes with ``--once``.
+again from its checkpoint at once: two kills of each job. The first kill of each job waits until a write
+task of the job holds its topic's transaction lock, which it holds from its first record to its commit:
+those kills land inside a Kafka transaction; the others at a seeded random moment up to 8 s after their
+turn comes (start-ups included). The input is there from the start (arriving while a job waits with
+nothing to do, it could be late across partitions: the jobs run without allowed lateness). After the
+second kill Redis is shut down until a job waits to write it, then started again; after the fifth, once
+every job works, the broker is stopped (SIGSTOP) for 20 s. Then each job finishes with ``--once``.
 
 Compared with an undisturbed run (the batch path's features, the model's scores of them): every
 transaction has exactly one committed feature record and one score, equal to the undisturbed ones; the
@@ -46,7 +45,7 @@ from contracts.provenance import CopyFilter, provenance_of
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
-from infra.clients import Clients, read_topic
+from infra.clients import METADATA_TIMEOUT_S, Clients, read_topic
 from infra.redis_store import alert_key, get_alert
 from infra.txn_lock import lock_path
 from ingest.produce import produce_events
@@ -73,8 +72,9 @@ TRAINING = SimulatorConfig(customers=150, terminals=300, days=35, seed=23)
 #: Records per micro-batch: enough micro-batches between kills for each to land in a running job.
 MAX_RECORDS = 2_500
 #: SIGKILLs of the feature and the scoring job each, and of the pipeline.
-SEPARATE_JOB_KILLS, PIPELINE_KILLS = 3, 2
-BROKER_PAUSE_S = 30.0
+SEPARATE_JOB_KILLS, PIPELINE_KILLS = 2, 2
+#: Twice as long as a Kafka metadata request waits.
+BROKER_PAUSE_S = 2 * METADATA_TIMEOUT_S
 #: How long a kill waits for a write task to hold its transaction lock before it kills anyway.
 LOCK_WAIT_S = 30.0
 #: The other kills land within this many seconds of their turn.
