@@ -8,8 +8,9 @@ logger is enabled for debug, logged as one line::
     timing card-stage stage=12 task=3 batch=40 state-get=0.4 core=21.5 state-put=1.1
 
 (phases in milliseconds, with a decimal point; ``stage``, ``task`` and ``batch``, whole numbers, are Spark's
-stage id, partition id and micro-batch id in a task, or what the caller names). With ``--log-level debug`` the lines of Spark's Python workers reach the command's log
-(``infra.spark_logs``); ``bench/bench_microbatch.py`` adds them up per micro-batch.
+stage id, partition id and micro-batch id in a task, or what the caller names). With ``--log-level debug``
+the lines of Spark's Python workers reach the command's log (``infra.spark_logs``);
+``bench/bench_microbatch.py`` adds them up per micro-batch.
 """
 
 from __future__ import annotations

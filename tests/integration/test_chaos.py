@@ -1,6 +1,6 @@
 """Exactly-once under faults, counted: the jobs as a user runs them (`fraud features run`, `fraud score run`,
 `fraud pipeline run`), SIGKILLed at seeded random moments, a Redis restart and a broker pause, on more than
-40,000 simulated transactions, on an embedded stack of the test's own.
+30,000 simulated transactions, on an embedded stack of the test's own.
 
 The feature job and the scoring job run side by side, continuously, and beside them the one-query
 pipeline in a namespace of its own (its own output topics and Redis keys, the same input). They are
@@ -65,8 +65,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 C = TxColumns
 BIN = Path(sys.executable).parent
-SIMULATION = SimulatorConfig(customers=600, terminals=1500, days=35, seed=23)
-MIN_TRANSACTIONS = 40_000
+SIMULATION = SimulatorConfig(customers=450, terminals=1500, days=35, seed=23)
+MIN_TRANSACTIONS = 30_000
 #: A smaller world of the same kind for the model (any model will do, training it is not under test).
 TRAINING = SimulatorConfig(customers=150, terminals=300, days=35, seed=23)
 #: Records per micro-batch: enough micro-batches between kills for each to land in a running job.
