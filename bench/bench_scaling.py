@@ -22,7 +22,6 @@ Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -33,9 +32,10 @@ from pathlib import Path
 
 import report
 from measure import TreeSampler
+from project_jobs import fraud_env
 
 from infra.clients import Clients, create_project_topics
-from infra.embedded import HOST, temporary_stack
+from infra.embedded import temporary_stack
 from infra.spark_cluster import SPARK_ENV, standalone_cluster
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
@@ -81,18 +81,15 @@ def run_job(
             clean_table(frame, "bench"), "bench", b"bench-token-key", 7 * DAY_MS, settings.max_event_bytes
         )
         produce_events(clients.producer(), settings.topics, events)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")} | {
+        env = fraud_env(
+            info,
+            home,
+            "bench-token-key",
             **SPARK_ENV,
-            "SPARK_LOCAL_IP": HOST,
-            "FRAUD_HOME": str(home),
-            "FRAUD_BOOTSTRAP_SERVERS": info.bootstrap_servers,
-            "FRAUD_REDIS_URL": info.redis_url,
-            "FRAUD_MLFLOW_TRACKING_URI": info.mlflow_tracking_uri,
-            "FRAUD_TOKEN_KEY": "bench-token-key",
-            "FRAUD_PARTITIONS": "4",
-            "FRAUD_SPARK_MASTER": master,
-            "COLUMNS": "200",
-        }
+            FRAUD_PARTITIONS="4",
+            FRAUD_SPARK_MASTER=master,
+            COLUMNS="200",
+        )
         started = time.perf_counter()
         process = subprocess.Popen(
             [str(FRAUD), "features", "run", "--once"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE

@@ -19,7 +19,6 @@ Quick: .venv/bin/python bench/bench_upgrade.py --customers 500 --days 60 --no-re
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,12 @@ from pathlib import Path
 
 import orjson
 import report
+from project_jobs import fraud_env
 
 from features.compat import check_specs, spec_record
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from infra.clients import Clients, create_project_topics, read_topic
-from infra.embedded import HOST, StackInfo, temporary_stack
+from infra.embedded import temporary_stack
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -40,20 +40,6 @@ from ingest.simulator import SimulatorConfig, simulate
 FRAUD = Path(sys.executable).parent / "fraud"
 #: The new version: one more window, within the state's longest (its features look back no further).
 UPGRADED = FeatureParams(window_days=(1, 7, 14, 30))
-
-
-def environment(info: StackInfo, home: Path) -> dict[str, str]:
-    """The ``fraud`` command's environment for the stack."""
-    values = {
-        "FRAUD_HOME": str(home),
-        "FRAUD_BOOTSTRAP_SERVERS": info.bootstrap_servers,
-        "FRAUD_REDIS_URL": info.redis_url,
-        "FRAUD_MLFLOW_TRACKING_URI": info.mlflow_tracking_uri,
-        "FRAUD_TOKEN_KEY": "bench-token-key",
-        "FRAUD_PARTITIONS": "4",
-    }
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
-    return {**base, **values, "SPARK_LOCAL_IP": HOST}
 
 
 def timed(env: dict[str, str], *args: str) -> float:
@@ -99,7 +85,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as directory, temporary_stack(Path(directory) / "stack") as info:
         home = Path(directory) / "home"
-        env = environment(info, home)
+        env = fraud_env(info, home, "bench-token-key", FRAUD_PARTITIONS="4")
         clients = Clients.for_stack(info, home, partitions=4)
         settings = clients.settings
         create_project_topics(clients.admin(), settings)

@@ -7,6 +7,7 @@ thing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from features.job import FeatureJobConfig
 from fraud.jobs import redis_target
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded import HOST, StackInfo
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from models.dataset import file_dataset
@@ -104,3 +105,18 @@ def pipeline_config(
         tracking_uri=info.mlflow_tracking_uri,
         model_check_interval_s=clients.settings.model_check_interval_s,
     )
+
+
+def fraud_env(info: StackInfo, home: Path, token_key: str, **settings: str) -> dict[str, str]:
+    """The environment of a ``fraud`` command run by a bench on the stack ``info`` (this process's
+    environment without its ``FRAUD_*`` settings, then the stack's, then ``settings``)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    return base | {
+        "SPARK_LOCAL_IP": HOST,
+        "FRAUD_HOME": str(home),
+        "FRAUD_BOOTSTRAP_SERVERS": info.bootstrap_servers,
+        "FRAUD_REDIS_URL": info.redis_url,
+        "FRAUD_MLFLOW_TRACKING_URI": info.mlflow_tracking_uri,
+        "FRAUD_TOKEN_KEY": token_key,
+        **settings,
+    }
