@@ -5,14 +5,16 @@ Systems, one after another, each as a subprocess measured from outside:
 - a bare confluent-kafka loop with its state in a dict, no fault tolerance (``peers/bare_loop.py``);
 - Bytewax 0.21, one worker, in-memory state, no recovery store (``peers/bytewax_flow.py``);
 - Quix Streams 3, RocksDB state with its changelog topic, at-least-once (``peers/quix_app.py``);
-- the project: ``fraud pipeline run`` (features and scoring in one Spark query, exactly-once Kafka
-  transactions, Redis), configured as bench/bench_scoring.py configures it (``peers/pipeline.py``).
+- the project's feature job, ``fraud features run`` (all features, exactly-once Kafka transactions, the
+  latest features per card in Redis), and the project's ``fraud pipeline run`` (features and scoring in one
+  Spark query, exactly-once Kafka transactions, Redis), configured as bench/bench_scoring.py configures
+  them (``peers/pipeline.py``).
 
 The peers compute the project's card features (count and mean amount per card over 1, 7 and 30 days of
 event time ending at the transaction, ``peers/card_windows.py``) and write one JSON record per transaction
-to an output topic of their own; the project computes all its features, scores each transaction and writes
-feature records, scores and alerts (the bench reads the feature records, committed in the same Kafka
-transactions as the scores).
+to an output topic of their own: the feature job is the like-for-like comparison (it computes the terminal
+and time features too). The pipeline also scores each transaction and writes scores and alerts (the bench
+reads its feature records, committed in the same Kafka transactions as the scores).
 
 1. Sets up a virtualenv each for Bytewax and Quix Streams (build/bench-venvs/<peer>, pinned versions,
    reused while the pins are the same): Quix Streams pins an older confluent-kafka than the project's, and
@@ -36,9 +38,9 @@ transactions as the scores).
    differs is reported as not comparable, loudly. Differences on transactions the project marked late
    (behind its source's event-time frontier) are reported apart.
 5. Writes the ``peers`` section of docs/benchmarks.md (unless ``--no-report``): one row per system,
-   the ratios project / peer, and the settings.
+   the ratios of each of the project's two jobs to each peer, and the settings.
 
-Run: .venv/bin/python bench/bench_peers.py [--backlog-days 31] [--rates 2000,5000,10000] [--paced-s 15] [--no-report]
+Run: .venv/bin/python bench/bench_peers.py [--backlog-days 31] [--rates 2000,5000,10000] [--paced-s 10] [--no-report]
 Quick: .venv/bin/python bench/bench_peers.py --customers 1000 --backlog-days 20 --rates 1000,2000 --paced-s 5 --no-report
 """
 
@@ -108,7 +110,7 @@ class System:
 
     @property
     def is_project(self) -> bool:
-        return self.key == "pipeline"
+        return self.script == "pipeline.py"
 
 
 SYSTEMS = (
@@ -133,6 +135,13 @@ SYSTEMS = (
         "quix_app.py",
         "quixstreams",
         ("quixstreams", "confluent-kafka", "rocksdict", "orjson"),
+    ),
+    System(
+        "features",
+        "`fraud features run` (the project's feature job)",
+        "all features, Redis; RocksDB state; exactly-once (Kafka transactions)",
+        "pipeline.py",
+        packages=("pyspark", "confluent-kafka"),
     ),
     System(
         "pipeline",
@@ -250,6 +259,8 @@ def command(system: System, run: Run, topics: Topics) -> list[str]:
             str(run.home),
             "--prefix",
             f"{system.key}-",
+            "--job",
+            system.key,
             "--max-records",
             str(run.args.max_records),
             "--card-buckets",
@@ -564,35 +575,38 @@ def ratio(project: float | None, peer: float | None) -> str:
 
 
 def ratio_rows(results: list[Result], rates: list[float]) -> list[list[str]]:
-    project = next((r for r in results if r.system.is_project), None)
-    if project is None or not project.comparable:
-        return []
+    """One row per project system (the feature job, the pipeline) and peer."""
     rows = []
-    for peer in results:
-        if peer.system.is_project:
+    for project in results:
+        if not project.system.is_project or not project.comparable:
             continue
-        if not peer.comparable:
-            rows.append([f"project / {peer.label}", "not comparable", *("" for _ in rates), ""])
-            continue
-        cells = []
-        for rate in rates:
-            ours, theirs = project.at(rate), peer.at(rate)
-            if ours is None or theirs is None or ours.latency is None or theirs.latency is None:
-                cells.append("-")
-            elif not (ours.sustained and theirs.sustained):
-                cells.append("not both sustained")
-            else:
-                cells.append(
-                    f"{ratio(ours.latency.p50, theirs.latency.p50)} / {ratio(ours.latency.p99, theirs.latency.p99)}"
-                )
-        rows.append(
-            [
-                f"project / {peer.label}",
-                ratio(project.steady, peer.steady),
-                *cells,
-                ratio(project.peak_rss_mib, peer.peak_rss_mib),
-            ]
-        )
+        for peer in results:
+            if peer.system.is_project:
+                continue
+            name = f"{project.system.key} / {peer.label}"
+            if not peer.comparable:
+                rows.append([name, "not comparable", *("" for _ in rates), ""])
+                continue
+            cells = []
+            for rate in rates:
+                ours, theirs = project.at(rate), peer.at(rate)
+                if ours is None or theirs is None or ours.latency is None or theirs.latency is None:
+                    cells.append("-")
+                elif not (ours.sustained and theirs.sustained):
+                    cells.append("not both sustained")
+                else:
+                    cells.append(
+                        f"{ratio(ours.latency.p50, theirs.latency.p50)} / "
+                        f"{ratio(ours.latency.p99, theirs.latency.p99)}"
+                    )
+            rows.append(
+                [
+                    name,
+                    ratio(project.steady, peer.steady),
+                    *cells,
+                    ratio(project.peak_rss_mib, peer.peak_rss_mib),
+                ]
+            )
     return rows
 
 
@@ -621,7 +635,7 @@ def main() -> None:
         "--backlog-days", type=int, default=31, help="31 days of 5,000 customers: about 300k transactions"
     )
     parser.add_argument("--rates", default="2000,5000,10000", help="paced loads, transactions/s")
-    parser.add_argument("--paced-s", type=float, default=15.0, help="measured seconds of each paced load")
+    parser.add_argument("--paced-s", type=float, default=10.0, help="measured seconds of each paced load")
     parser.add_argument("--warmup-s", type=float, default=5.0, help="paced seconds before each, not measured")
     parser.add_argument("--drain-s", type=float, default=20.0, help="wait for a load's outputs at most this")
     parser.add_argument("--check-cards", type=int, default=200, help="cards whose features are checked")
@@ -681,7 +695,7 @@ def main() -> None:
         clients = Clients.for_stack(info, home, partitions=args.partitions)
         stack_file = home / "stack.json"
         stack_file.write_text(info.to_json())
-        if any(s.is_project for s in systems):
+        if any(s.key == "pipeline" for s in systems):
             trained = time.monotonic()
             project_jobs.train_champion(first, info, FeatureParams())
             print(f"champion trained and registered in {time.monotonic() - trained:.0f} s")
@@ -722,8 +736,8 @@ def main() -> None:
     ratios = report.Table(
         ["ratio", "steady throughput", *(f"p50 / p99 at {rate:,.0f}/s" for rate in rates), "peak RSS"],
         ratio_rows(results, rates),
-        caption="The project / each peer: above 1x, the project is faster (throughput), slower (latency) or "
-        "bigger (memory)",
+        caption="The project's jobs / each peer: above 1x, the project is faster (throughput), slower "
+        "(latency) or bigger (memory)",
     )
     for table in (main_table, ratios):
         print()

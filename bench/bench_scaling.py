@@ -8,7 +8,7 @@ user runs it (Spark's start-up included in the wall time, not in the rate):
    cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
 2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days (1) each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
-3. **Events**: ``--event-cards`` cards (10,000) over ``--event-days`` (35 and 70 days): twice the events,
+3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (35 and 70 days): twice the events,
    the same 30 days of history per card, so the state should not grow.
 
 Per run: records/s (the command's own report), wall time, the peak resident memory of the job's processes
@@ -139,10 +139,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--customers", type=int, default=5000, help="cards of the masters' runs")
-    parser.add_argument("--days", type=int, default=31, help="days of the masters' runs")
+    parser.add_argument("--days", type=int, default=15, help="days of the masters' runs")
     parser.add_argument("--cards", default="10000,100000,1000000")
     parser.add_argument("--card-days", type=int, default=1, help="days of the cards' runs")
-    parser.add_argument("--event-cards", type=int, default=10_000, help="cards of the events' runs")
+    parser.add_argument("--event-cards", type=int, default=5_000, help="cards of the events' runs")
     parser.add_argument("--event-days", default="35,70", help="days of the events' runs")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)

@@ -8,15 +8,16 @@ jobs, and the one-query pipeline (``fraud pipeline run``).
    micro-batch, with the Python workers' start-up, left out) and the two in series; then the pipeline
    over the same transactions into topics of its own, and its steady rate (``--pipeline-only``: just the
    pipeline).
-3. Paced: in a new Spark application (as ``fraud pipeline run`` has), keeps the pipeline running
-   (``--paced-jobs separate``: both separate jobs instead), streams the following days at 1,000 and then
-   2,000 transactions/s and prints the latency from producing a transaction to its alert being readable
+3. Paced, with ``--rates`` (say ``1000,2000``; ``make bench`` leaves it out: bench_peers.py and
+   bench_microbatch.py measure the pipeline's latency): in a new Spark application (as ``fraud pipeline
+   run`` has), keeps the pipeline running (``--paced-jobs separate``: both separate jobs instead), streams
+   the following days at each rate in turn and prints the latency from producing a transaction to its alert being readable
    in Redis (p50/p95/p99/max), the micro-batch durations, and the CPU each process group used meanwhile
    (of one core; the machine has 2). Each load starts with ``--warmup-s`` of the same pace, reported
    apart: a query's first micro-batches load its state.
 4. Writes the figures to the ``scoring`` section of docs/benchmarks.md (unless ``--no-report``).
 
-Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 52] [--paced-s 60] [--warmup-s 10]
+Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 31] [--rates 1000,2000 --paced-s 60]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import TxColumns
-from contracts.settings import Topics
+from contracts.settings import Settings, Topics
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import job_spark_session, redis_target
@@ -51,7 +52,7 @@ from infra.redis_store import recent_alerts_key
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from scoring.job import ScoringJobConfig, start_scoring_job
-from scoring.pipeline import start_pipeline
+from scoring.pipeline import PipelineConfig, start_pipeline
 
 
 def paced(clients: Clients, batch: EventBatch, rate: float, seconds: float) -> dict[int, float]:
@@ -226,6 +227,44 @@ def run_paced(
     return rows, notes
 
 
+def paced_loads(
+    args: argparse.Namespace,
+    settings: Settings,
+    clients: Clients,
+    pipeline_config: PipelineConfig,
+    feature_config: FeatureJobConfig,
+    scoring_config: ScoringJobConfig,
+    later: EventBatch,
+    rates: list[float],
+) -> tuple[list[list[str]], list[str]]:
+    """The paced part: the table's rows and notes."""
+    # The paced jobs run in an application of their own, as `fraud pipeline run` does: in the session of
+    # the unpaced runs, PySpark would hand their tasks to that session's idle Python workers in turn,
+    # each with cold Kafka clients and no model loaded.
+    spark = job_spark_session(settings, "bench-scoring-paced")
+    # Keep every micro-batch's progress of a paced load (Spark keeps the last 100 by default).
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
+    interval = args.trigger_interval_s
+    if args.paced_jobs == "pipeline":
+        queries = [start_pipeline(spark, pipeline_config, once=False, trigger_interval_s=interval)]
+        alerts_key = recent_alerts_key("pipeline-")
+    else:
+        queries = [
+            start_feature_job(spark, feature_config, once=False, trigger_interval_s=interval),
+            start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
+        ]
+        alerts_key = recent_alerts_key()
+    print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
+    paced_rows, notes = run_paced(clients, alerts_key, queries, later, rates, args.paced_s, args.warmup_s)
+    for query in queries:
+        if not query.isActive:
+            notes.append(f"{query.name} stopped during the paced loads: {query.exception()}")
+            print(notes[-1])
+        query.stop()
+    spark.stop()
+    return paced_rows, notes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -233,13 +272,13 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=5000)
     parser.add_argument("--terminals", type=int, default=10000)
     parser.add_argument(
-        "--unpaced-days", type=int, default=52, help="52 days of 5,000 customers: about 500k transactions"
+        "--unpaced-days", type=int, default=31, help="31 days of 5,000 customers: about 300k transactions"
     )
     parser.add_argument("--paced-s", type=float, default=60.0, help="seconds of each paced load")
     parser.add_argument(
         "--warmup-s", type=float, default=10.0, help="paced seconds before each measured load, reported apart"
     )
-    parser.add_argument("--rates", default="1000,2000")
+    parser.add_argument("--rates", default="", help="paced loads, transactions/s (none: no paced part)")
     parser.add_argument(
         "--paced-jobs",
         choices=("pipeline", "separate"),
@@ -262,7 +301,7 @@ def main() -> None:
         parser.error("--pipeline-only runs no separate jobs: it cannot pace them")
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
 
-    rates = [float(r) for r in args.rates.split(",")]
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
     paced_tx = sum(rate * (args.paced_s + args.warmup_s) for rate in rates)
     days = args.unpaced_days + math.ceil(paced_tx / (args.customers * TX_PER_CUSTOMER_DAY)) + 1
     frame = simulate(
@@ -331,46 +370,34 @@ def main() -> None:
             )
             unpaced.append(["feature job + scoring job", f"{both:,.0f}", "the two steady rates in series"])
 
-        # The paced jobs run in an application of their own, as `fraud pipeline run` does: in the session of
-        # the unpaced runs, PySpark would hand their tasks to that session's idle Python workers in turn,
-        # each with cold Kafka clients and no model loaded.
         spark.stop()
-        spark = job_spark_session(settings, "bench-scoring-paced")
-        # Keep every micro-batch's progress of a paced load (Spark keeps the last 100 by default).
-        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
-        interval = args.trigger_interval_s
-        if args.paced_jobs == "pipeline":
-            queries = [start_pipeline(spark, pipeline_config, once=False, trigger_interval_s=interval)]
-            alerts_key = recent_alerts_key("pipeline-")
-        else:
-            queries = [
-                start_feature_job(spark, feature_config, once=False, trigger_interval_s=interval),
-                start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
-            ]
-            alerts_key = recent_alerts_key()
-        print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
-        paced_rows, notes = run_paced(
-            clients, alerts_key, queries, events_of(later), rates, args.paced_s, args.warmup_s
-        )
-        for query in queries:
-            if not query.isActive:
-                notes.append(f"{query.name} stopped during the paced loads: {query.exception()}")
-                print(notes[-1])
-            query.stop()
-        spark.stop()
+        paced_rows: list[list[str]] = []
+        notes: list[str] = []
+        if rates:
+            paced_rows, notes = paced_loads(
+                args,
+                settings,
+                clients,
+                pipeline_config,
+                feature_config,
+                scoring_config,
+                events_of(later),
+                rates,
+            )
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"driver peak RSS: {peak_mib:,.0f} MiB")
     if args.no_report:
         return
-    report.write_section(
-        "scoring",
-        script=__file__,
-        tables=[
-            report.Table(
-                ["unpaced `--once` run", "steady records/s", "measured over"],
-                unpaced,
-                caption=f"Unpaced: {produced.transactions:,} transactions, {produced.labels:,} labels",
-            ),
+    tables = [
+        report.Table(
+            ["unpaced `--once` run", "steady records/s", "measured over"],
+            unpaced,
+            caption=f"Unpaced: {produced.transactions:,} transactions, {produced.labels:,} labels",
+            notes=[f"Driver peak RSS {peak_mib:,.0f} MiB."],
+        )
+    ]
+    if rates:
+        tables.append(
             report.Table(
                 [
                     "paced",
@@ -384,11 +411,15 @@ def main() -> None:
                 paced_rows,
                 caption=(
                     f"Paced ({args.paced_jobs}, {args.paced_s:.0f} s per rate after {args.warmup_s:.0f} s "
-                    f"of warm-up, trigger interval {interval} s)"
+                    f"of warm-up, trigger interval {args.trigger_interval_s} s)"
                 ),
-                notes=[*notes, f"Driver peak RSS {peak_mib:,.0f} MiB."],
-            ),
-        ],
+                notes=notes,
+            )
+        )
+    report.write_section(
+        "scoring",
+        script=__file__,
+        tables=tables,
         settings={
             **report.args_settings(args),
             "spark_master": settings.spark_master,

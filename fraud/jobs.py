@@ -7,6 +7,9 @@ This module imports PySpark and the jobs: the CLI imports it when a job runs, no
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import InputWatch, JobMetrics, observer_group
 from infra.redis_store import RedisTarget
-from infra.spark import check_executors, spark_session, stop_between_batches
+from infra.spark import check_executors, spark_session, stop_between_batches, warm_workers
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
@@ -40,12 +43,32 @@ SPARK_PRELOAD = (feature_job.__name__,)
 SCORING_PRELOAD = (*SPARK_PRELOAD, *MODEL_LOADING_MODULES)
 
 
+def import_ahead(modules: tuple[str, ...]) -> threading.Thread:
+    """Import ``modules`` in a thread of their own, started here: the driver imports what loading a model
+    needs (seconds of MLflow and skops) while Spark starts, which mostly waits on the JVM. The job's start
+    loads the model once Spark is up and finds them imported (or waits for the import under way). A module
+    that fails to import is left to fail where the job imports it, with the job's own error."""
+
+    def run() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=run, name="import-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
 def job_spark_session(
     settings: Settings, app_name: str, preload: tuple[str, ...] = SCORING_PRELOAD
 ) -> SparkSession:
     """The Spark session of a job: the settings' master, the jobs' modules (``preload``) imported in its
-    workers before their first task."""
-    return spark_session(settings, app_name=app_name, preload=preload)
+    workers before their first task. While Spark starts, the driver imports them too (:func:`import_ahead`);
+    once it is up, the workers start (``infra.spark.warm_workers``) while the job plans its query."""
+    import_ahead(preload)
+    spark = spark_session(settings, app_name=app_name, preload=preload)
+    warm_workers(spark)
+    return spark
 
 
 def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -565,10 +566,9 @@ class ScoresToRedis:
         alerts = [
             AlertRecord.model_validate_json(value)
             for batch in batches
-            for topic, value in zip(
-                batch.column("topic").to_pylist(), batch.column("value").to_pylist(), strict=True
-            )
-            if topic == self.alerts_topic
+            for value in batch.column("value")
+            .filter(pc.equal(batch.column("topic"), self.alerts_topic))
+            .to_pylist()
         ]
         prefix, retention_s = self.redis.prefix, self.redis.retention_s
         if alerts:
