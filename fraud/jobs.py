@@ -29,7 +29,7 @@ from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import InputWatch, JobMetrics, observer_group
 from infra.redis_store import RedisTarget
-from infra.spark import check_executors, spark_session, stop_between_batches, warm_workers
+from infra.spark import check_executors, spark_session, stop_between_batches
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
@@ -63,12 +63,9 @@ def job_spark_session(
     settings: Settings, app_name: str, preload: tuple[str, ...] = SCORING_PRELOAD
 ) -> SparkSession:
     """The Spark session of a job: the settings' master, the jobs' modules (``preload``) imported in its
-    workers before their first task. While Spark starts, the driver imports them too (:func:`import_ahead`);
-    once it is up, the workers start (``infra.spark.warm_workers``) while the job plans its query."""
+    workers before their first task. While Spark starts, the driver imports them too (:func:`import_ahead`)."""
     import_ahead(preload)
-    spark = spark_session(settings, app_name=app_name, preload=preload)
-    warm_workers(spark)
-    return spark
+    return spark_session(settings, app_name=app_name, preload=preload)
 
 
 def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:

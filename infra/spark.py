@@ -19,9 +19,7 @@ import sys
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyspark
 from pyspark import SparkConf, SparkContext
@@ -167,36 +165,6 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
-
-
-def warm_workers(spark: SparkSession) -> threading.Thread:
-    """Start the Python workers now, from a thread of the driver's, while the job plans its query.
-
-    Each of Spark's Python daemons imports the jobs' modules before it forks a worker (``infra.spark_daemon``:
-    seconds), and starts at its first task: without this, in the first micro-batch. Spark keeps a daemon per
-    worker environment, and SQL's Python tasks carry one variable more than plain ones
-    (``SPARK_SIMPLIFIED_TRACEBACK``): a tiny task of each kind, one per core, starts both. Errors are left
-    to the job (a stopped session fails the warm-up, which does not matter).
-    """
-    tasks = max(1, spark.sparkContext.defaultParallelism)
-
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            spark.sparkContext.setJobDescription("warm the Python workers")
-            spark.sparkContext.parallelize(range(tasks), tasks).foreach(_nothing)
-            spark.range(tasks, numPartitions=tasks).mapInArrow(_same, "id long").collect()
-
-    thread = threading.Thread(target=run, name="warm-workers", daemon=True)
-    thread.start()
-    return thread
-
-
-def _nothing(_: object) -> None:
-    pass
-
-
-def _same(batches: Iterator[Any]) -> Iterator[Any]:
-    return batches
 
 
 def check_executors(spark: SparkSession, modules: tuple[str, ...], directories: tuple[Path, ...]) -> None:
