@@ -23,7 +23,7 @@
    Prints the median of each phase over the measured micro-batches (and their 90th percentile), and writes
    the ``microbatch`` section of docs/benchmarks.md (unless ``--no-report``).
 
-Run: .venv/bin/python bench/bench_microbatch.py [--rate 2000] [--paced-s 20] [--no-report]
+Run: .venv/bin/python bench/bench_microbatch.py [--rate 2000] [--paced-s 15] [--no-report]
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def main() -> None:
     parser.add_argument("--terminals", type=int, default=10000)
     parser.add_argument("--backlog-days", type=int, default=31, help="the state the pipeline holds")
     parser.add_argument("--rate", type=float, default=2000.0, help="paced load, transactions/s")
-    parser.add_argument("--paced-s", type=float, default=20.0, help="measured seconds of the paced load")
+    parser.add_argument("--paced-s", type=float, default=15.0, help="measured seconds of the paced load")
     parser.add_argument("--warmup-s", type=float, default=10.0, help="paced seconds before it, not measured")
     parser.add_argument("--partitions", type=int, default=4, help="of every topic")
     parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)

@@ -31,8 +31,8 @@ reads its feature records, committed in the same Kafka transactions as the score
    handing a transaction to the producer to its output being readable (read_committed), p50/p95/p99. A rate
    is sustained when every output arrived within ``--drain-s`` after the load and latency grew by at most
    0.1 s per second of the load (least-squares slope: the system kept at least 90 % of the pace); the
-   higher rates are skipped after one that is not. Peak RSS and CPU of the system's process tree (the
-   broker is shared, and not counted).
+   higher rates are skipped after one that is not. Peak memory (PSS) and CPU of the system's process
+   tree (the broker is shared, and not counted).
 4. Checks, for ``--check-cards`` cards drawn with the seed, that each system's 1/7/30-day counts and means
    equal the project's batch path (``features.batch``) on every one of their transactions; a system that
    differs is reported as not comparable, loudly. Differences on transactions the project marked late
@@ -213,7 +213,7 @@ class Result:
     whole: float | None = None
     cpu_per_100k: float | None = None
     paced: list[Paced] = field(default_factory=list)
-    peak_rss_mib: float = 0.0
+    peak_memory_mib: float = 0.0
     duplicates: int = 0
     #: Outputs marked late (the project's: behind the source's event-time frontier, see features.stages).
     late: int = 0
@@ -372,7 +372,7 @@ def run_system(system: System, label: str, run: Run) -> Result:
             sampler.stop()
             reader.stop()
             print(f"  stopped in {time.monotonic() - stopping:.1f} s")
-    result.peak_rss_mib = sampler.peak_rss_bytes / 2**20
+    result.peak_memory_mib = sampler.peak_memory_bytes / 2**20
     result.duplicates = reader.duplicates
     result.late = reader.late_count
     if result.failure is not None:
@@ -561,7 +561,7 @@ def table_rows(results: list[Result], rates: list[float]) -> list[list[str]]:
                 f"{r.steady:,.0f}" if r.steady else "- (backlog out within 1 s)",
                 f"{r.whole:,.0f}" if r.whole else "",
                 f"{r.first_output_s:.1f} s" if r.first_output_s is not None else "",
-                f"{r.peak_rss_mib:,.0f}",
+                f"{r.peak_memory_mib:,.0f}",
                 f"{r.cpu_per_100k:.1f}" if r.cpu_per_100k is not None else "",
                 *(latency_cell(r, rate) for rate in rates),
                 check,
@@ -604,7 +604,7 @@ def ratio_rows(results: list[Result], rates: list[float]) -> list[list[str]]:
                     name,
                     ratio(project.steady, peer.steady),
                     *cells,
-                    ratio(project.peak_rss_mib, peer.peak_rss_mib),
+                    ratio(project.peak_memory_mib, peer.peak_memory_mib),
                 ]
             )
     return rows
@@ -636,7 +636,7 @@ def main() -> None:
     )
     parser.add_argument("--rates", default="2000,5000,10000", help="paced loads, transactions/s")
     parser.add_argument("--paced-s", type=float, default=10.0, help="measured seconds of each paced load")
-    parser.add_argument("--warmup-s", type=float, default=5.0, help="paced seconds before each, not measured")
+    parser.add_argument("--warmup-s", type=float, default=3.0, help="paced seconds before each, not measured")
     parser.add_argument("--drain-s", type=float, default=20.0, help="wait for a load's outputs at most this")
     parser.add_argument("--check-cards", type=int, default=200, help="cards whose features are checked")
     parser.add_argument("--systems", default=",".join(s.key for s in SYSTEMS), help="which to run, in order")
@@ -713,7 +713,7 @@ def main() -> None:
             "steady tx/s",
             "backlog from launch, tx/s",
             "first output after launch",
-            "peak RSS MiB",
+            "peak memory MiB (PSS)",
             "CPU s per 100k tx",
             *rate_headers,
             "features check",
@@ -730,11 +730,11 @@ def main() -> None:
             "the steady stretch, per 100k transactions. Latency: from handing a transaction to the producer "
             "to its output being readable (read_committed). A rate is not sustained when some output did not "
             "arrive within the drain time or latency grew by more than 0.1 s per second of the load (a backlog "
-            "building up); the higher rates are then skipped. Peak RSS: the process tree's, broker excluded."
+            "building up); the higher rates are then skipped. Peak memory: the process tree's proportional set size (PSS: pages shared by forked processes counted once), broker excluded."
         ],
     )
     ratios = report.Table(
-        ["ratio", "steady throughput", *(f"p50 / p99 at {rate:,.0f}/s" for rate in rates), "peak RSS"],
+        ["ratio", "steady throughput", *(f"p50 / p99 at {rate:,.0f}/s" for rate in rates), "peak memory"],
         ratio_rows(results, rates),
         caption="The project's jobs / each peer: above 1x, the project is faster (throughput), slower "
         "(latency) or bigger (memory)",

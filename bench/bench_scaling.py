@@ -8,12 +8,13 @@ user runs it (Spark's start-up included in the wall time, not in the rate):
    cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
 2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days (1) each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
-3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (35 and 70 days): twice the events,
+3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (31 and 62 days): twice the events,
    the same 30 days of history per card, so the state should not grow.
 
-Per run: records/s (the command's own report), wall time, the peak resident memory of the job's processes
-(the command's process tree; on the cluster, the worker's too), and its state on disk (the checkpoint's
-state stores). Writes the ``scaling`` section of docs/benchmarks.md.
+Per run: records/s (the command's own report, and over its micro-batches after the first, whose Python
+workers and state are up: the masters' runs take 30,000 records per micro-batch to have several), wall
+time, the peak memory (PSS) of the job's processes (the command's process tree; on the cluster, the
+worker's too), and its state on disk (the checkpoint's state stores). Writes the ``scaling`` section of docs/benchmarks.md.
 
 Run: .venv/bin/python bench/bench_scaling.py [--cards 10000,100000,1000000] [--no-report]
 Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-cards 300 --event-days 31,35 --no-report
@@ -45,6 +46,11 @@ DAY_MS = 86_400_000
 FRAUD = Path(sys.executable).parent / "fraud"
 #: The command's last line: ``Done: 1,234 records in 5 micro-batches, 6.7 s (184 records/s).``
 DONE = re.compile(r"Done: ([\d,]+) records in ([\d,]+) micro-batches, ([\d,.]+) s \(([\d,]+) records/s\)")
+#: Its line per micro-batch: ``  batch 3: 30,000 records in 1.2 s (25,000/s)``.
+BATCH = re.compile(r"batch (\d+): ([\d,]+) records in ([\d,.]+) s")
+#: Records per micro-batch of the masters' runs: several micro-batches after the first, whose rate is
+#: the steady one (the first starts the Python workers and the state).
+MASTERS_MAX_RECORDS = 30_000
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,10 @@ class Run:
     transactions: int
     records: int
     rate: float
+    #: Records/s over the micro-batches after the first (None with a single micro-batch).
+    steady_rate: float | None
     wall_s: float
-    peak_rss_bytes: int
+    peak_memory_bytes: int
     state_bytes: int
 
 
@@ -68,9 +76,16 @@ TERMINALS = 10_000
 
 
 def run_job(
-    customers: int, days: int, seed: int, master: str, work: Path, worker_pid: int | None = None
+    customers: int,
+    days: int,
+    seed: int,
+    master: str,
+    work: Path,
+    worker_pid: int | None = None,
+    max_records: int | None = None,
 ) -> Run:
-    """Simulate, produce to a stack of its own, run the feature job once on ``master``; its figures."""
+    """Simulate, produce to a stack of its own, run the feature job once on ``master`` (``max_records`` per
+    micro-batch, else the default); its figures."""
     frame = simulate(SimulatorConfig(customers=customers, terminals=TERMINALS, days=days, seed=seed))
     home = work / "home"
     with temporary_stack(work / "stack") as info:
@@ -91,8 +106,12 @@ def run_job(
             COLUMNS="200",
         )
         started = time.perf_counter()
+        limit = [] if max_records is None else ["--max-records", str(max_records)]
         process = subprocess.Popen(
-            [str(FRAUD), "features", "run", "--once"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [str(FRAUD), "features", "run", "--once", *limit],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         samplers = [TreeSampler(pid).start() for pid in (process.pid, worker_pid) if pid is not None]
         out, err = process.communicate()
@@ -110,10 +129,22 @@ def run_job(
         transactions=len(events.tx_values),
         records=int(done.group(1).replace(",", "")),
         rate=float(done.group(4).replace(",", "")),
+        steady_rate=steady_rate(text),
         wall_s=wall_s,
-        peak_rss_bytes=sum(sampler.peak_rss_bytes for sampler in samplers),
+        peak_memory_bytes=sum(sampler.peak_memory_bytes for sampler in samplers),
         state_bytes=directory_bytes(state),
     )
+
+
+def steady_rate(output: str) -> float | None:
+    """Records/s over the command's micro-batches after the first, from its lines per micro-batch."""
+    batches = [
+        (int(records.replace(",", "")), float(seconds.replace(",", "")))
+        for batch, records, seconds in BATCH.findall(output)
+        if int(batch) > 0
+    ]
+    seconds = sum(s for _, s in batches)
+    return sum(r for r, _ in batches) / seconds if batches and seconds else None
 
 
 def mib(n: int) -> str:
@@ -125,13 +156,22 @@ def row(name: str, run: Run) -> list[str]:
         name,
         f"{run.transactions:,}",
         f"{run.rate:,.0f}",
+        f"{run.steady_rate:,.0f}" if run.steady_rate else "- (one micro-batch)",
         f"{run.wall_s:,.0f} s",
-        mib(run.peak_rss_bytes),
+        mib(run.peak_memory_bytes),
         mib(run.state_bytes),
     ]
 
 
-HEADERS = ["run", "transactions", "records/s", "wall time", "peak RSS", "state on disk"]
+HEADERS = [
+    "run",
+    "transactions",
+    "records/s, whole run",
+    "records/s after the first micro-batch",
+    "wall time",
+    "peak memory (PSS)",
+    "state on disk",
+]
 
 
 def main() -> None:
@@ -143,7 +183,7 @@ def main() -> None:
     parser.add_argument("--cards", default="10000,100000,1000000")
     parser.add_argument("--card-days", type=int, default=1, help="days of the cards' runs")
     parser.add_argument("--event-cards", type=int, default=5_000, help="cards of the events' runs")
-    parser.add_argument("--event-days", default="35,70", help="days of the events' runs")
+    parser.add_argument("--event-days", default="31,62", help="days of the events' runs")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
@@ -153,7 +193,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         for master in ("local[1]", "local[2]"):
-            run = run_job(args.customers, args.days, args.seed, master, work / master)
+            run = run_job(
+                args.customers, args.days, args.seed, master, work / master, None, MASTERS_MAX_RECORDS
+            )
             masters.append(row(master, run))
             print(masters[-1])
         with standalone_cluster(work / "cluster", cores=2, memory="4g") as cluster:
@@ -164,6 +206,7 @@ def main() -> None:
                 cluster.master_url,
                 work / "standalone",
                 cluster.worker_pid,
+                MASTERS_MAX_RECORDS,
             )
             masters.append(row("standalone: 1 master, 1 worker of 2 cores", run))
             print(masters[-1])
@@ -181,7 +224,12 @@ def main() -> None:
             "scaling",
             script=__file__,
             tables=[
-                report.Table(HEADERS, masters, caption="Throughput by Spark master (the same input)."),
+                report.Table(
+                    HEADERS,
+                    masters,
+                    caption=f"Throughput by Spark master (the same input, {MASTERS_MAX_RECORDS:,} records per "
+                    "micro-batch).",
+                ),
                 report.Table(HEADERS, cards, caption="Memory and state against the number of cards."),
                 report.Table(HEADERS, events, caption="Memory and state against the number of events."),
             ],

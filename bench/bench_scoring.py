@@ -17,7 +17,7 @@ jobs, and the one-query pipeline (``fraud pipeline run``).
    apart: a query's first micro-batches load its state.
 4. Writes the figures to the ``scoring`` section of docs/benchmarks.md (unless ``--no-report``).
 
-Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 31] [--rates 1000,2000 --paced-s 60]
+Run: .venv/bin/python bench/bench_scoring.py [--customers 5000] [--unpaced-days 21] [--rates 1000,2000 --paced-s 60]
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=5000)
     parser.add_argument("--terminals", type=int, default=10000)
     parser.add_argument(
-        "--unpaced-days", type=int, default=31, help="31 days of 5,000 customers: about 300k transactions"
+        "--unpaced-days", type=int, default=21, help="21 days of 5,000 customers: about 200k transactions"
     )
     parser.add_argument("--paced-s", type=float, default=60.0, help="seconds of each paced load")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """Upgrading the feature job: a new version with one more window, from a savepoint, against a full replay.
 
-The simulator's history (92 days by default) goes to an embedded stack; ``fraud features run --once``
+The simulator's history (61 days by default) goes to an embedded stack; ``fraud features run --once``
 processes all but its last day, and ``fraud savepoint create features`` saves its state. The last day then
 arrives, and the new version of the job (``--windows 1,7,14,30``: the 14-day card and terminal features
 added) runs twice, each with ``--once`` in a namespace of its own:
@@ -12,7 +12,7 @@ Both are timed from the command's launch to its exit (Spark's start-up included)
 their records of the new day's transactions must be the same, value for value; the script fails
 otherwise. Writes the ``upgrade`` section of docs/benchmarks.md.
 
-Run: .venv/bin/python bench/bench_upgrade.py [--customers 5000 --days 92] [--no-report]
+Run: .venv/bin/python bench/bench_upgrade.py [--customers 5000 --days 61] [--no-report]
 Quick: .venv/bin/python bench/bench_upgrade.py --customers 500 --days 60 --no-report
 """
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=5000)
     parser.add_argument("--terminals", type=int, default=10000)
     parser.add_argument(
-        "--days", type=int, default=92, help="the history: the first version runs over all but its last day"
+        "--days", type=int, default=61, help="the history: the first version runs over all but its last day"
     )
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)

@@ -63,9 +63,12 @@ def job_spark_session(
     settings: Settings, app_name: str, preload: tuple[str, ...] = SCORING_PRELOAD
 ) -> SparkSession:
     """The Spark session of a job: the settings' master, the jobs' modules (``preload``) imported in its
-    workers before their first task. While Spark starts, the driver imports them too (:func:`import_ahead`)."""
-    import_ahead(preload)
-    return spark_session(settings, app_name=app_name, preload=preload)
+    workers before their first task. While Spark starts, the driver imports them too (:func:`import_ahead`;
+    done by the time the session is returned, so no import of the job's runs beside it)."""
+    importing = import_ahead(preload)
+    spark = spark_session(settings, app_name=app_name, preload=preload)
+    importing.join()
+    return spark
 
 
 def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:
