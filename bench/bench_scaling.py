@@ -8,8 +8,8 @@ user runs it (Spark's start-up included in the wall time, not in the rate):
    cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
 2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days (1) each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
-3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (31 and 62 days): twice the events,
-   the same 30 days of history per card, so the state should not grow.
+3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (45 and 90 days): twice the events,
+   the same 30 days of history per card (full from the 30th day on), so the state should not grow.
 
 Per run: records/s (the command's own report, and over its micro-batches after the first, whose Python
 workers and state are up: the masters' runs take 30,000 records per micro-batch to have several), wall
@@ -17,7 +17,7 @@ time, the peak memory (PSS) of the job's processes (the command's process tree; 
 worker's too), and its state on disk (the checkpoint's state stores). Writes the ``scaling`` section of docs/benchmarks.md.
 
 Run: .venv/bin/python bench/bench_scaling.py [--cards 10000,100000,1000000] [--no-report]
-Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-cards 300 --event-days 31,35 --no-report
+Quick: .venv/bin/python bench/bench_scaling.py --customers 500 --days 10 --cards 1000,5000 --card-days 2 --event-cards 300 --event-days 35,40 --no-report
 """
 
 from __future__ import annotations
@@ -147,6 +147,10 @@ def steady_rate(output: str) -> float | None:
     return sum(r for r, _ in batches) / seconds if batches and seconds else None
 
 
+def in_days(n: int) -> str:
+    return f"{n} day" if n == 1 else f"{n} days"
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -183,7 +187,7 @@ def main() -> None:
     parser.add_argument("--cards", default="10000,100000,1000000")
     parser.add_argument("--card-days", type=int, default=1, help="days of the cards' runs")
     parser.add_argument("--event-cards", type=int, default=5_000, help="cards of the events' runs")
-    parser.add_argument("--event-days", default="31,62", help="days of the events' runs")
+    parser.add_argument("--event-days", default="45,90", help="days of the events' runs")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
@@ -212,11 +216,11 @@ def main() -> None:
             print(masters[-1])
         for n in (int(value) for value in args.cards.split(",")):
             run = run_job(n, args.card_days, args.seed, "local[2]", work / f"cards-{n}")
-            cards.append(row(f"{n:,} cards, {args.card_days} days", run))
+            cards.append(row(f"{n:,} cards, {in_days(args.card_days)}", run))
             print(cards[-1])
-        for days in (int(value) for value in args.event_days.split(",")):
-            run = run_job(args.event_cards, days, args.seed, "local[2]", work / f"days-{days}")
-            events.append(row(f"{args.event_cards:,} cards, {days} days", run))
+        for n_days in (int(value) for value in args.event_days.split(",")):
+            run = run_job(args.event_cards, n_days, args.seed, "local[2]", work / f"days-{n_days}")
+            events.append(row(f"{args.event_cards:,} cards, {in_days(n_days)}", run))
             print(events[-1])
 
     if not args.no_report:

@@ -31,6 +31,10 @@ DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 DEFAULT_BUCKETS = 6
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
+#: The JVM heap of a job's driver (in local mode, the whole job's JVM), unless ``FRAUD_SPARK_DRIVER_MEMORY``
+#: says. The heap grows up to it as a job runs: bigger costs memory without speed on the simulator's
+#: 1M cards (docs/benchmarks.md, scaling).
+DEFAULT_DRIVER_MEMORY = "2g"
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -155,6 +159,12 @@ class Settings(BaseSettings):
         le=10_000,
         description="Partitions of the jobs' Spark shuffles, hence of their state stores. A checkpoint keeps "
         "the count it started with; a job started from a savepoint with another count is rescaled.",
+    )
+    spark_driver_memory: str = Field(
+        DEFAULT_DRIVER_MEMORY,
+        pattern=r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$",
+        description="JVM heap of a job's Spark driver (in local mode, of the whole job), as Spark writes it "
+        "(512m, 2g); a savepoint's rescale passes the state through it.",
     )
     spark_ui_port: int | None = Field(
         None,

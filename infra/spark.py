@@ -46,6 +46,18 @@ CHECKPOINT_FILE_MANAGER = (
 LOCAL_FILE_SYSTEM = "fraud.hadoop.NoForkLocalFileSystem"
 LOCAL_FILE_SYSTEM_SOURCE = Path(__file__).parent / "jvm" / "NoForkLocalFileSystem.java"
 
+#: The memory allocators of Spark's processes: the JVM's native memory (RocksDB's above all) and the Python
+#: workers'. With glibc's defaults (an arena per thread, a mapping threshold that rises with every large
+#: block freed) and Arrow's jemalloc pool, a job's memory grew with the micro-batches it ran, not with its
+#: state: 3.9 GiB after 31 days of the simulator's 5,000 cards and 5.5 GiB after 124 (the same 30 days of
+#: state), against 3.2 and 4.0 GiB with these. A variable already set in the environment is kept.
+ALLOCATOR_ENV = {
+    "MALLOC_ARENA_MAX": "2",
+    "MALLOC_MMAP_THRESHOLD_": "131072",
+    "MALLOC_TRIM_THRESHOLD_": "131072",
+    "ARROW_DEFAULT_MEMORY_POOL": "system",
+}
+
 _log = logging.getLogger(__name__)
 
 
@@ -123,8 +135,9 @@ def session_config(
         "spark.python.daemon.module": spark_daemon.__name__,
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.memory": "4g",
+        "spark.driver.memory": settings.spark_driver_memory,
         f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
+        **{f"spark.executorEnv.{name}": os.environ.get(name, value) for name, value in ALLOCATOR_ENV.items()},
     }
     if settings.spark_ui_port is not None:
         config["spark.ui.port"] = str(settings.spark_ui_port)
@@ -148,6 +161,8 @@ def spark_session(
     os.environ[PRELOAD_ENV] = ",".join(preload)
     # Python workers inherit this: pandas FutureWarnings from PySpark's own row conversion are noise.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    for name, value in ALLOCATOR_ENV.items():  # the driver's JVM (in local mode, the executor) inherits them
+        os.environ.setdefault(name, value)
     builder = SparkSession.builder
     for key, value in session_config(settings, app_name, shuffle_partitions, preload).items():
         builder = builder.config(key, value)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.settings import Settings
-from infra.spark import session_config
+from infra.spark import ALLOCATOR_ENV, session_config
 
 
 def test_the_spark_ui_is_off_unless_a_port_is_set() -> None:
@@ -29,3 +29,23 @@ def test_a_driver_host_binds_the_driver_on_every_interface() -> None:
     config = session_config(Settings(spark_driver_host="pipeline"))
     assert (config["spark.driver.host"], config["spark.driver.bindAddress"]) == ("pipeline", "0.0.0.0")  # noqa: S104
     assert "spark.driver.host" not in session_config(Settings(spark_driver_host=None))
+
+
+def test_executors_get_the_allocator_settings_unless_the_environment_sets_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ALLOCATOR_ENV:
+        monkeypatch.delenv(name, raising=False)
+    config = session_config(Settings())
+    assert {name: config[f"spark.executorEnv.{name}"] for name in ALLOCATOR_ENV} == ALLOCATOR_ENV
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert session_config(Settings())["spark.executorEnv.MALLOC_ARENA_MAX"] == "8"
+
+
+def test_the_driver_memory_is_a_setting_in_sparks_notation(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert session_config(Settings())["spark.driver.memory"] == "2g"
+    monkeypatch.setenv("FRAUD_SPARK_DRIVER_MEMORY", "6144m")
+    assert session_config(Settings())["spark.driver.memory"] == "6144m"
+    for wrong in ("2 GB", "0g", "-1g", "lots"):
+        with pytest.raises(ValidationError):
+            Settings(spark_driver_memory=wrong)

@@ -1,4 +1,5 @@
-"""The Spark session's local file system: checkpoint files are written without a chmod process each."""
+"""The Spark session's local file system (checkpoint files written without a chmod process each) and the
+environment of its processes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from infra.spark import LOCAL_FILE_SYSTEM, local_file_system_jar
+from infra.spark import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, local_file_system_jar
 
 
 def test_the_local_file_system_jar_is_built_once_per_source(tmp_path: Path) -> None:
@@ -37,3 +38,21 @@ def test_the_session_writes_local_files_with_the_permissions_hadoop_asks_for(
     for mode in (0o600, 0o751, 0o044):
         fs.setPermission(hadoop_fs.Path(str(created)), jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
         assert stat.S_IMODE(os.stat(created).st_mode) == mode
+
+
+def test_the_jvm_and_the_python_workers_run_with_the_allocator_settings(spark: SparkSession) -> None:
+    jvm_env = spark.sparkContext._jvm.java.lang.System.getenv()
+    assert {name: jvm_env.get(name) for name in ALLOCATOR_ENV} == ALLOCATOR_ENV
+
+    def environment(batches):  # type: ignore[no-untyped-def]
+        import os
+
+        import pandas as pd
+
+        for _ in batches:
+            yield pd.DataFrame(
+                {"name": list(ALLOCATOR_ENV), "value": [os.environ.get(n) for n in ALLOCATOR_ENV]}
+            )
+
+    rows = spark.range(1, numPartitions=1).mapInPandas(environment, "name string, value string").collect()
+    assert {row.name: row.value for row in rows} == ALLOCATOR_ENV
