@@ -38,8 +38,8 @@ def test_executors_get_the_allocator_settings_unless_the_environment_sets_them(
         monkeypatch.delenv(name, raising=False)
     config = session_config(Settings())
     assert {name: config[f"spark.executorEnv.{name}"] for name in ALLOCATOR_ENV} == ALLOCATOR_ENV
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert session_config(Settings())["spark.executorEnv.MALLOC_ARENA_MAX"] == "8"
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    assert session_config(Settings())["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
 
 
 def test_the_driver_memory_is_a_setting_in_sparks_notation(monkeypatch: pytest.MonkeyPatch) -> None:
