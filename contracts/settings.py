@@ -32,8 +32,8 @@ DEFAULT_BUCKETS = 6
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
 #: The JVM heap of a job's driver (in local mode, the whole job's JVM), unless ``FRAUD_SPARK_DRIVER_MEMORY``
-#: says. The heap grows up to it as a job runs: bigger costs memory without speed on the simulator's
-#: 1M cards (docs/benchmarks.md, scaling).
+#: says. The heap grows up to it as a job runs; the scaling bench's million cards run in it
+#: (docs/benchmarks.md).
 DEFAULT_DRIVER_MEMORY = "2g"
 
 
