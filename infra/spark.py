@@ -47,15 +47,18 @@ LOCAL_FILE_SYSTEM = "fraud.hadoop.NoForkLocalFileSystem"
 LOCAL_FILE_SYSTEM_SOURCE = Path(__file__).parent / "jvm" / "NoForkLocalFileSystem.java"
 
 #: The memory allocators of Spark's processes: the JVM's native memory (RocksDB's above all) and the Python
-#: workers'. With glibc's default (a mapping threshold that rises with every large block freed, so large
-#: blocks stay in a fragmented heap) and Arrow's jemalloc pool, a job's memory grew with the micro-batches
-#: it ran, not with its state. The feature job on 5,000 cards (the same 30 days of state throughout) took
-#: 3.9 GiB after 31 days, 4.6 after 62 and 5.5 after 124 with those and a 4 GiB heap; 3.0 after 45 days and
-#: 3.3 after 90 with these and the 2 GiB heap (``Settings.spark_driver_memory``). Two glibc arenas instead
-#: of glibc's 8 per core saved 0.1 GiB more. A variable already set in the environment is kept.
+#: workers'. glibc's mapping threshold otherwise rises with every large block freed, up to 32 MiB, so the
+#: workers' blocks come from a heap that fragments and grows with the micro-batches run; Arrow's jemalloc
+#: pool keeps what it freed too. Fixed at 1 MiB (blocks above it mapped and given back when freed) with
+#: Arrow on the system allocator and the 2 GiB driver heap (``Settings.spark_driver_memory``), the feature
+#: job on 5,000 cards (the same 30 days of state throughout) took 2.9 GiB after 45 days and 3.9 after 90,
+#: against 3.9 after 31 days, 4.6 after 62 and 5.5 after 124 with the defaults and a 4 GiB heap. A 128 KiB
+#: threshold kept memory flatter (3.0 and 3.3 GiB) but cost the state's encoding a third more time: a
+#: micro-batch at 2,000 tx/s took 0.9-1.1 s instead of 0.8 (bench/bench_microbatch.py). A variable already
+#: set in the environment is kept.
 ALLOCATOR_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": "131072",
-    "MALLOC_TRIM_THRESHOLD_": "131072",
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(2 << 20),
     "ARROW_DEFAULT_MEMORY_POOL": "system",
 }
 
