@@ -69,6 +69,9 @@ SCENARIO3_AMOUNT_FACTOR = 5.0
 _PHASE_CUSTOMERS, _PHASE_TERMINALS, _PHASE_TRANSACTIONS, _PHASE_COMPROMISES, _PHASE_SCENARIO3_PICKS = range(5)
 _PHASES = 5
 _MAX_CELLS_PER_AXIS = 1 << 16
+#: Customers whose candidate terminals are looked at together (their pairs' arrays stay small: 1M customers
+#: at once held about 225M pairs, several GiB).
+_REACH_CHUNK = 1 << 15
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -179,20 +182,25 @@ def _reachable_terminals(
     order = np.argsort(tx_cell * stride + ty_cell, kind="stable")
     sorted_keys = (tx_cell * stride + ty_cell)[order]
     cx_cell, cy_cell = cells(customer_xy)
+    terminal_x, terminal_y = terminal_xy[:, 0], terminal_xy[:, 1]
 
     owners: list[IntArray] = []
     terminals: list[IntArray] = []
-    for dx in (-1, 0, 1):
-        for dy in (-1, 0, 1):
-            keys = (cx_cell + dx) * stride + (cy_cell + dy)
-            lo = np.searchsorted(sorted_keys, keys, side="left").astype(np.int64)
-            hi = np.searchsorted(sorted_keys, keys, side="right").astype(np.int64)
-            owner, position = _expand_ranges(lo, hi - lo)
-            candidate = order[position]
-            distance = np.sqrt(np.sum(np.square(customer_xy[owner] - terminal_xy[candidate]), axis=1))
-            within = distance < radius
-            owners.append(owner[within])
-            terminals.append(candidate[within])
+    for first in range(0, len(customer_xy), _REACH_CHUNK):
+        chunk = slice(first, first + _REACH_CHUNK)
+        customer_x, customer_y = customer_xy[chunk, 0], customer_xy[chunk, 1]
+        for dx in (-1, 0, 1):
+            for dy in (-1, 0, 1):
+                keys = (cx_cell[chunk] + dx) * stride + (cy_cell[chunk] + dy)
+                lo = np.searchsorted(sorted_keys, keys, side="left").astype(np.int64)
+                hi = np.searchsorted(sorted_keys, keys, side="right").astype(np.int64)
+                owner, position = _expand_ranges(lo, hi - lo)
+                candidate = order[position]
+                x = customer_x[owner] - terminal_x[candidate]
+                y = customer_y[owner] - terminal_y[candidate]
+                within = np.sqrt(x * x + y * y) < radius
+                owners.append(owner[within] + first)
+                terminals.append(candidate[within])
 
     owner = np.concatenate(owners)
     terminal = np.concatenate(terminals)
