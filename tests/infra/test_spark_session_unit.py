@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from contracts.settings import Settings
-from infra.spark import ALLOCATOR_ENV, session_config
+from infra.spark import ALLOCATOR_ENV, class_archive, driver_java_options, session_config
 
 
 def test_the_spark_ui_is_off_unless_a_port_is_set() -> None:
@@ -49,3 +52,34 @@ def test_the_driver_memory_is_a_setting_in_sparks_notation(monkeypatch: pytest.M
     for wrong in ("2 GB", "0g", "-1g", "lots"):
         with pytest.raises(ValidationError):
             Settings(spark_driver_memory=wrong)
+
+
+def test_the_driver_starts_from_the_class_archive_only_when_it_is_there(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    assert driver_java_options(archive) == ""
+    assert driver_java_options(None) == ""
+    archive.write_bytes(b"classes")
+    assert driver_java_options(archive).startswith(f"-XX:SharedArchiveFile={archive} ")
+    building = driver_java_options(archive, tmp_path / "new.jsa")
+    assert building.startswith(f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} ")
+    assert "SharedArchiveFile" not in building, "an archive is built from a JVM that loads its own classes"
+
+
+def test_the_class_archive_is_one_per_jdk_build_and_local_file_system_jar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_bytes(b"")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    cache = tmp_path / "cache"
+    jar = tmp_path / "no-fork-local-fs-1.jar"
+    archive = class_archive(jar, cache)
+    assert archive is not None and archive.parent == cache and archive.suffix == ".jsa"
+    assert class_archive(jar, cache) == archive
+    assert class_archive(tmp_path / "no-fork-local-fs-2.jar", cache) != archive
+    assert class_archive(None, cache) != archive
+    os.utime(java, ns=(1, 1))  # another build of the JDK at the same place
+    assert class_archive(jar, cache) != archive
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    assert class_archive(jar, cache) is None

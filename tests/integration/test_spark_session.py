@@ -1,14 +1,17 @@
-"""The Spark session's local file system (checkpoint files written without a chmod process each) and the
-environment of its processes."""
+"""The Spark session's local file system (checkpoint files written without a chmod process each), the
+environment of its processes, and the class archive its JVM starts from."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from infra.class_archive import build
 from infra.spark import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, local_file_system_jar
 
 
@@ -56,3 +59,28 @@ def test_the_jvm_and_the_python_workers_run_with_the_allocator_settings(spark: S
 
     rows = spark.range(1, numPartitions=1).mapInPandas(environment, "name string, value string").collect()
     assert {row.name: row.value for row in rows} == ALLOCATOR_ENV
+
+
+#: In a process of its own: a session's JVM, and whether it maps the class archive.
+MAPS_ARCHIVE = """
+import sys, tempfile
+from pathlib import Path
+from pyspark import SparkContext
+from contracts.settings import Settings
+from infra.spark import spark_session
+spark = spark_session(Settings(home=Path(tempfile.mkdtemp()), spark_master="local[1]"), "maps-archive")
+maps = Path(f"/proc/{SparkContext._gateway.proc.pid}/maps").read_text()
+print(sys.argv[1] in maps, spark.range(10).count())
+"""
+
+
+def test_a_session_starts_from_the_class_archive_built_for_it() -> None:
+    archive = build()
+    assert archive is not None and archive.is_file(), "java is on this machine: the archive must build"
+    assert build() == archive
+    assert not list(archive.parent.glob("*.partial")), "the build left files behind"
+    result = subprocess.run(
+        [sys.executable, "-c", MAPS_ARCHIVE, str(archive)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "10"], result.stdout
