@@ -63,24 +63,27 @@ def test_the_jvm_and_the_python_workers_run_with_the_allocator_settings(spark: S
 
 #: In a process of its own: a session's JVM, and whether it maps the class archive.
 MAPS_ARCHIVE = """
-import sys, tempfile
+import sys
 from pathlib import Path
 from pyspark import SparkContext
 from contracts.settings import Settings
 from infra.spark import spark_session
-spark = spark_session(Settings(home=Path(tempfile.mkdtemp()), spark_master="local[1]"), "maps-archive")
+spark = spark_session(Settings(home=Path(sys.argv[2]), spark_master="local[1]"), "maps-archive")
 maps = Path(f"/proc/{SparkContext._gateway.proc.pid}/maps").read_text()
 print(sys.argv[1] in maps, spark.range(10).count())
 """
 
 
-def test_a_session_starts_from_the_class_archive_built_for_it() -> None:
+def test_a_session_starts_from_the_class_archive_built_for_it(tmp_path: Path) -> None:
     archive = build()
     assert archive is not None and archive.is_file(), "java is on this machine: the archive must build"
     assert build() == archive
     assert not list(archive.parent.glob("*.partial")), "the build left files behind"
     result = subprocess.run(
-        [sys.executable, "-c", MAPS_ARCHIVE, str(archive)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", MAPS_ARCHIVE, str(archive), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["True", "10"], result.stdout
