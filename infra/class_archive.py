@@ -22,6 +22,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
+from pyspark import SparkContext
+
 from contracts.settings import Settings
 from infra.spark import class_archive, local_file_system_jar, spark_session
 
@@ -32,9 +35,6 @@ TIMEOUT_S = 300.0
 def warm_up(archive_to: Path) -> None:
     """In this process: a session whose JVM writes the classes it loaded to ``archive_to`` when it exits,
     a small job through a Python worker, and the JVM stopped and waited for."""
-    import pandas as pd
-    from pyspark import SparkContext
-
     with tempfile.TemporaryDirectory() as home:
         spark = spark_session(Settings(home=Path(home)), "fraud-class-archive", archive_classes_to=archive_to)
 
