@@ -10,8 +10,10 @@ computes them all from the events kept. A version whose features look further ba
 naming them: the history they need was never kept, and only a replay of it can give it.
 
 Each checkpoint records the specs its state was built for (:data:`SPECS_FILE`: each feature's name, dtype
-and window, their fingerprint, and the spans), savepoints carry that record, and a job that takes the
-state over with other specs records its own (the state it leaves behind is pruned to its spans).
+and window, their fingerprint, the spans, and the parameters they come from), savepoints carry that record,
+and a job that takes the state over with other specs records its own (the state it leaves behind is pruned
+to its spans). What reads the state (``fraud state``, the API) computes the features it shows with the
+recorded parameters.
 """
 
 from __future__ import annotations
@@ -56,12 +58,22 @@ def spans(params: FeatureParams) -> dict[str, int]:
 
 
 def spec_record(params: FeatureParams) -> SpecRecord:
-    """The record kept in a checkpoint and a savepoint: the fingerprint, the specs it hashes, the spans."""
+    """The record kept in a checkpoint and a savepoint: the fingerprint, the specs it hashes, the spans and
+    the parameters (windows, label delay, lateness)."""
     return {
         "fingerprint": spec_fingerprint(params.specs),
         "features": spec_summary(params.specs),
         "span_ms": spans(params),
+        "params": params.model_dump(mode="json"),
     }
+
+
+def recorded_params(record: SpecRecord | None) -> FeatureParams | None:
+    """The feature parameters a spec record was written with (None: no record, or one written before
+    records kept them)."""
+    if record is None or "params" not in record:
+        return None
+    return FeatureParams.model_validate(record["params"])
 
 
 def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -128,20 +140,23 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
 def bind_specs(checkpoint: Path, params: FeatureParams) -> list[str]:
     """Record the specs of ``params`` in a checkpoint: one that has no record yet (a new one, or one written
     before records were kept), or whose state they can take over (:func:`check_specs`); what differs from
-    the record it had (empty: nothing).
+    the record it had (empty: nothing). A record that differs in anything (its parameters, or none kept,
+    as in records of earlier versions) is rewritten.
 
     Raises:
         FeatureSpecsError: the checkpoint's state cannot serve these features.
     """
     checkpoint.mkdir(parents=True, exist_ok=True)
     path = checkpoint / SPECS_FILE
+    record = spec_record(params)
     changes = []
     if path.exists():
-        changes = check_specs(json.loads(path.read_text()), params, f"checkpoint {checkpoint}")
-        if not changes:
-            return []
+        saved = json.loads(path.read_text())
+        changes = check_specs(saved, params, f"checkpoint {checkpoint}")
+        if saved == record:
+            return changes
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(spec_record(params), indent=1) + "\n")
+    temporary.write_text(json.dumps(record, indent=1) + "\n")
     temporary.replace(path)
     return changes
 

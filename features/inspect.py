@@ -28,6 +28,7 @@ import pandas as pd
 from contracts.errors import NotFoundError, StateError
 from contracts.events import TxColumns
 from features.buckets import card_bucket, terminal_buckets
+from features.compat import read_specs, recorded_params
 from features.core import CardState, TerminalState, card_windows, terminal_step
 from features.definitions import (
     DAY_MS,
@@ -64,12 +65,18 @@ class NothingHeldError(NotFoundError):
 
 @dataclass(frozen=True)
 class JobState:
-    """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout and its last
-    committed micro-batch, with the source's end offsets."""
+    """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout, its last
+    committed micro-batch, with the source's end offsets, and the feature parameters its job records
+    (``features.compat``; None when its record predates them)."""
 
     checkpoint: Path
     layout: dict[str, int]
     batch: CommittedBatch
+    params: FeatureParams | None = None
+
+    def params_or(self, default: FeatureParams) -> FeatureParams:
+        """The parameters the job records, else ``default``."""
+        return self.params if self.params is not None else default
 
     @property
     def query_dir(self) -> Path:
@@ -116,7 +123,8 @@ def open_job_state(checkpoint: Path) -> JobState:
     if not layout_file.is_file():
         raise StateError(f"{checkpoint} has no {LAYOUT_FILE}: it is not the checkpoint of a feature job")
     layout = json.loads(layout_file.read_text())
-    return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch)
+    params = recorded_params(read_specs(checkpoint))
+    return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch, params)
 
 
 def window_name(window_ms: int) -> str:

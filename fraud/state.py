@@ -37,7 +37,8 @@ class StateService:
 
     Args:
         settings: where the checkpoints are (``FRAUD_HOME``), and Spark's settings.
-        params: the features' parameters (their windows) the views are computed with.
+        params: the features' parameters (their windows) the views are computed with when a checkpoint
+            does not record its job's (``features.inspect.JobState.params``).
         session: makes the Spark session (default: :func:`state_session`); the service stops it on
             :meth:`close` only when it made it.
     """
@@ -64,14 +65,20 @@ class StateService:
         """
         from features.inspect import read_card
 
-        return self._read(job, namespace, lambda spark, state: read_card(spark, state, card_id, self.params))
+        return self._read(
+            job,
+            namespace,
+            lambda spark, state: read_card(spark, state, card_id, state.params_or(self.params)),
+        )
 
     def terminal(self, job: str, namespace: str, terminal_id: str) -> dict[str, Any]:
         """The terminal's view (``features.inspect.TerminalView.as_json``); raises as :meth:`card`."""
         from features.inspect import read_terminal
 
         return self._read(
-            job, namespace, lambda spark, state: read_terminal(spark, state, terminal_id, self.params)
+            job,
+            namespace,
+            lambda spark, state: read_terminal(spark, state, terminal_id, state.params_or(self.params)),
         )
 
     def _read(self, job: str, namespace: str, read: Callable[[SparkSession, Any], Any]) -> dict[str, Any]:

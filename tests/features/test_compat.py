@@ -15,6 +15,7 @@ from features.compat import (
     bind_specs,
     check_specs,
     read_specs,
+    recorded_params,
     spec_changes,
     spec_fingerprint,
     spec_record,
@@ -94,12 +95,30 @@ def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tm
     assert (
         json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
     )
-    assert bind_specs(tmp_path, FeatureParams(max_lateness_ms=5)) == []  # lateness is not in the specs
+    late = FeatureParams(max_lateness_ms=5)
+    assert bind_specs(tmp_path, late) == []  # lateness is not in the specs ...
+    assert read_specs(tmp_path) == spec_record(late)  # ... but in the parameters recorded
     with pytest.raises(FeatureSpecsError, match=r"checkpoint .* other features \(changed windows: terminal"):
         bind_specs(tmp_path, FeatureParams(label_delay_ms=10 * DAY_MS))
-    assert read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
+    assert read_specs(tmp_path) == spec_record(late)
     shorter = FeatureParams(window_days=(1, 7))
     assert bind_specs(tmp_path, shorter) == check_specs(spec_record(DEFAULT_PARAMS), shorter, "here")
     assert read_specs(tmp_path) == spec_record(shorter), "the state is kept for the new features from now on"
     with pytest.raises(FeatureSpecsError, match="the card features look back 30 d, the state keeps 7 d"):
         bind_specs(tmp_path, DEFAULT_PARAMS)
+
+
+def test_the_record_gives_back_the_parameters_of_the_job_that_wrote_it(tmp_path: Path) -> None:
+    params = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS, max_lateness_ms=60_000)
+    assert recorded_params(spec_record(params)) == params
+    assert recorded_params(json.loads(json.dumps(spec_record(params)))) == params
+    assert recorded_params(None) is None
+    older = {key: value for key, value in spec_record(params).items() if key != "params"}
+    assert recorded_params(older) is None
+
+
+def test_a_record_without_parameters_gets_them_at_the_next_start(tmp_path: Path) -> None:
+    older = {key: value for key, value in spec_record(DEFAULT_PARAMS).items() if key != "params"}
+    (tmp_path / SPECS_FILE).write_text(json.dumps(older))
+    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
+    assert recorded_params(read_specs(tmp_path)) == DEFAULT_PARAMS

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from contracts.errors import StateError
+from features.compat import bind_specs
 from features.core import CardState, TerminalState, card_step, terminal_step
-from features.definitions import DAY_MS, HOUR_MS, FeatureParams
+from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
 from features.inspect import (
     JobState,
     NothingHeldError,
@@ -201,6 +202,16 @@ def test_a_feature_jobs_checkpoint_is_found_with_its_layout_and_frontier(tmp_pat
 
     assert job.layout == LAYOUT and job.batch.batch_id == 2
     assert job.frontier_ms == T + 2 and not job.final
+
+
+def test_a_checkpoint_gives_the_feature_parameters_its_job_records(tmp_path: Path) -> None:
+    recorded = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS)
+    checkpoint = a_checkpoint(tmp_path / "cp", commits=1)
+    assert open_job_state(checkpoint).params is None, "no record: the reader's own parameters"
+    assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == DEFAULT_PARAMS
+    bind_specs(checkpoint, recorded)
+    assert open_job_state(checkpoint).params == recorded
+    assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == recorded
 
 
 def test_what_is_missing_is_said_in_one_line(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ it runs, the state of a few cards is read from its checkpoint (its last committe
 process, with ``fraud state card --json`` as a user runs it and through the API (``GET /state/cards/...``),
 and each card's window counts and sums at
 the frontier are compared with the batch path's: the features ``features.core.compute_features`` gives a
-transaction of the card at the frontier, minus that transaction. Then the job stops, its checkpoint is
-copied (a savepoint) and the original moved away, and the copy shows the same.
+transaction of the card at the frontier, minus that transaction. The job runs with windows and a label
+delay of its own, which the command and the API are not told: they take them from the checkpoint. Then the
+job stops, its checkpoint is copied (a savepoint) and the original moved away, and the copy shows the same.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from contracts.events import TxColumns
 from contracts.settings import Settings
 from features.buckets import card_bucket
 from features.core import compute_features
-from features.definitions import EVENT_TIME_MS, FeatureParams, card_avg_amount_column, card_nb_tx_column
+from features.definitions import (
+    DAY_MS,
+    EVENT_TIME_MS,
+    FeatureParams,
+    card_avg_amount_column,
+    card_nb_tx_column,
+)
 from features.inspect import NothingHeldError, open_job_state, read_card
 from features.job import start_feature_job
 from fraud.state import StateService
@@ -41,7 +48,8 @@ from tests.support.scripts import run_fraud
 
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=17)
-PARAMS = FeatureParams()
+#: Not the defaults: what reads the state must take them from the checkpoint's record.
+PARAMS = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS)
 
 
 def transactions_of(sim: Simulated) -> pd.DataFrame:
