@@ -35,6 +35,12 @@ DEFAULT_SHUFFLE_PARTITIONS = 2
 #: says. The heap grows up to it as a job runs; the scaling bench's million cards run in it
 #: (docs/benchmarks.md).
 DEFAULT_DRIVER_MEMORY = "2g"
+#: The JVM heap of each executor of a job on a Spark cluster, unless ``FRAUD_SPARK_EXECUTOR_MEMORY`` says
+#: (local mode has no executors of its own: the driver's heap serves). A worker starts an executor only
+#: if it offers that much memory (``spark-class ...Worker --memory``: 4g in docker-compose.yml).
+DEFAULT_EXECUTOR_MEMORY = "2g"
+#: Spark's notation of a JVM heap: a whole number and a unit (512m, 2g).
+SPARK_MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$"
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -162,9 +168,15 @@ class Settings(BaseSettings):
     )
     spark_driver_memory: str = Field(
         DEFAULT_DRIVER_MEMORY,
-        pattern=r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$",
+        pattern=SPARK_MEMORY_PATTERN,
         description="JVM heap of a job's Spark driver (in local mode, of the whole job), as Spark writes it "
         "(512m, 2g); a savepoint's rescale passes the state through it.",
+    )
+    spark_executor_memory: str = Field(
+        DEFAULT_EXECUTOR_MEMORY,
+        pattern=SPARK_MEMORY_PATTERN,
+        description="JVM heap of each executor of a job on a Spark cluster, as Spark writes it (512m, 2g); "
+        "a worker must offer at least that much. Not used in local mode.",
     )
     spark_ui_port: int | None = Field(
         None,

@@ -178,6 +178,7 @@ def session_config(
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": settings.spark_driver_memory,
+        "spark.executor.memory": settings.spark_executor_memory,
         f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
         **{f"spark.executorEnv.{name}": os.environ.get(name, value) for name, value in ALLOCATOR_ENV.items()},
     }

@@ -45,13 +45,20 @@ def test_executors_get_the_allocator_settings_unless_the_environment_sets_them(
     assert session_config(Settings())["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
 
 
-def test_the_driver_memory_is_a_setting_in_sparks_notation(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert session_config(Settings())["spark.driver.memory"] == "2g"
+def test_the_driver_and_executor_memory_are_settings_in_sparks_notation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = session_config(Settings())
+    assert (config["spark.driver.memory"], config["spark.executor.memory"]) == ("2g", "2g")
     monkeypatch.setenv("FRAUD_SPARK_DRIVER_MEMORY", "6144m")
-    assert session_config(Settings())["spark.driver.memory"] == "6144m"
+    monkeypatch.setenv("FRAUD_SPARK_EXECUTOR_MEMORY", "3g")
+    config = session_config(Settings())
+    assert (config["spark.driver.memory"], config["spark.executor.memory"]) == ("6144m", "3g")
     for wrong in ("2 GB", "0g", "-1g", "lots"):
         with pytest.raises(ValidationError):
             Settings(spark_driver_memory=wrong)
+        with pytest.raises(ValidationError):
+            Settings(spark_executor_memory=wrong)
 
 
 def test_the_driver_starts_from_the_class_archive_only_when_it_is_there(tmp_path: Path) -> None:

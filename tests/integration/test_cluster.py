@@ -122,6 +122,24 @@ master, home = sys.argv[1], Path(sys.argv[2])
 spark = job_spark_session(Settings(spark_master=master, home=home), "executor-check")
 check_executors(spark, SPARK_PRELOAD, (home,))
 print("all there")
+
+
+def heap(_):
+    # The executor's JVM is an ancestor of its Python workers: its -Xmx is the heap it got.
+    import os
+
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            arguments = cmdline.read().decode().split("\\0")
+        if any(argument.endswith("/java") or argument == "java" for argument in arguments[:1]):
+            return [argument for argument in arguments if argument.startswith("-Xmx")]
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    return ["no JVM"]
+
+
+print(sorted(set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(heap).collect())))
 for modules, directories in (((*SPARK_PRELOAD, "no_such_stage"), ()), (SPARK_PRELOAD, (home / "nowhere",))):
     try:
         check_executors(spark, modules, directories)
@@ -136,7 +154,7 @@ def test_a_job_says_what_the_executors_lack(cluster: Cluster, tmp_path: Path) ->
     message each (the same machine shares everything, so the lack is asked for on purpose)."""
     result = subprocess.run(
         [sys.executable, "-c", EXECUTOR_CHECKS, cluster.master_url, str(tmp_path)],
-        env={**os.environ, **SPARK_ENV},
+        env={**os.environ, **SPARK_ENV, "FRAUD_SPARK_EXECUTOR_MEMORY": "1536m"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -145,6 +163,7 @@ def test_a_job_says_what_the_executors_lack(cluster: Cluster, tmp_path: Path) ->
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert lines[0] == "all there"
-    assert "cannot import no_such_stage (ModuleNotFoundError" in lines[1]
-    assert "install the project, the same version" in lines[1]
-    assert f"do not see {tmp_path / 'nowhere'}: checkpoints must be on storage" in lines[2]
+    assert lines[1] == "['-Xmx1536M']", "the executors' heap is not FRAUD_SPARK_EXECUTOR_MEMORY"
+    assert "cannot import no_such_stage (ModuleNotFoundError" in lines[2]
+    assert "install the project, the same version" in lines[2]
+    assert f"do not see {tmp_path / 'nowhere'}: checkpoints must be on storage" in lines[3]
