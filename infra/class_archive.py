@@ -6,7 +6,8 @@ A JVM in a process of its own starts a local session, runs a small job of the ki
 (Arrow batches through a Python worker) and writes the classes it loaded when it exits; the archive takes
 its place atomically only once that JVM has exited whole (a JVM started from a cut-off archive crashes).
 Without an archive, or with one another JDK or classpath made, jobs run as before, their JVM loading every
-class from the jars.
+class from the jars. Archives made for another JDK build, PySpark version or classpath are removed (about
+150 MiB each): a JVM that has one mapped keeps its pages until it exits.
 
 Run: .venv/bin/python -m infra.class_archive
 """
@@ -26,7 +27,7 @@ import pandas as pd
 from pyspark import SparkContext
 
 from contracts.settings import Settings
-from infra.spark import class_archive, local_file_system_jar, spark_session
+from infra.spark import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, class_archive, local_file_system_jar, spark_session
 
 #: How long the warm-up session may take, JVM start and exit included.
 TIMEOUT_S = 300.0
@@ -55,10 +56,26 @@ def warm_up(archive_to: Path) -> None:
 
 
 def build() -> Path | None:
-    """The class archive of this environment's sessions, built if it is not there yet (None: no ``java``)."""
+    """The class archive of this environment's sessions, built if it is not there yet (None: no ``java``);
+    the others in its directory are removed."""
     target = class_archive(local_file_system_jar())
-    if target is None or target.is_file():
-        return target
+    if target is None:
+        return None
+    if not target.is_file():
+        _build(target)
+    remove_others(target)
+    return target
+
+
+def remove_others(archive: Path) -> None:
+    """Remove the class archives beside ``archive``: made for another JDK build, PySpark or classpath."""
+    for other in archive.parent.glob(f"{ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}"):
+        if other != archive:
+            other.unlink(missing_ok=True)
+
+
+def _build(target: Path) -> None:
+    """Write ``target`` from a warm-up session in a process of its own (raises OSError when it fails)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
@@ -78,7 +95,6 @@ def build() -> Path | None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
-    return target
 
 
 def main() -> None:

@@ -118,6 +118,10 @@ def local_file_system_jar(cache: Path | None = None) -> Path | None:
     return jar
 
 
+#: A class archive's file name: the prefix, a hash of what it was built for, the suffix.
+ARCHIVE_PREFIX, ARCHIVE_SUFFIX = "spark-classes-", ".jsa"
+
+
 def class_archive(jar: Path | None, cache: Path | None = None) -> Path | None:
     """Where the class archive of Spark's driver JVM is kept for this JDK, PySpark and local file system jar
     (``infra.class_archive`` builds it); None without a ``java`` to run.
@@ -136,7 +140,9 @@ def class_archive(jar: Path | None, cache: Path | None = None) -> Path | None:
     except OSError:
         return None
     key = "\n".join([str(binary), str(changed), pyspark.__version__, jar.name if jar is not None else ""])
-    return (cache or JVM_CACHE) / f"spark-classes-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    return (
+        cache or JVM_CACHE
+    ) / f"{ARCHIVE_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:16]}{ARCHIVE_SUFFIX}"
 
 
 def driver_java_options(archive: Path | None, archive_classes_to: Path | None = None) -> str:

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.settings import Settings
+from infra.class_archive import remove_others
 from infra.spark import ALLOCATOR_ENV, class_archive, driver_java_options, session_config
 
 
@@ -90,3 +91,17 @@ def test_the_class_archive_is_one_per_jdk_build_and_local_file_system_jar(
     assert class_archive(jar, cache) != archive
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
     assert class_archive(jar, cache) is None
+
+
+def test_building_an_archive_removes_the_ones_made_for_another_jdk_or_classpath(tmp_path: Path) -> None:
+    archive = class_archive(None, tmp_path)
+    assert archive is not None
+    others = [
+        tmp_path / "spark-classes-0123456789abcdef.jsa",
+        tmp_path / "spark-classes-fedcba9876543210.jsa",
+    ]
+    kept = [archive, tmp_path / f"{archive.name}.77.partial", tmp_path / "no-fork-local-fs-0a1b.jar"]
+    for path in [*others, *kept]:
+        path.write_bytes(b"classes")
+    remove_others(archive)
+    assert sorted(tmp_path.iterdir()) == sorted(kept)
