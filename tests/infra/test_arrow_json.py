@@ -7,7 +7,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from infra.arrow_json import json_objects
+from infra.arrow_json import json_objects, python_texts, text_arrays
 
 
 def test_rows_parse_back_to_their_values_bit_for_bit() -> None:
@@ -59,3 +59,42 @@ def test_columns_of_different_lengths_and_unsupported_types_are_errors() -> None
         json_objects([("a", pa.array([1, 2])), ("b", pa.array([1]))])
     with pytest.raises(TypeError, match="cannot format"):
         json_objects([("a", pa.array([b"raw"], pa.binary()))])
+
+
+def test_python_texts_are_what_python_writes_for_the_json_arrow_writes() -> None:
+    """Every magnitude: the text equals ``repr`` of what orjson reads from json_objects' text of the value
+    (an integral number reads as an int), which is what set_latest stores for a parsed record."""
+    rng = np.random.default_rng(11)
+    doubles = np.concatenate(
+        [
+            10 ** rng.uniform(-30, 30, 20_000) * rng.choice([-1, 1], 20_000),
+            np.round(10 ** rng.uniform(0, 20, 2_000)),
+            [0.0, -0.0, 1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 2.0**53, 0.1, 1 / 3, 12.5],
+        ]
+    )
+    integers = rng.integers(-(2**63), 2**63 - 1, 2_000, dtype=np.int64)
+    for values in (pa.array(doubles), pa.array(integers)):
+        written = json_objects([("v", values)]).to_pylist()
+        want = [repr(orjson.loads(row)["v"]) for row in written]
+        assert python_texts(values).to_pylist() == want
+
+
+def test_python_texts_of_nulls_bools_and_strings() -> None:
+    assert python_texts(pa.array([1.5, None, float("nan")])).to_pylist() == ["1.5", "", "nan"]
+    assert python_texts(pa.array([True, False, None])).to_pylist() == ["1", "0", ""]
+    assert python_texts(pa.array(["a", None, "ü"])).to_pylist() == ["a", "", "ü"]
+    assert python_texts(pa.nulls(2)).to_pylist() == ["", ""]
+    with pytest.raises(TypeError, match="cannot write Arrow type"):
+        python_texts(pa.array([b"bytes"]))
+
+
+def test_text_arrays_hold_each_rows_texts_as_json_strings() -> None:
+    texts = ["plain", 'say "hi"', "back\\slash", "tab\tnew\nline", "ünïcödé €", "\x00\x1f", None]
+    numbers = [1.0, 2.5, None, 1e-7, -0.0, 3e20, 7.0]
+    rows = text_arrays([pa.array(texts), pa.array(numbers), pa.array(range(7))]).to_pylist()
+    written = [orjson.loads(row)["v"] for row in json_objects([("v", pa.array(numbers))]).to_pylist()]
+    assert written[:2] == [1, 2.5], "Arrow writes 1.0 as 1: it reads back as an int"
+    for row, text, number, integer in zip(rows, texts, written, range(7), strict=True):
+        want_number = "" if number is None else repr(number)
+        assert orjson.loads(row) == ["" if text is None else text, want_number, str(integer)]
+    assert text_arrays([]).to_pylist() == []

@@ -6,11 +6,18 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import orjson
+import pyarrow as pa
 import pytest
 import redis
 
+from features.job import LatestFeaturesToRedis
+from infra.arrow_json import json_objects
 from infra.embedded import StackInfo
+from infra.kafka_sink.records import newest_per_key
 from infra.redis_store import (
+    RedisTarget,
     alert_key,
     card_alerts,
     card_alerts_key,
@@ -220,3 +227,74 @@ def test_reads_work_with_a_decoding_client(stack: StackInfo, client: Any, prefix
         assert recent_alerts(text_client, prefix) == [make_alert(2), make_alert(1)]
     finally:
         text_client.close()
+
+
+def test_the_feature_jobs_hook_stores_each_cards_newest_record_as_set_latest_does(
+    client: Any, prefix: str, stack: StackInfo
+) -> None:
+    """LatestFeaturesToRedis reads and writes its records column by column; what it stores is what the
+    record-by-record way stores (each card's newest record by Kafka time, then event time and tx id, parsed
+    with orjson and written with set_latest), byte for byte: numbers of every magnitude, nulls, odd text."""
+    rng = np.random.default_rng(5)
+    n, cards = 3_000, [f"{i:032x}" for i in range(700)]
+    card_of = rng.choice(cards, n)
+    event_time = T0_MS + rng.integers(0, 50, n) * 1000  # many ties
+    kafka_time = event_time + rng.integers(0, 2, n)
+    magnitudes = 10 ** rng.uniform(-12, 20, n) * rng.choice([-1, 1], n)
+    terminals = np.array(["3156", 'quote"d', "back\\slash", "ünï €", "tab\tx"])[rng.integers(0, 5, n)]
+    values = json_objects(
+        [
+            ("schema_version", 1),
+            ("tx_id", pa.array(rng.permutation(n) + 10_000)),
+            ("card_id", pa.array(card_of)),
+            ("terminal_id", pa.array(terminals)),
+            ("amount", pa.array(np.round(rng.random(n) * 200, 2))),
+            ("event_time_ms", pa.array(event_time)),
+            ("terminal_x", pa.array([None] * n, pa.float64())),
+            ("late", pa.array(rng.random(n) < 0.1)),
+            (
+                "features",
+                [
+                    ("card_nb_tx_1d", pa.array(rng.integers(0, 40, n))),
+                    ("card_avg_amount_1d", pa.array(magnitudes)),
+                    ("terminal_risk_7d", pa.array(np.where(rng.random(n) < 0.2, np.nan, rng.random(n)))),
+                    ("whole", pa.array(np.round(rng.random(n) * 100))),
+                ],
+            ),
+        ]
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["features"] * n,
+            "key": [c.encode() for c in card_of],
+            "value": values,
+            "timestamp_ms": kafka_time,
+        }
+    )
+    other = f"{prefix}reference:"
+    LatestFeaturesToRedis(RedisTarget(stack.redis_url, prefix, RETENTION_S), "features")([batch])
+    latest: dict[str, dict[str, Any]] = {}
+    for value in newest_per_key([batch], "features"):
+        record = orjson.loads(value)
+        known = latest.get(record["card_id"])
+        if known is None or (record["event_time_ms"], record["tx_id"]) > (
+            known["event_time_ms"],
+            known["tx_id"],
+        ):
+            latest[record["card_id"]] = record
+    rows = [
+        (
+            card_features_key(card, other),
+            r["event_time_ms"],
+            r["tx_id"],
+            {"terminal_id": r["terminal_id"], "amount": r["amount"], "late": int(r["late"]), **r["features"]},
+        )
+        for card, r in latest.items()
+    ]
+    assert set_latest(client, rows, RETENTION_S) == len(latest) == len(set(card_of))
+    got = {key.removeprefix(prefix): value for key, value in dump(client, prefix).items() if other not in key}
+    want = {key.removeprefix(other): value for key, value in dump(client, other).items()}
+    assert got == want
+    assert any(b"e-" in stored[b"card_avg_amount_1d"] for stored in got.values()), (
+        "no tiny number: a weak check"
+    )
