@@ -12,19 +12,15 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json
 from pyspark.sql import DataFrame, GroupedData, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -50,7 +46,7 @@ from features.transport import (
     terminal_value,
     unpack,
 )
-from infra.arrow_json import text_arrays
+from infra.arrow_json import newest_rows, read_records, text_arrays
 from infra.checkpoints import bind_layout, query_location
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
@@ -320,7 +316,7 @@ class LatestFeaturesToRedis:
         records = newest_per_key(batches, self.topic)
         if not records:
             return
-        latest = _newest_per_card(_feature_table(records))
+        latest = newest_rows(_feature_table(records), C.CARD_ID, (EVENT_TIME_MS, C.TX_ID))
         features = latest.column("features").combine_chunks()
         names = [C.TERMINAL_ID, C.AMOUNT, LATE, *(item.name for item in features.type)]
         columns = [latest.column(name) for name in names[:3]] + [features.field(name) for name in names[3:]]
@@ -346,24 +342,7 @@ def _feature_table(records: list[bytes]) -> pa.Table:
             ("features", pa.struct([(name, pa.float64()) for name in names])),
         ]
     )
-    text = b"\n".join(records)
-    return pyarrow.json.read_json(
-        io.BytesIO(text),
-        read_options=pyarrow.json.ReadOptions(block_size=len(text) + 1),
-        parse_options=pyarrow.json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
-    )
-
-
-def _newest_per_card(records: pa.Table) -> pa.Table:
-    """Each card's newest record, by (event time, tx id)."""
-    ordered = records.take(
-        pc.sort_indices(
-            records, [(C.CARD_ID, "ascending"), (EVENT_TIME_MS, "ascending"), (C.TX_ID, "ascending")]
-        )
-    )
-    cards = ordered.column(C.CARD_ID).combine_chunks()
-    last = pc.not_equal(cards.slice(1), cards.slice(0, len(cards) - 1)).to_numpy(zero_copy_only=False)
-    return ordered.filter(pa.array(np.append(last, True)))
+    return read_records(records, schema)
 
 
 def layout_of(config: FeatureJobConfig) -> dict[str, int]:

@@ -10,12 +10,14 @@ element-wise, well under a microsecond per record::
 A field is a literal (int, float, bool, str: the same in every record), an Arrow array (int, float,
 bool, string; null and non-finite numbers become ``null``), or a list of fields (a nested object).
 
-:func:`text_arrays` goes the other way for Redis hashes: each row's values as a JSON array of their text, as
-Python writes the values a JSON reader gets from those records.
+:func:`read_records` reads such records back as columns, and :func:`text_arrays` makes each row's values a
+JSON array of their text, as Python writes the values a JSON reader gets from those records: for Redis
+hashes.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import Union
 
@@ -23,6 +25,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json
 
 Value = Union[pa.Array, pa.ChunkedArray, int, float, bool, str, "Fields"]
 Fields = Sequence[tuple[str, Value]]
@@ -97,7 +100,26 @@ def _joined(parts: list[pa.Array | str]) -> bytes:
     return "".join(part for part in parts if isinstance(part, str)).encode()
 
 
-def text_arrays(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
+def read_records(records: Sequence[bytes], schema: pa.Schema) -> pa.Table:
+    """JSON records as columns of ``schema``'s types (fields the schema lacks are left out)."""
+    text = b"\n".join(records)
+    return pyarrow.json.read_json(
+        io.BytesIO(text),
+        read_options=pyarrow.json.ReadOptions(block_size=len(text) + 1),  # one block: no type drift
+        parse_options=pyarrow.json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
+
+
+def newest_rows(rows: pa.Table, key: str, order: Sequence[str]) -> pa.Table:
+    """The last row of each ``key`` value by the ``order`` columns (ascending): the latest record per key of
+    records read back (:func:`read_records`)."""
+    ordered = rows.take(pc.sort_indices(rows, [(name, "ascending") for name in (key, *order)]))
+    keys = ordered.column(key).combine_chunks()
+    last = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1)).to_numpy(zero_copy_only=False)
+    return ordered.filter(pa.array(np.append(last, True)))
+
+
+def text_arrays(columns: Sequence[pa.Array | pa.ChunkedArray], typed: bool = False) -> pa.Array:
     """Each row as a JSON array of strings: its value in each column, as text (:func:`python_texts`).
 
     The values of a Redis hash's fields in one argument (``infra.redis_store.set_latest_encoded``), built
@@ -109,7 +131,7 @@ def text_arrays(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     for position, values in enumerate(columns):
         if position:
             parts.append(",")
-        texts = python_texts(values)
+        texts = python_texts(values, typed)
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
             parts.append(_escaped(texts))
         else:  # digits, signs, points, exponents, nan, inf: nothing to escape
@@ -118,11 +140,12 @@ def text_arrays(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     return pc.binary_join_element_wise(*_merge_literals(parts), "").cast(pa.binary())
 
 
-def python_texts(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+def python_texts(values: pa.Array | pa.ChunkedArray, typed: bool = False) -> pa.Array:
     """Each value as the text Python gives the value a JSON reader gets from a record :func:`json_objects`
     wrote: ``repr`` of the number (one written without a fraction or an exponent reads as an int, so 3.0
-    is ``3``), a string as it is, a bool as 1 or 0; null as empty text. It is what ``set_latest`` stores
-    for a record parsed with ``orjson``.
+    is ``3``; with ``typed``, a float column's values are read as floats, as a typed model reads them:
+    ``3.0``), a string as it is, a bool as 1 or 0; null as empty text. It is what ``set_latest`` stores
+    for a record parsed with ``orjson`` (or, ``typed``, a pydantic model).
 
     Arrow's own text of a number is Python's except for an exponent, a magnitude below 1e-4 or from 1e16
     on and -0 (the tests compare them over every magnitude): those few are written by Python.
@@ -146,10 +169,15 @@ def python_texts(values: pa.Array | pa.ChunkedArray) -> pa.Array:
                 pc.or_(pc.greater_equal(magnitude, 1e16), pc.equal(text, "-0")),
             ),
         )
-        where = np.flatnonzero(pc.fill_null(odd, False).to_numpy(zero_copy_only=False))
+        odd = pc.fill_null(odd, False)
+        where = np.flatnonzero(odd.to_numpy(zero_copy_only=False))
         if len(where):
-            fixed = [_reread(value) for value in text.take(pa.array(where)).to_pylist()]
-            text = pc.replace_with_mask(text, pc.fill_null(odd, False), pa.array(fixed, pa.string()))
+            reread = (lambda value: repr(float(value))) if typed else _reread
+            fixed = [reread(value) for value in text.take(pa.array(where)).to_pylist()]
+            text = pc.replace_with_mask(text, odd, pa.array(fixed, pa.string()))
+        if typed:  # the rest of the integral ones: 3 -> 3.0
+            whole = pc.fill_null(pc.match_substring_regex(text, r"^-?[0-9]+$"), False)
+            text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
     else:
         raise TypeError(f"python_texts cannot write Arrow type {kind}")
     return pc.fill_null(text, "") if text.null_count else text

@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import orjson
+import pyarrow as pa
 from pydantic import BaseModel
 
 from contracts.privacy import redact_url
 from contracts.records import AlertRecord, ScoreRecord
+from infra.arrow_json import newest_rows, read_records, text_arrays
 from infra.retry import wait_out
 
 T = TypeVar("T")
@@ -368,6 +370,41 @@ def write_scores(client: Any, scores: Iterable[ScoreRecord], prefix: str, retent
     )
 
 
+def write_score_values(client: Any, values: Sequence[bytes], prefix: str, retention_s: int) -> int:
+    """:func:`write_scores` of score records as the scores topic holds them (``ScoreRecord`` JSON, as a
+    scoring job wrote them), read and written column by column: the same hashes, without a Python loop over
+    the records (a micro-batch of many cards holds thousands)."""
+    if retention_s <= 0:
+        raise ValueError("retention_s must be positive")
+    if not values:
+        return 0
+    fields = ScoreRecord.model_fields
+    records = read_records(
+        values, pa.schema([(name, _arrow_type(fields[name].annotation)) for name in fields])
+    )
+    latest = newest_rows(records, "card_id", ("event_time_ms", "tx_id"))
+    names = [name for name in fields if name not in _SCORE_LEFT_OUT]
+    return set_latest_encoded(
+        client,
+        names,
+        [card_score_key(card, prefix) for card in latest.column("card_id").to_pylist()],
+        latest.column("event_time_ms").to_pylist(),
+        latest.column("tx_id").to_pylist(),
+        text_arrays([latest.column(name) for name in names], typed=True).to_pylist(),
+        retention_s,
+    )
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a record field's Python type (a literal: its value's)."""
+    if get_origin(annotation) is Literal:
+        annotation = type(get_args(annotation)[0])
+    types: dict[Any, pa.DataType] = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    if annotation not in types:
+        raise TypeError(f"no Arrow type for a record field of type {annotation}")
+    return types[annotation]
+
+
 def get_alert(client: Any, tx_id: int, prefix: str = "") -> AlertRecord | None:
     """The stored alert of a transaction, or None (no alert, or expired)."""
     return _alert_from_hash(client.hgetall(alert_key(tx_id, prefix)))
@@ -420,11 +457,15 @@ def card_summary(client: Any, card_id: str, prefix: str = "", limit: int = 20) -
     }
 
 
+#: What a card's latest score hash leaves out of the score: the card, which its key names.
+_SCORE_LEFT_OUT = frozenset({"card_id"})
+
+
 def _to_hash(record: BaseModel) -> dict[str, str | int | float]:
     """Redis hash fields of a score or alert: scalars as text, lists and dicts as JSON, bools as 0/1."""
     fields: dict[str, str | int | float] = {}
     for name, value in record.model_dump(
-        exclude={"card_id"} if isinstance(record, ScoreRecord) else None
+        exclude=set(_SCORE_LEFT_OUT) if isinstance(record, ScoreRecord) else None
     ).items():
         if name in _JSON_FIELDS:
             fields[name] = orjson.dumps(value).decode()

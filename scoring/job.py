@@ -73,7 +73,7 @@ from infra.metrics import (
     counts_row,
     observations,
 )
-from infra.redis_store import RedisTarget, write_alerts, write_scores
+from infra.redis_store import RedisTarget, write_alerts, write_score_values
 from infra.retry import wait_out
 from infra.spark import start_stream
 from ingest.columnar import validate_many
@@ -573,9 +573,9 @@ class ScoresToRedis:
         prefix, retention_s = self.redis.prefix, self.redis.retention_s
         if alerts:
             self.redis.write(lambda client: write_alerts(client, alerts, prefix, retention_s))
-        # Only the newest score per card is stored: parse just those (write_scores breaks ties by tx id).
-        scores = [ScoreRecord.model_validate_json(v) for v in newest_per_key(batches, self.scores_topic)]
-        self.redis.write(lambda client: write_scores(client, scores, prefix, retention_s))
+        # Only the newest score per card is stored: read just those (ties are broken by tx id).
+        scores = newest_per_key(batches, self.scores_topic)
+        self.redis.write(lambda client: write_score_values(client, scores, prefix, retention_s))
 
 
 # --- The query -------------------------------------------------------------------------------------------

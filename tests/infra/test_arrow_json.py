@@ -7,7 +7,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from infra.arrow_json import json_objects, python_texts, text_arrays
+from infra.arrow_json import json_objects, newest_rows, python_texts, text_arrays
 
 
 def test_rows_parse_back_to_their_values_bit_for_bit() -> None:
@@ -98,3 +98,25 @@ def test_text_arrays_hold_each_rows_texts_as_json_strings() -> None:
         want_number = "" if number is None else repr(number)
         assert orjson.loads(row) == ["" if text is None else text, want_number, str(integer)]
     assert text_arrays([]).to_pylist() == []
+
+
+def test_typed_python_texts_are_pythons_repr_of_each_float() -> None:
+    rng = np.random.default_rng(12)
+    doubles = np.concatenate(
+        [
+            10 ** rng.uniform(-30, 30, 20_000) * rng.choice([-1, 1], 20_000),
+            np.round(10 ** rng.uniform(0, 20, 2_000)),
+            [0.0, -0.0, 1.0, 12.0, 1e-4, 1e15, 1e16, 2.0**53, 0.1, 1 / 3],
+        ]
+    )
+    assert python_texts(pa.array(doubles), typed=True).to_pylist() == [repr(float(d)) for d in doubles]
+    assert python_texts(pa.array([3, -4]), typed=True).to_pylist() == ["3", "-4"]
+
+
+def test_the_newest_row_of_each_key() -> None:
+    rows = pa.table({"k": ["b", "a", "b", "a", "c"], "t": [2, 1, 2, 3, 0], "id": [5, 9, 6, 1, 0]})
+    assert newest_rows(rows, "k", ("t", "id")).to_pylist() == [
+        {"k": "a", "t": 3, "id": 1},
+        {"k": "b", "t": 2, "id": 6},
+        {"k": "c", "t": 0, "id": 0},
+    ]

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 import redis
 
+from contracts.records import ScoreRecord
 from features.job import LatestFeaturesToRedis
 from infra.arrow_json import json_objects
 from infra.embedded import StackInfo
@@ -30,6 +31,7 @@ from infra.redis_store import (
     recent_alerts_key,
     set_latest,
     write_alerts,
+    write_score_values,
     write_scores,
 )
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
@@ -298,3 +300,51 @@ def test_the_feature_jobs_hook_stores_each_cards_newest_record_as_set_latest_doe
     assert any(b"e-" in stored[b"card_avg_amount_1d"] for stored in got.values()), (
         "no tiny number: a weak check"
     )
+
+
+def test_score_records_read_column_by_column_are_stored_as_write_scores_stores_them(
+    client: Any, prefix: str
+) -> None:
+    """write_score_values (the scoring jobs' hook) against write_scores of the validated records, byte for
+    byte: whole amounts and scores (0 and 1), tiny and huge numbers, ties, odd terminal ids."""
+    rng = np.random.default_rng(6)
+    n, cards = 2_000, [f"{i:032x}" for i in range(500)]
+    card_of = rng.choice(cards, n)
+    event_time = T0_MS + rng.integers(0, 40, n) * 1000
+    scores = np.where(rng.random(n) < 0.2, rng.integers(0, 2, n).astype(float), 10 ** rng.uniform(-9, 0, n))
+    values = json_objects(
+        [
+            ("schema_version", 1),
+            ("tx_id", pa.array(rng.permutation(n) + 1)),
+            ("card_id", pa.array(card_of)),
+            ("terminal_id", pa.array(np.array(["3156", 'q"t', "ünï"])[rng.integers(0, 3, n)])),
+            (
+                "amount",
+                pa.array(np.where(rng.random(n) < 0.3, np.round(rng.random(n) * 100), rng.random(n) * 1e7)),
+            ),
+            ("event_time_ms", pa.array(event_time)),
+            ("scored_at_ms", pa.array(event_time + 40)),
+            ("score", pa.array(scores)),
+            ("threshold", 0.5),
+            ("model_name", "fraud-detector"),
+            ("model_version", 3),
+            ("alert", pa.array(scores >= 0.5)),
+        ]
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["scores"] * n,
+            "key": [c.encode() for c in card_of],
+            "value": values,
+            "timestamp_ms": event_time,
+        }
+    )
+    newest = newest_per_key([batch], "scores")
+    other = f"{prefix}reference:"
+    assert write_score_values(client, newest, prefix, RETENTION_S) == len(set(card_of))
+    records = [ScoreRecord.model_validate_json(value) for value in newest]
+    assert write_scores(client, records, other, RETENTION_S) == len(set(card_of))
+    got = {key.removeprefix(prefix): value for key, value in dump(client, prefix).items() if other not in key}
+    want = {key.removeprefix(other): value for key, value in dump(client, other).items()}
+    assert got == want
+    assert any(stored[b"amount"].endswith(b".0") for stored in got.values()), "no whole amount: a weak check"
