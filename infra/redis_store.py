@@ -373,15 +373,18 @@ def write_scores(client: Any, scores: Iterable[ScoreRecord], prefix: str, retent
 def write_score_values(client: Any, values: Sequence[bytes], prefix: str, retention_s: int) -> int:
     """:func:`write_scores` of score records as the scores topic holds them (``ScoreRecord`` JSON, as a
     scoring job wrote them), read and written column by column: the same hashes, without a Python loop over
-    the records (a micro-batch of many cards holds thousands)."""
+    the records (a micro-batch of many cards holds thousands). Records whose JSON does not read as the
+    fields' types (an int written as 1.5e+12, which the model takes) are validated one by one instead."""
     if retention_s <= 0:
         raise ValueError("retention_s must be positive")
     if not values:
         return 0
     fields = ScoreRecord.model_fields
-    records = read_records(
-        values, pa.schema([(name, _arrow_type(fields[name].annotation)) for name in fields])
-    )
+    schema = pa.schema([(name, _arrow_type(fields[name].annotation)) for name in fields])
+    try:
+        records = read_records(values, schema)
+    except pa.ArrowInvalid:
+        return write_scores(client, map(ScoreRecord.model_validate_json, values), prefix, retention_s)
     latest = newest_rows(records, "card_id", ("event_time_ms", "tx_id"))
     names = [name for name in fields if name not in _SCORE_LEFT_OUT]
     return set_latest_encoded(

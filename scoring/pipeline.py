@@ -36,7 +36,7 @@ from features.job import (
     feature_stream,
     prepare_checkpoint,
 )
-from features.rows import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from infra.checkpoints import query_location
 from infra.kafka_sink.config import AfterCommitAll
 from infra.kafka_sink.datasource import register as register_sink
@@ -63,6 +63,10 @@ from scoring.job import (
 MODEL_VERSION_PROPERTY = "fraud.model.version"
 SHADOW_VERSION_PROPERTY = "fraud.shadow.version"
 SCORED_AT_PROPERTY = "fraud.scored.at"
+
+
+#: The Arrow type of each event field.
+EVENT_TYPES = dict(EVENT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,11 @@ class RowScorer:
         with timings.phase("model"):
             model = worker_model(self.tracking_uri, int(version))
         scored_at_ms = int(context.getLocalProperty(SCORED_AT_PROPERTY) or now_ms())
-        event = {name: pa.Array.from_pandas(rows[name]) for name in SCORED_EVENT_FIELDS}
+        # As declared: an integer column that met a null on its way (pandas made it float, as when dead rows
+        # shared the frame) is cast back, so that score records carry ints (1525135586000, not 1.525135586e+12).
+        event = {
+            name: pa.Array.from_pandas(rows[name]).cast(EVENT_TYPES[name]) for name in SCORED_EVENT_FIELDS
+        }
         others = SinkRows()
         features = rows[list(self.feature_columns)]
 

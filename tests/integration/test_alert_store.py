@@ -348,3 +348,12 @@ def test_score_records_read_column_by_column_are_stored_as_write_scores_stores_t
     want = {key.removeprefix(other): value for key, value in dump(client, other).items()}
     assert got == want
     assert any(stored[b"amount"].endswith(b".0") for stored in got.values()), "no whole amount: a weak check"
+
+    # An int written as a float (the pipeline's scores once carried 1.525135586e+12), which the model takes:
+    # validated one by one, stored alike.
+    value = orjson.dumps(make_score(7).model_dump() | {"event_time_ms": float(T0_MS + 7000)})
+    floated, validated = f"{prefix}floated:", f"{prefix}validated:"
+    assert write_score_values(client, [value], floated, RETENTION_S) == 1
+    assert write_scores(client, [ScoreRecord.model_validate_json(value)], validated, RETENTION_S) == 1
+    got = {key.removeprefix(floated): value for key, value in dump(client, floated).items()}
+    assert got == {key.removeprefix(validated): value for key, value in dump(client, validated).items()}

@@ -122,8 +122,11 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
         assert letters == {Reason.DUPLICATE_TX_ID: 1, Reason.MALFORMED_JSON: 1}
         assert value("fraud_feature_records_total") == len(features) == expected + 1
         assert value("fraud_late_events_total") == sum(record["late"] for record in features) == 1
-        assert (
-            value("fraud_scores_total") == len(list(read_topic(clients, out_topics.scores))) == expected + 1
+        scores = [orjson.loads(m.value() or b"") for m in read_topic(clients, out_topics.scores)]
+        assert value("fraud_scores_total") == len(scores) == expected + 1
+        # Dead rows shared some micro-batches' frames with the scored ones: the ints stay ints.
+        assert all(type(score[name]) is int for score in scores for name in ("tx_id", "event_time_ms")), (
+            scores[:3]
         )
         assert value("fraud_alerts_total") == len(alerts) > 0
         for reason in Reason:
