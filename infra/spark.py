@@ -18,11 +18,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 import zipfile
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pyspark
-from pyspark import SparkConf, SparkContext
+from pyspark import RDD, InheritableThread, SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -237,10 +239,21 @@ def spark_session(
     return session
 
 
-def check_executors(spark: SparkSession, modules: tuple[str, ...], directories: tuple[Path, ...]) -> None:
-    """On a cluster, before a job starts: can every executor import the job's modules (the project installed,
-    for the same Python) and see its checkpoint directories (storage the driver and the workers share)?
-    Local mode shares the driver's process and disk: nothing to check.
+T = TypeVar("T")
+
+#: How long a job on a cluster waits for executors to run its check before it says why it cannot start.
+EXECUTOR_START_TIMEOUT_S = 120.0
+
+
+def check_executors(
+    spark: SparkSession,
+    modules: tuple[str, ...],
+    directories: tuple[Path, ...],
+    timeout_s: float = EXECUTOR_START_TIMEOUT_S,
+) -> None:
+    """On a cluster, before a job starts: do executors start (within ``timeout_s``), can every one import the
+    job's modules (the project installed, for the same Python) and see its checkpoint directories (storage
+    the driver and the workers share)? Local mode shares the driver's process and disk: nothing to check.
 
     Raises:
         ConfigError: naming what the executors lack and what to do about it.
@@ -268,7 +281,14 @@ def check_executors(spark: SparkSession, modules: tuple[str, ...], directories: 
 
     tasks = max(1, context.defaultParallelism)
     try:
-        reports = context.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
+        reports = collect_within(context.parallelize(range(tasks), tasks).mapPartitions(probe), timeout_s)
+    except TimeoutError:
+        memory = context.getConf().get("spark.executor.memory", "1g")
+        raise ConfigError(
+            f"no Spark executor at {context.master} ran the job's first task within {timeout_s:.0f} s: a worker "
+            f"must offer free cores and {memory} of memory for one (FRAUD_SPARK_EXECUTOR_MEMORY; a worker "
+            "offers its --memory), and another application may hold the cores"
+        ) from None
     except Exception as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), str(exc))
         raise ConfigError(
@@ -286,6 +306,32 @@ def check_executors(spark: SparkSession, modules: tuple[str, ...], directories: 
                 f"the Spark executors on {host} do not see {', '.join(unseen)}: checkpoints must be on storage "
                 "the driver and every worker share (set FRAUD_HOME or --checkpoint to such a path)"
             )
+
+
+def collect_within(rows: RDD[T], timeout_s: float) -> list[T]:
+    """``rows.collect()``, its job cancelled if it has not finished within ``timeout_s`` (raises
+    TimeoutError then): a job whose tasks no executor takes waits for ever."""
+    context = rows.context
+    group = f"fraud-{uuid.uuid4().hex[:12]}"
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        context.setJobGroup(group, "collect_within", interruptOnCancel=True)
+        try:
+            outcome["rows"] = rows.collect()
+        except Exception as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = InheritableThread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        context.cancelJobGroup(group)
+        thread.join(timeout_s)
+        raise TimeoutError(f"the job did not finish within {timeout_s:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return list(outcome["rows"])
 
 
 def start_stream(writer: DataStreamWriter, once: bool, trigger_interval_s: float) -> StreamingQuery:

@@ -146,12 +146,20 @@ for modules, directories in (((*SPARK_PRELOAD, "no_such_stage"), ()), (SPARK_PRE
     except ConfigError as exc:
         print(exc)
 spark.stop()
+# An executor bigger than the worker offers never starts: the check says so instead of waiting.
+spark = job_spark_session(Settings(spark_master=master, home=home, spark_executor_memory="64g"), "too-big")
+try:
+    check_executors(spark, SPARK_PRELOAD, (home,), timeout_s=10)
+except ConfigError as exc:
+    print(exc)
+spark.stop()
 """
 
 
 def test_a_job_says_what_the_executors_lack(cluster: Cluster, tmp_path: Path) -> None:
-    """Executors that cannot import the job's modules, or do not see its checkpoint directory: one clear
-    message each (the same machine shares everything, so the lack is asked for on purpose)."""
+    """Executors that cannot import the job's modules, do not see its checkpoint directory, or cannot start
+    (more memory asked for than the worker offers): one clear message each (the same machine shares
+    everything, so the lack is asked for on purpose). The executors get the heap the setting gives."""
     result = subprocess.run(
         [sys.executable, "-c", EXECUTOR_CHECKS, cluster.master_url, str(tmp_path)],
         env={**os.environ, **SPARK_ENV, "FRAUD_SPARK_EXECUTOR_MEMORY": "1536m"},
@@ -167,3 +175,4 @@ def test_a_job_says_what_the_executors_lack(cluster: Cluster, tmp_path: Path) ->
     assert "cannot import no_such_stage (ModuleNotFoundError" in lines[2]
     assert "install the project, the same version" in lines[2]
     assert f"do not see {tmp_path / 'nowhere'}: checkpoints must be on storage" in lines[3]
+    assert "no Spark executor at spark://" in lines[4] and "64g of memory" in lines[4], lines[4:]

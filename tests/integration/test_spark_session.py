@@ -7,12 +7,14 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from infra.class_archive import build
-from infra.spark import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, local_file_system_jar
+from infra.spark import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, collect_within, local_file_system_jar
 
 
 def test_the_local_file_system_jar_is_built_once_per_source(tmp_path: Path) -> None:
@@ -87,3 +89,20 @@ def test_a_session_starts_from_the_class_archive_built_for_it(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["True", "10"], result.stdout
+
+
+def test_a_job_that_does_not_finish_in_time_is_cancelled(spark: SparkSession) -> None:
+    assert collect_within(spark.sparkContext.parallelize(range(4), 2), 60) == [0, 1, 2, 3]
+
+    def slow(value: int) -> int:
+        import time
+
+        time.sleep(120)
+        return value
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 3 s"):
+        collect_within(spark.sparkContext.parallelize(range(2), 2).map(slow), 3)
+    assert time.monotonic() - started < 60, "the cancelled job's tasks ran on"
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    assert spark.range(3).count() == 3, "the session is usable after the cancel"
