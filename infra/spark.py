@@ -142,9 +142,8 @@ def class_archive(jar: Path | None, cache: Path | None = None) -> Path | None:
     except OSError:
         return None
     key = "\n".join([str(binary), str(changed), pyspark.__version__, jar.name if jar is not None else ""])
-    return (
-        cache or JVM_CACHE
-    ) / f"{ARCHIVE_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:16]}{ARCHIVE_SUFFIX}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return (cache or JVM_CACHE) / f"{ARCHIVE_PREFIX}{digest}{ARCHIVE_SUFFIX}"
 
 
 def driver_java_options(archive: Path | None, archive_classes_to: Path | None = None) -> str:
