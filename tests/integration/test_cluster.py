@@ -149,7 +149,7 @@ spark.stop()
 # An executor bigger than the worker offers never starts: the check says so instead of waiting.
 spark = job_spark_session(Settings(spark_master=master, home=home, spark_executor_memory="64g"), "too-big")
 try:
-    check_executors(spark, SPARK_PRELOAD, (home,), timeout_s=10)
+    check_executors(spark, SPARK_PRELOAD, (home,), timeout_s=5)
 except ConfigError as exc:
     print(exc)
 spark.stop()

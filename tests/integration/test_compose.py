@@ -440,6 +440,15 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
             break
         assert time.monotonic() < deadline, f"no record counted in {METRICS_TIMEOUT_S} s:\n{scraped[:2000]}"
         time.sleep(1)
+    # The driver's UI answers from the JVM that runs the micro-batches: on a busy machine, give it time.
     ui_url = f"http://127.0.0.1:{rehearsal.ports['pipeline-ui']}/api/v1/applications"
-    with urllib.request.urlopen(ui_url, timeout=5) as response:
-        assert json.loads(response.read())[0]["name"] == "fraud-pipeline"
+    deadline = time.monotonic() + METRICS_TIMEOUT_S
+    while True:
+        try:
+            with urllib.request.urlopen(ui_url, timeout=10) as response:
+                applications = json.loads(response.read())
+            break
+        except OSError as exc:  # a timeout included
+            assert time.monotonic() < deadline, f"the pipeline's Spark UI did not answer: {exc}"
+            time.sleep(1)
+    assert applications[0]["name"] == "fraud-pipeline"
