@@ -330,7 +330,8 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
         try:
             for job in jobs:
                 job.start()
-            kills = {features: SEPARATE_JOB_KILLS, scoring: SEPARATE_JOB_KILLS, pipeline: PIPELINE_KILLS}
+            # The scoring job first: it has input to hold a transaction for only while the feature job writes.
+            kills = {scoring: SEPARATE_JOB_KILLS, features: SEPARATE_JOB_KILLS, pipeline: PIPELINE_KILLS}
             between = {1: restart_redis, 4: pause_broker}
             run_with_kills(kills, rng, faults, between, [[features, pipeline], [scoring]])
             # One line when an outage starts, one when it ends. A job whose micro-batch waits for the broker
