@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from contracts.records import AlertRecord, ScoreRecord
@@ -22,6 +23,7 @@ from features.definitions import FeatureParams
 from infra.clients import Clients, create_project_topics, read_topic
 from infra.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
 from ingest.produce import produce_events
+from tests.support.cli_stack import register_champion
 from tests.support.feature_jobs import (
     TOLERANCE,
     assert_each_transaction_once,
@@ -64,7 +66,7 @@ def fraud(settings: Settings, home: Path, master: str, outputs: Topics, *args: s
 
 
 def test_jobs_migrated_to_a_standalone_cluster_equal_the_batch_path_and_the_model(
-    cluster: Cluster, settings: Settings, tmp_path: Path
+    cluster: Cluster, settings: Settings, small_frame: pd.DataFrame, tmp_path: Path
 ) -> None:
     clients = Clients.from_settings(settings)
     params = FeatureParams()
@@ -73,7 +75,7 @@ def test_jobs_migrated_to_a_standalone_cluster_equal_the_batch_path_and_the_mode
     produce_events(clients.producer(), settings.topics, first)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = settings.model_copy(update={"mlflow_tracking_uri": store})  # a registry of this test only
-    fraud(settings, tmp_path / "train", "local[2]", settings.topics, "train")  # the champion
+    register_champion(Clients.from_settings(settings), small_frame, params, tmp_path / "artifacts")
 
     outputs = settings.topics.model_copy(
         update={role: f"{getattr(settings.topics, role)}-cluster" for role in OUTPUT_ROLES}
