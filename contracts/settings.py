@@ -39,6 +39,10 @@ DEFAULT_DRIVER_MEMORY = "2g"
 #: (local mode has no executors of its own: the driver's heap serves). A worker starts an executor only
 #: if it offers that much memory (``spark-class ...Worker --memory``: 4g in docker-compose.yml).
 DEFAULT_EXECUTOR_MEMORY = "2g"
+#: How long a job on a Spark cluster waits for an executor to run its first task (the check of what the
+#: executors lack) before it stops, saying what an executor needs, unless
+#: ``FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S`` says.
+DEFAULT_EXECUTOR_START_TIMEOUT_S = 120.0
 #: Spark's notation of a JVM heap: a whole number and a unit (512m, 2g).
 SPARK_MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$"
 
@@ -177,6 +181,13 @@ class Settings(BaseSettings):
         pattern=SPARK_MEMORY_PATTERN,
         description="JVM heap of each executor of a job on a Spark cluster, as Spark writes it (512m, 2g); "
         "a worker must offer at least that much. Not used in local mode.",
+    )
+    spark_executor_start_timeout_s: float = Field(
+        DEFAULT_EXECUTOR_START_TIMEOUT_S,
+        gt=0,
+        le=86_400,
+        description="Seconds a job on a Spark cluster waits for an executor to run its first task before it "
+        "stops, saying what an executor needs; longer where it may wait for another application's cores.",
     )
     spark_ui_port: int | None = Field(
         None,

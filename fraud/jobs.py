@@ -321,7 +321,9 @@ def run_job(
                 spark = job_spark_session(settings, f"fraud-{job}", preload_of(config))
             try:
                 config.checkpoint.mkdir(parents=True, exist_ok=True)
-                check_executors(spark, preload_of(config), (config.checkpoint,))
+                check_executors(
+                    spark, preload_of(config), (config.checkpoint,), settings.spark_executor_start_timeout_s
+                )
                 query = start_job(spark, config, once, trigger_interval_s, metrics.on_batch)
                 console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}.")
                 report = watch_query(query, on_progress=metrics.on_progress, bar=once)

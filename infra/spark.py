@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts.errors import ConfigError
-from contracts.settings import Settings
+from contracts.settings import DEFAULT_EXECUTOR_START_TIMEOUT_S, Settings
 from infra import spark_daemon
 from infra.spark_daemon import PRELOAD_ENV
 from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
@@ -240,15 +240,12 @@ def spark_session(
 
 T = TypeVar("T")
 
-#: How long a job on a cluster waits for executors to run its check before it says why it cannot start.
-EXECUTOR_START_TIMEOUT_S = 120.0
-
 
 def check_executors(
     spark: SparkSession,
     modules: tuple[str, ...],
     directories: tuple[Path, ...],
-    timeout_s: float = EXECUTOR_START_TIMEOUT_S,
+    timeout_s: float = DEFAULT_EXECUTOR_START_TIMEOUT_S,
 ) -> None:
     """On a cluster, before a job starts: do executors start (within ``timeout_s``), can every one import the
     job's modules (the project installed, for the same Python) and see its checkpoint directories (storage
@@ -286,7 +283,8 @@ def check_executors(
         raise ConfigError(
             f"no Spark executor at {context.master} ran the job's first task within {timeout_s:.0f} s: a worker "
             f"must offer free cores and {memory} of memory for one (FRAUD_SPARK_EXECUTOR_MEMORY; a worker "
-            "offers its --memory), and another application may hold the cores"
+            "offers its --memory), and another application may hold the cores "
+            "(FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S waits longer)"
         ) from None
     except Exception as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), str(exc))

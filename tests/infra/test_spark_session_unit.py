@@ -62,6 +62,16 @@ def test_the_driver_and_executor_memory_are_settings_in_sparks_notation(
             Settings(spark_executor_memory=wrong)
 
 
+def test_the_wait_for_executors_is_a_setting_of_positive_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().spark_executor_start_timeout_s == 120
+    monkeypatch.setenv("FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S", "900")
+    assert Settings().spark_executor_start_timeout_s == 900
+    for wrong in ("0", "-5", "forever"):
+        monkeypatch.setenv("FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S", wrong)
+        with pytest.raises(ValidationError):
+            Settings()
+
+
 def test_the_driver_starts_from_the_class_archive_only_when_it_is_there(tmp_path: Path) -> None:
     archive = tmp_path / "spark-classes.jsa"
     assert driver_java_options(archive) == ""

@@ -149,9 +149,12 @@ for modules, directories in (((*SPARK_PRELOAD, "no_such_stage"), ()), (SPARK_PRE
         print(exc)
 spark.stop()
 # An executor bigger than the worker offers never starts: the check says so instead of waiting.
-spark = job_spark_session(Settings(spark_master=master, home=home, spark_executor_memory="64g"), "too-big")
+settings = Settings(
+    spark_master=master, home=home, spark_executor_memory="64g", spark_executor_start_timeout_s=5
+)
+spark = job_spark_session(settings, "too-big")
 try:
-    check_executors(spark, SPARK_PRELOAD, (home,), timeout_s=5)
+    check_executors(spark, SPARK_PRELOAD, (home,), settings.spark_executor_start_timeout_s)
 except ConfigError as exc:
     print(exc)
 spark.stop()
@@ -178,3 +181,4 @@ def test_a_job_says_what_the_executors_lack(cluster: Cluster, tmp_path: Path) ->
     assert "install the project, the same version" in lines[2]
     assert f"do not see {tmp_path / 'nowhere'}: checkpoints must be on storage" in lines[3]
     assert "no Spark executor at spark://" in lines[4] and "64g of memory" in lines[4], lines[4:]
+    assert "within 5 s" in lines[4] and "FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S" in lines[4], lines[4]
