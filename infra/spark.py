@@ -67,6 +67,10 @@ ALLOCATOR_ENV = {
 #: What the project builds for Spark's JVM, kept with this environment: the local file system's jar and the
 #: class archive.
 JVM_CACHE = Path(sys.prefix) / "var" / "fraud-jvm"
+#: The JVMs of a job, its driver and its executors, compile with C1 only. What they run is moving Arrow batches
+#: between the Python workers, the shuffle and the state store: C2's compiler threads take more CPU from
+#: the Python workers than its code saves, on few cores above all (docs/benchmarks.md).
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: The JVM says nothing of a class archive it cannot use (made for another JDK or classpath): it loads its
 #: classes from the jars instead, as without one.
 QUIET_CLASS_SHARING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -147,13 +151,14 @@ def class_archive(jar: Path | None, cache: Path | None = None) -> Path | None:
 
 
 def driver_java_options(archive: Path | None, archive_classes_to: Path | None = None) -> str:
-    """The driver JVM's options for class data sharing: start from ``archive`` if it is there, or, with
-    ``archive_classes_to``, write the classes it loaded to that file when it exits (building an archive)."""
+    """The driver JVM's options: ``JIT_OPTIONS``, and class data sharing: start from ``archive`` if it is
+    there, or, with ``archive_classes_to``, write the classes it loaded to that file when it exits (building
+    an archive)."""
     if archive_classes_to is not None:
-        return f"-XX:ArchiveClassesAtExit={archive_classes_to} {QUIET_CLASS_SHARING}"
+        return f"{JIT_OPTIONS} -XX:ArchiveClassesAtExit={archive_classes_to} {QUIET_CLASS_SHARING}"
     if archive is not None and archive.is_file():
-        return f"-XX:SharedArchiveFile={archive} {QUIET_CLASS_SHARING}"
-    return ""
+        return f"{JIT_OPTIONS} -XX:SharedArchiveFile={archive} {QUIET_CLASS_SHARING}"
+    return JIT_OPTIONS
 
 
 def spark_log(settings: Settings) -> Path:
@@ -186,6 +191,7 @@ def session_config(
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.executor.memory": settings.spark_executor_memory,
+        "spark.executor.extraJavaOptions": JIT_OPTIONS,
         f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
         **{f"spark.executorEnv.{name}": os.environ.get(name, value) for name, value in ALLOCATOR_ENV.items()},
     }
@@ -224,9 +230,9 @@ def spark_session(
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM
         )
-    java_options = driver_java_options(class_archive(jar), archive_classes_to)
-    if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    builder = builder.config(
+        "spark.driver.extraJavaOptions", driver_java_options(class_archive(jar), archive_classes_to)
+    )
     if SparkContext._gateway is None:  # the JVM starts now: its output into the log, not the terminal
         conf = SparkConf(loadDefaults=False)
         for key, value in builder._options.items():

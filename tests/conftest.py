@@ -34,12 +34,6 @@ hypothesis_settings.register_profile("ci", max_examples=1_000, derandomize=True,
 hypothesis_settings.register_profile("explore", max_examples=20_000, deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-#: Every JVM the tests start (Spark's drivers, executors, master and worker, in this process and in the
-#: commands it runs) compiles with C1 only. Their jobs are short: C2's compiler threads cost more than
-#: they save there, about a quarter of the CPU of the integration tier on 2 cores. What the JVM computes
-#: is the same. The JVMs say so in their own logs ("Picked up JDK_JAVA_OPTIONS"), never on a terminal.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under tests/integration are the integration tier."""

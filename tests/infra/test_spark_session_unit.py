@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from contracts.settings import Settings
 from infra.class_archive import remove_others
-from infra.spark import ALLOCATOR_ENV, class_archive, driver_java_options, session_config
+from infra.spark import ALLOCATOR_ENV, JIT_OPTIONS, class_archive, driver_java_options, session_config
 
 
 def test_the_spark_ui_is_off_unless_a_port_is_set() -> None:
@@ -74,13 +74,20 @@ def test_the_wait_for_executors_is_a_setting_of_positive_seconds(monkeypatch: py
 
 def test_the_driver_starts_from_the_class_archive_only_when_it_is_there(tmp_path: Path) -> None:
     archive = tmp_path / "spark-classes.jsa"
-    assert driver_java_options(archive) == ""
-    assert driver_java_options(None) == ""
+    assert driver_java_options(archive) == JIT_OPTIONS
+    assert driver_java_options(None) == JIT_OPTIONS
     archive.write_bytes(b"classes")
-    assert driver_java_options(archive).startswith(f"-XX:SharedArchiveFile={archive} ")
+    assert driver_java_options(archive).startswith(f"{JIT_OPTIONS} -XX:SharedArchiveFile={archive} ")
     building = driver_java_options(archive, tmp_path / "new.jsa")
-    assert building.startswith(f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} ")
+    assert building.startswith(f"{JIT_OPTIONS} -XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} ")
     assert "SharedArchiveFile" not in building, "an archive is built from a JVM that loads its own classes"
+
+
+def test_the_drivers_and_executors_jvms_compile_with_c1_only() -> None:
+    assert JIT_OPTIONS == "-XX:TieredStopAtLevel=1"
+    assert session_config(Settings(spark_master="spark://127.0.0.1:7077"))[
+        "spark.executor.extraJavaOptions"
+    ] == (JIT_OPTIONS)
 
 
 def test_the_class_archive_is_one_per_jdk_build_and_local_file_system_jar(
