@@ -67,9 +67,9 @@ ALLOCATOR_ENV = {
 #: What the project builds for Spark's JVM, kept with this environment: the local file system's jar and the
 #: class archive.
 JVM_CACHE = Path(sys.prefix) / "var" / "fraud-jvm"
-#: The JVMs of a job, its driver and its executors, compile with C1 only. What they run is moving Arrow batches
-#: between the Python workers, the shuffle and the state store: C2's compiler threads take more CPU from
-#: the Python workers than its code saves, on few cores above all (docs/benchmarks.md).
+#: The JVMs of a job, its driver and its executors, compile with C1 only. What they run is moving Arrow
+#: batches between the Python workers, the shuffle and the state store: C2's compiler threads take more CPU
+#: from the Python workers than its code saves, on few cores above all (docs/architecture.md, Spark).
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 #: The JVM says nothing of a class archive it cannot use (made for another JDK or classpath): it loads its
 #: classes from the jars instead, as without one.

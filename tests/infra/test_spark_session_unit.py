@@ -85,9 +85,8 @@ def test_the_driver_starts_from_the_class_archive_only_when_it_is_there(tmp_path
 
 def test_the_drivers_and_executors_jvms_compile_with_c1_only() -> None:
     assert JIT_OPTIONS == "-XX:TieredStopAtLevel=1"
-    assert session_config(Settings(spark_master="spark://127.0.0.1:7077"))[
-        "spark.executor.extraJavaOptions"
-    ] == (JIT_OPTIONS)
+    config = session_config(Settings(spark_master="spark://127.0.0.1:7077"))
+    assert config["spark.executor.extraJavaOptions"] == JIT_OPTIONS
 
 
 def test_the_class_archive_is_one_per_jdk_build_and_local_file_system_jar(
