@@ -29,7 +29,8 @@ from contracts.settings import Settings, known_env_names
 from fraud.cli import app
 from infra.embedded import StackInfo, free_port, temporary_stack
 from infra.metrics import ApiMetrics, JobMetrics
-from infra.spark_cluster import SPARK_ENV, spawn, stop
+from infra.spark import JIT_OPTIONS
+from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -101,6 +102,10 @@ def test_compose_pins_every_image_and_speaks_only_the_projects_settings_and_comm
         command.make_context(command.name, args, parent=context)  # an unknown option raises here
     kafka = services["kafka"]["environment"]
     assert (kafka["KAFKA_LOG_RETENTION_MS"], kafka["KAFKA_LOG_RETENTION_BYTES"]) == ("-1", "-1")
+    for daemon in ("spark-master", "spark-worker"):
+        assert services[daemon].get("environment") == DAEMON_ENV == {"SPARK_DAEMON_JAVA_OPTS": JIT_OPTIONS}, (
+            f"{daemon}: its JVM is not set up as the jobs' are"
+        )
 
 
 def test_compose_publishes_ports_on_loopback_only() -> None:
