@@ -286,10 +286,11 @@ def command(system: System, run: Run, topics: Topics) -> list[str]:
 
 
 def stop_tree(process: subprocess.Popen[bytes]) -> None:
-    """Terminate the process group the system runs in (it was started in a session of its own), then
-    kill what is left of it."""
+    """Terminate the system's process, then kill what is left of the process group it runs in (it was
+    started in a session of its own). Only the process gets SIGTERM: the project's stops its Spark query and
+    session, which the same signal to its JVM would kill first."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        process.terminate()
     try:
         process.wait(20)
     except subprocess.TimeoutExpired:
