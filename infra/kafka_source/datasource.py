@@ -64,6 +64,7 @@ from infra.clients import cluster_metadata, first_offsets, log_bounds
 from infra.kafka_source.config import EARLIEST, KafkaSourceConfig, time_of
 from infra.kafka_source.planner import (
     DRAIN_S,
+    FIRST_BATCH_MAX_RECORDS,
     READ_TIMEOUT_S,
     Tail,
     check_continuity,
@@ -188,6 +189,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._tail, begin
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self._tail is None and isinstance(limit, ReadMaxRows):  # a run's first micro-batch
+            limit = ReadMaxRows(min(limit.max_rows, FIRST_BATCH_MAX_RECORDS))
         tail, begin = self._following(start)
         target = self._target
         enough = 2 * limit.max_rows if isinstance(limit, ReadMaxRows) else None

@@ -12,7 +12,7 @@ from infra.clients import Clients, read_topic
 from infra.kafka_source import reader
 from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import read_batch, read_stream, source_options
-from infra.kafka_source.planner import Tail, planner_consumer
+from infra.kafka_source.planner import FIRST_BATCH_MAX_RECORDS, Tail, planner_consumer
 from infra.kafka_source.splits import NO_FRONTIER, Split
 from infra.metrics import records_read
 from infra.spark_config import CONFIG_OPTION
@@ -79,6 +79,27 @@ def test_admission_control_and_available_now(
     assert max(sizes) <= 300 and len(sizes) >= 4
     values = [r.value for r in spark.sql("select value from admission_test").collect()]
     assert sorted(int(bytes(v)[1:]) for v in values) == list(range(1_000))
+
+
+def test_a_runs_first_micro_batch_is_small_and_the_next_take_the_whole_limit(
+    spark: SparkSession, settings: Settings, clients: Clients, tmp_path: Path
+) -> None:
+    topic = settings.topics.transactions
+    total, limit = FIRST_BATCH_MAX_RECORDS + 15_000, FIRST_BATCH_MAX_RECORDS + 10_000
+    produce(clients, topic, total)
+    stream = read_stream(
+        spark, KafkaSourceConfig(clients.kafka_config(), (topic,), max_records_per_trigger=limit)
+    )
+    query = (
+        stream.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    sizes = [records_read(p) for p in query.recentProgress if records_read(p)]
+    assert sum(sizes) == total
+    assert len(sizes) == 2 and sizes[0] <= FIRST_BATCH_MAX_RECORDS < sizes[1] <= limit, sizes
 
 
 def test_a_range_ending_at_a_commit_marker_completes_after_the_consumer_read_ahead(
