@@ -75,6 +75,7 @@ from infra.metrics import (
 )
 from infra.redis_store import RedisTarget, write_alerts, write_score_values
 from infra.retry import wait_out
+from infra.score_stats import score_stats, write_score_stats
 from infra.spark import start_stream
 from ingest.columnar import validate_many
 from ingest.validation import MAX_DETAIL_CHARS, parse_event
@@ -564,11 +565,7 @@ class ScoresToRedis:
 
     def __call__(self, batches: list[pa.RecordBatch]) -> None:
         alerts = [
-            AlertRecord.model_validate_json(value)
-            for batch in batches
-            for value in batch.column("value")
-            .filter(pc.equal(batch.column("topic"), self.alerts_topic))
-            .to_pylist()
+            AlertRecord.model_validate_json(value) for value in topic_values(batches, self.alerts_topic)
         ]
         prefix, retention_s = self.redis.prefix, self.redis.retention_s
         if alerts:
@@ -576,6 +573,18 @@ class ScoresToRedis:
         # Only the newest score per card is stored: read just those (ties are broken by tx id).
         scores = newest_per_key(batches, self.scores_topic)
         self.redis.write(lambda client: write_score_values(client, scores, prefix, retention_s))
+        # Every score counts in the live page's figures (infra.score_stats: once per task and micro-batch).
+        stats = score_stats(topic_values(batches, self.scores_topic))
+        self.redis.write(lambda client: write_score_stats(client, stats, prefix, retention_s))
+
+
+def topic_values(batches: list[pa.RecordBatch], topic: str) -> list[bytes]:
+    """The values of the sink rows for ``topic``."""
+    return [
+        value
+        for batch in batches
+        for value in batch.column("value").filter(pc.equal(batch.column("topic"), topic)).to_pylist()
+    ]
 
 
 # --- The query -------------------------------------------------------------------------------------------
