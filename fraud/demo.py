@@ -37,6 +37,7 @@ from contracts.settings import Settings
 from features.definitions import FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
+from fraud.live import QueryJobs
 from infra.clients import Clients, create_project_topics, read_topic, topic_counts
 from infra.embedded import EmbeddedStack
 from infra.redis_store import card_features_key
@@ -208,9 +209,10 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     batch = table_batch(settings, clean_table(live, source), source, None)
     span_s = max(1.0, (live[TxColumns.EVENT_TIME].max() - live[TxColumns.EVENT_TIME].min()).total_seconds())
     speedup = rate * span_s / max(1, len(live))
+    live_jobs = QueryJobs()  # the page's status strip: the two jobs below, as they start
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(clients.redis(), token=settings.bearer_token()),
+            create_app(clients.redis(), token=settings.bearer_token(), jobs=live_jobs),
             host=settings.api_host,
             port=settings.api_port,
             log_level="warning",
@@ -237,6 +239,9 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
             settings, settings.topics, checkpoints / "scoring", max_records=20_000
         )
         queries = jobs.start_live_jobs(spark, features, scoring, trigger_interval_s=0.5)
+        names = (jobs.describe(features)[0], jobs.describe(scoring)[0])
+        for name, query in zip(names, queries, strict=True):
+            live_jobs.add(name, query)
     producer.start()
     console.rule("Live")
     console.print(

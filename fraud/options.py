@@ -60,6 +60,14 @@ ModelCheckOption = Annotated[
         help="Seconds between checks of where the alias points (default: FRAUD_MODEL_CHECK_INTERVAL_S).",
     ),
 ]
+MetricsUrlsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metrics",
+        help="Also show the job serving metrics at this URL (a job on another machine or in another "
+        "container, e.g. http://pipeline:9400/metrics); repeatable.",
+    ),
+]
 PrefixOption = Annotated[
     str, typer.Option(help="Redis key prefix (empty for the live pipeline; an isolated run's own prefix).")
 ]

@@ -52,8 +52,9 @@ def registered(home: Path, job: RunningJob) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
-def running_jobs(home: Path) -> list[RunningJob]:
-    """The jobs registered under ``home`` whose process still runs this interpreter, oldest first."""
+def running_jobs(home: Path, prune: bool = True) -> list[RunningJob]:
+    """The jobs registered under ``home`` whose process still runs this interpreter, oldest first;
+    ``prune``: also remove the files of the others (a reader that must not write, or cannot, leaves them)."""
     found = []
     for path in sorted(jobs_dir(home).glob("*.json")):
         try:
@@ -62,7 +63,7 @@ def running_jobs(home: Path) -> list[RunningJob]:
             continue
         if pid_runs(job.pid, sys.executable):
             found.append(job)
-        else:
+        elif prune:
             path.unlink(missing_ok=True)
     return sorted(found, key=lambda job: job.started_at)
 

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+import urllib.request
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
@@ -40,6 +41,7 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
@@ -451,6 +453,27 @@ class ApiMetrics:
     def exposition(self) -> tuple[bytes, str]:
         """The metrics in Prometheus' text format, and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+#: Seconds a metrics endpoint may take to answer.
+SCRAPE_TIMEOUT_S = 3.0
+
+#: A metrics endpoint's samples: value by (name, sorted labels).
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples | None:
+    """Every sample a metrics endpoint serves, by name and labels; None when it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:  # noqa: S310 - http(s) URLs
+            text = answer.read().decode()
+    except OSError:
+        return None
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def batch_ranges(progress: Mapping[str, Any]) -> dict[str, tuple[int, int]]:

@@ -29,6 +29,7 @@ from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord, ScoreRecord
 from infra.metrics import ApiMetrics
 from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
+from scoring.live import JobsView, add_live_routes
 
 TxIdParam = Annotated[int, Path(ge=0, lt=2**63, description="Transaction id (non-negative int64).")]
 CardIdParam = Annotated[str, Path(pattern=CARD_TOKEN_PATTERN, description="Card token (32 hex digits).")]
@@ -131,7 +132,11 @@ class Health(BaseModel):
 
 
 def create_app(
-    redis: Any, prefix: str = "", token: str | None = None, states: JobStates | None = None
+    redis: Any,
+    prefix: str = "",
+    token: str | None = None,
+    states: JobStates | None = None,
+    jobs: JobsView | None = None,
 ) -> FastAPI:
     """The API and page over the Redis store behind this redis-py client.
 
@@ -139,7 +144,8 @@ def create_app(
     ``token``, every data endpoint requires ``Authorization: Bearer <token>`` (401 otherwise); the page
     itself holds no data and sends the token it is given in its URL fragment (``/#token=...``);
     ``/healthz`` stays open. With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}``
-    answer from the jobs' checkpoints (:func:`add_state_routes`).
+    answer from the jobs' checkpoints (:func:`add_state_routes`). The live page's figures
+    (``scoring.live``) show ``jobs``, when given.
     """
     bearer = HTTPBearer(auto_error=False, description="FRAUD_API_TOKEN, when the server has one.")
 
@@ -248,6 +254,7 @@ def create_app(
             raise HTTPException(404, f"nothing stored for card {card_id}")
         return found
 
+    add_live_routes(app, redis, prefix, guarded, jobs)
     if states is not None:
         add_state_routes(app, states, guarded)
     return app

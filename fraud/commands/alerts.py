@@ -21,7 +21,8 @@ from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
-from fraud.options import PrefixOption, parse_time
+from fraud.live import RegisteredJobs
+from fraud.options import MetricsUrlsOption, PrefixOption, parse_time
 from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
@@ -230,8 +231,10 @@ def serve_command(
         int | None, typer.Option(min=1, max=65_535, help="Port (default: FRAUD_API_PORT, 8000).")
     ] = None,
     prefix: PrefixOption = "",
+    metrics: MetricsUrlsOption = None,
 ) -> None:
-    """Serve the alert lookup API (OpenAPI at /docs) and the live alerts page at / (Ctrl-C stops)."""
+    """Serve the alert lookup API (OpenAPI at /docs) and the live alerts page at / (Ctrl-C stops); the
+    page's status strip shows the jobs running under FRAUD_HOME and those given with --metrics."""
     import uvicorn
 
     settings = settings_of(ctx)
@@ -243,7 +246,13 @@ def serve_command(
             "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
         )
     states = StateService(settings)
-    app_ = create_app(Clients.from_settings(settings).redis(), prefix, token, states)
+    app_ = create_app(
+        Clients.from_settings(settings).redis(),
+        prefix,
+        token,
+        states,
+        RegisteredJobs(settings.home, metrics or ()),
+    )
     page = f"http://{host}:{port}/" + ("#token=<FRAUD_API_TOKEN>" if token else "")
     console.print(f"Live alerts page: {page}   API docs: http://{host}:{port}/docs")
     try:

@@ -8,13 +8,11 @@ group it commits its processed offsets to, compared with the log's end.
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections import defaultdict
 from typing import Annotated
 
 import typer
 from confluent_kafka import ConsumerGroupTopicPartitions
-from prometheus_client.parser import text_string_to_metric_families
 from rich.table import Table
 
 from contracts.settings import Settings
@@ -23,12 +21,7 @@ from fraud.console import console, settings_of
 from fraud.running import running_jobs
 from infra.clients import Clients, NotConfiguredError, existing_topics, log_bounds, partitions_of
 from infra.embedded import EmbeddedStack
-from infra.metrics import OBSERVER_GROUP_PREFIX
-
-#: Seconds a metrics endpoint may take to answer.
-SCRAPE_TIMEOUT_S = 3.0
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+from infra.metrics import OBSERVER_GROUP_PREFIX, Samples, scrape
 
 
 def status(
@@ -59,20 +52,6 @@ def status(
         return
     console.print(groups_table(clients))
     console.print(offsets_table(clients, settings))
-
-
-def scrape(url: str) -> Samples | None:
-    """Every sample a metrics endpoint serves, by name and labels; None when it does not answer."""
-    try:
-        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as answer:  # noqa: S310 - http(s) URLs
-            text = answer.read().decode()
-    except OSError:
-        return None
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def job_summary(samples: Samples, now: float) -> dict[str, str]:

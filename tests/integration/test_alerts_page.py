@@ -1,29 +1,38 @@
 """The live alerts page in headless Chromium (Debian's), served by uvicorn over a real Valkey server.
 
 Opens the page, writes new alerts with ``write_alerts`` while it is open and expects them to appear
-within a few polls, then looks a card up with the form and expects its features, score and alerts.
+within a few polls, then looks a card up with the form and expects its features, score and alerts. Then
+the status strip and the charts, at 1280 px, with a registered job and counted scores.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import uvicorn
+from fastapi import FastAPI
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
+from fraud.live import RegisteredJobs
+from fraud.running import registered, this_job
 from infra.embedded import HOST, StackInfo, free_port
+from infra.metrics import JobMetrics
 from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
+from infra.score_stats import score_stats, write_score_stats
 from scoring.api import create_app
-from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
+from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_progress, make_score
 
 RETENTION_S = 7 * 86_400
 WAIT_S = 15
@@ -36,23 +45,29 @@ def store(stack: StackInfo) -> Iterator[tuple[Any, str]]:
     client.close()
 
 
-@pytest.fixture
-def server(store: tuple[Any, str]) -> Iterator[str]:
-    """The app on a free loopback port, in a thread of this process."""
-    client, prefix = store
+@contextlib.contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """``app`` on a free loopback port, in a thread of this process: its URL."""
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(client, prefix), host=HOST, port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
         time.sleep(0.05)
-    yield f"http://{HOST}:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def server(store: tuple[Any, str]) -> Iterator[str]:
+    client, prefix = store
+    with served(create_app(client, prefix)) as url:
+        yield url
 
 
 def alert_rows(browser: WebDriver) -> list[str]:
@@ -107,3 +122,109 @@ def test_page_shows_new_alerts_and_looks_up_a_card(
     field.send_keys(CARD_A.replace("a", "d"))
     browser.find_element(By.CSS_SELECTOR, "#card-form button").click()
     wait.until(ec.text_to_be_present_in_element((By.ID, "card-result"), "nothing stored for this card"))
+
+
+@pytest.fixture
+def live_server(store: tuple[Any, str], tmp_path: Path) -> Iterator[str]:
+    """The app with a view of the jobs registered under a home of its own."""
+    client, prefix = store
+    with served(create_app(client, prefix, jobs=RegisteredJobs(tmp_path))) as url:
+        yield url
+
+
+@pytest.fixture
+def scoring_job(tmp_path: Path) -> Iterator[None]:
+    """A scoring job's real metrics endpoint after a micro-batch, registered under ``tmp_path``."""
+    metrics = JobMetrics("scoring")
+    port = metrics.serve(0)
+    metrics.on_progress(make_progress(41, read=600, behind=25, duration_ms=500))
+    try:
+        with registered(tmp_path, this_job("scoring", "", f"http://{HOST}:{port}/metrics", "")):
+            yield
+    finally:
+        metrics.close()
+
+
+def chart_values(browser: WebDriver, chart: str) -> list[int]:
+    return [
+        int(bar.get_attribute("data-value") or -1)
+        for bar in browser.find_elements(By.CSS_SELECTOR, f"#{chart} rect.bar")
+    ]
+
+
+#: Elements whose right edge must stay in the window, and whose content must not scroll sideways.
+LAID_OUT = "#strip, .tile, figure, svg, main > section, table"
+
+CUT_OFF = """
+const width = document.documentElement.clientWidth;
+const cut = [];
+if (document.documentElement.scrollWidth > width) cut.push("page " + document.documentElement.scrollWidth);
+for (const node of document.querySelectorAll(arguments[0])) {
+  const box = node.getBoundingClientRect();
+  if (box.right > width + 0.5 || node.scrollWidth > node.clientWidth + 1) {
+    cut.push((node.id || node.tagName) + " right " + Math.round(box.right) + " scroll " + node.scrollWidth
+             + " > " + node.clientWidth);
+  }
+}
+return cut;
+"""
+
+
+def test_status_strip_and_charts_render_with_data_at_1280_px(
+    store: tuple[Any, str], live_server: str, scoring_job: None, browser: WebDriver
+) -> None:
+    """Scores of the last three minutes (every tenth at or above the threshold) and their alerts, counted by
+    the scoring job's hook into the real store; a registered scoring job; the page at 1280 px shows the job
+    and the model in the strip, each alert in its minute's bar and each score in its bin, the threshold
+    line, and nothing cut off, also with a card looked up."""
+    client, prefix = store
+    now_ms = int(time.time() * 1000)
+    alerts = []
+    scores = []
+    for minute in range(3):
+        batch = []
+        for i in range(40):
+            tx = minute * 100 + i
+            score = 0.9 if i % 10 == 0 else (i % 10) / 100
+            batch.append(
+                make_score(tx, score=score, alert=score >= 0.5, scored_at_ms=now_ms - minute * 60_000)
+            )
+        scores += batch
+        alerts += [s.to_alert({"card_nb_tx_1d": 1.0}, ["card_nb_tx_1d"]) for s in batch if s.alert]
+    write_alerts(client, alerts, prefix, RETENTION_S)
+    stats = score_stats([s.model_dump_json().encode() for s in scores])
+    assert write_score_stats(client, stats, prefix, RETENTION_S)
+
+    browser.set_window_size(1280, 1000)
+    browser.get(live_server + "/")
+    wait = WebDriverWait(browser, WAIT_S)
+    wait.until(
+        lambda b: len(chart_values(b, "alerts-chart")) == 30 and len(chart_values(b, "scores-chart")) == 50
+    )
+
+    strip = browser.find_element(By.ID, "strip").text.lower()  # the labels are set in capitals
+    assert "scoring" in strip and "1,200 rec/s" in strip and "lag 25" in strip and "batch 41" in strip
+    model = browser.find_element(By.ID, "model").text
+    assert "fraud-detector v3" in model and "threshold 0.500" in model
+
+    per_minute = chart_values(browser, "alerts-chart")
+    assert per_minute[-3:] == [4, 4, 4] and sum(per_minute) == 12
+    bins = chart_values(browser, "scores-chart")
+    assert sum(bins) == 120 and bins[:5] == [12, 24, 24, 24, 24] and bins[45] == 12
+    assert (
+        "120 scores by fraud-detector v3, 12 at or above the threshold"
+        in browser.find_element(By.CSS_SELECTOR, "#scores-chart figcaption").text
+    )
+    threshold = browser.find_element(By.CSS_SELECTOR, "#scores-chart line.threshold")
+    over = browser.find_elements(By.CSS_SELECTOR, "#scores-chart rect.bar.over")
+    assert len(over) == 25  # the bins from 0.50 up
+    assert float(threshold.get_attribute("x1") or 0) < float(over[0].get_attribute("x") or 0) + 1
+    assert browser.execute_script(CUT_OFF, LAID_OUT) == []
+
+    # A card looked up: the right-hand column holds its features and alerts, still inside the window.
+    browser.find_element(By.CSS_SELECTOR, "#alerts tbody tr td.card").click()
+    wait.until(ec.presence_of_element_located((By.ID, "card-alerts")))
+    assert browser.execute_script(CUT_OFF, LAID_OUT) == []
+    screenshot = os.environ.get("FRAUD_PAGE_SCREENSHOT")  # a file to look at the page in
+    if screenshot:
+        browser.save_screenshot(screenshot)

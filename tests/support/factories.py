@@ -1,7 +1,8 @@
-"""Score and alert records for tests: valid by default, any field overridable."""
+"""Score and alert records and streaming progress reports for tests: valid by default, any field overridable."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from contracts.records import AlertRecord, ScoreRecord
@@ -35,3 +36,22 @@ def make_alert(tx_id: int = 1, **updates: Any) -> AlertRecord:
     )
     top = updates.pop("top_features", ["card_amount_ratio_30d", "card_nb_tx_1d"])
     return make_score(tx_id, **updates).to_alert(features, top)
+
+
+def make_progress(batch_id: int, read: int, behind: int, duration_ms: int) -> dict[str, Any]:
+    """A streaming query's progress report of a micro-batch that read ``read`` records of one partition
+    of the features topic (``fraud-kafka`` offsets), ``behind`` short of the log's end."""
+    start = {"offsets": {"features/0": 0}, "read": 0}
+    end = {"offsets": {"features/0": read}, "read": read}
+    return {
+        "batchId": batch_id,
+        "timestamp": "2026-11-27T20:00:00.000Z",
+        "durationMs": {"triggerExecution": duration_ms},
+        "sources": [
+            {
+                "startOffset": json.dumps(start),
+                "endOffset": json.dumps(end),
+                "latestOffset": json.dumps({"offsets": {"features/0": read + behind}}),
+            }
+        ],
+    }
