@@ -129,24 +129,26 @@ def score_stats(values: Sequence[bytes]) -> ScoreStats | None:
     scores = np.nan_to_num(rows["score"].to_numpy(), nan=0.0)
     bins = np.clip((scores * SCORE_BINS).astype(np.int64), 0, SCORE_BINS - 1)
     alerts = pc.fill_null(rows["alert"], False).to_numpy(zero_copy_only=False)
+    # One key per (minute, version): versions are registry numbers, far below a million.
+    groups, inverse = np.unique(minutes * 1_000_000 + versions, return_inverse=True)
     counts = {}
-    for minute, version in {(int(m), int(v)) for m, v in zip(minutes, versions, strict=True)}:
-        mask = (minutes == minute) & (versions == version)
-        counts[minute, version] = Counts(
+    for group, key in enumerate(groups.tolist()):
+        mask = inverse == group
+        counts[divmod(key, 1_000_000)] = Counts(
             scores=int(mask.sum()),
             alerts=int(alerts[mask].sum()),
             bins=np.bincount(bins[mask], minlength=SCORE_BINS).tolist(),
         )
     models = []
-    for version in sorted({int(v) for v in versions}):
-        first = int(np.flatnonzero(versions == version)[0])
+    for version, first in zip(*np.unique(versions, return_index=True), strict=True):
+        used = scored_at[versions == version]
         models.append(
             ScoredModel(
-                version=version,
-                name=str(rows["model_name"][first].as_py()),
-                threshold=float(rows["threshold"][first].as_py()),
-                first_ms=int(scored_at[versions == version].min()),
-                last_ms=int(scored_at[versions == version].max()),
+                version=int(version),
+                name=str(rows["model_name"][int(first)].as_py()),
+                threshold=float(rows["threshold"][int(first)].as_py()),
+                first_ms=int(used.min()),
+                last_ms=int(used.max()),
             )
         )
     tx_ids = rows["tx_id"].to_numpy()

@@ -180,11 +180,21 @@ def test_openapi_spec_describes_every_endpoint_with_response_models(api: TestCli
         "/alerts/{tx_id}",
         "/cards/{card_id}",
         "/cards/{card_id}/alerts",
+        "/live/status",
+        "/live/alerts",
+        "/live/scores",
     }
     for path in paths.values():
         ok = path["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert "$ref" in ok or "items" in ok
-    assert {"AlertRecord", "ScoreRecord", "CardSummary"} <= set(spec["components"]["schemas"])
+    assert {
+        "AlertRecord",
+        "ScoreRecord",
+        "CardSummary",
+        "LiveStatus",
+        "AlertsPerMinute",
+        "ScoreDistribution",
+    } <= set(spec["components"]["schemas"])
 
 
 def test_page_is_served(api: TestClient) -> None:
