@@ -1,7 +1,8 @@
 """The alert lookup API and the live page (``fraud serve``), read-only over the Redis store.
 
 JSON endpoints serve the lookups of ``infra.redis_store`` (OpenAPI spec at ``/openapi.json``, docs at
-``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up.
+``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up,
+with a status strip and charts fed by the routes of ``scoring.live``.
 The API only reads Redis, so it sees what the scoring job has written: idempotent upserts keyed by tx id,
 so a re-run of a micro-batch never shows an alert twice. Given a reader of the jobs' state
 (:class:`JobStates`), it also serves what the feature job holds for a card or a terminal (``/state/...``):

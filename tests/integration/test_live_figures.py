@@ -5,9 +5,11 @@ metrics endpoints."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from fraud.live import RegisteredJobs
-from fraud.running import registered, this_job
+from fraud.running import RunningJob, jobs_dir, registered, this_job
 from infra.embedded import StackInfo
 from infra.metrics import JobMetrics
 from infra.redis_store import RedisTarget
@@ -107,7 +109,14 @@ def test_jobs_registered_under_the_home_are_read_from_their_metrics(tmp_path: Pa
     metrics.on_batch({}, {"model": 3})
     try:
         job = this_job("scoring", "", f"http://127.0.0.1:{port}/metrics", "")
+        # A job whose process is gone is not shown, and its file stays (the API only reads; in compose,
+        # it sees the pipeline's FRAUD_HOME read-only, and not its processes).
+        gone = RunningJob("features", "", 2**31 - 2, "http://127.0.0.1:9/metrics", "", 0.0)
+        stale = jobs_dir(tmp_path) / "features-gone.json"
+        stale.parent.mkdir(parents=True)
+        stale.write_text(json.dumps(asdict(gone)))
         assert RegisteredJobs(tmp_path).jobs() == []
+        assert stale.exists()
         with registered(tmp_path, job):
             (shown,) = RegisteredJobs(tmp_path).jobs()
     finally:
