@@ -294,6 +294,7 @@ class Rehearsal:
             "=/mlflow/": f"={home / 'mlflow'}/",
             "/tmp/spark-worker": str(home / "spark-worker"),  # noqa: S108 - the compose path, mapped away
             "--port=8000": f"--port={api}",
+            "http://pipeline:9400": f"http://127.0.0.1:{self.ports['metrics']}",  # the api's --metrics
             "http://localhost:8080": f"http://127.0.0.1:{spark_ui}",
             "0.0.0.0": "127.0.0.1",  # noqa: S104 - what the compose file binds, mapped to loopback
         }
