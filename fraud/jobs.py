@@ -23,7 +23,7 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud import savepoints
 from fraud.console import console, summary_table
 from fraud.options import DEFAULT_MAX_RECORDS, JobName
-from fraud.progress import QueryReport, watch_query
+from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
 from infra.checkpoints import check_intact
 from infra.clients import Clients, create_project_topics
@@ -322,6 +322,7 @@ def run_job(
         with registered(settings.home, entry):
             with console.status("Starting Spark..."):
                 spark = job_spark_session(settings, f"fraud-{job}", preload_of(config))
+            ctrl_c_interrupts_the_command_only()
             try:
                 config.checkpoint.mkdir(parents=True, exist_ok=True)
                 check_executors(
