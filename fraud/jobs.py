@@ -23,8 +23,9 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud import savepoints
 from fraud.console import console, summary_table
 from fraud.options import DEFAULT_MAX_RECORDS, JobName
-from fraud.progress import QueryReport, watch_query
+from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
+from infra.checkpoints import check_intact
 from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import InputWatch, JobMetrics, observer_group
@@ -281,16 +282,18 @@ def start_from_savepoint(settings: Settings, config: JobConfig, path: Path) -> J
 
 def prepare_start(settings: Settings, config: JobConfig, from_savepoint: Path | None) -> JobConfig:
     """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
-    rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check the
-    checkpoint's layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job's
-    config to run.
+    rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check that
+    the files Spark needs to resume it are there and whole (``infra.checkpoints.check_intact``), and its
+    layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job's config to
+    run.
 
     Raises:
-        StateError: the savepoint or the checkpoint does not fit the job.
+        StateError: the savepoint or the checkpoint does not fit the job, or the checkpoint is damaged.
     """
     path = from_savepoint or savepoints.unfinished_rescale(config.checkpoint)
     if path is not None:
         config = start_from_savepoint(settings, config, path)
+    check_intact(config.checkpoint)
     features = feature_config_of(config)
     if features is not None:
         feature_job.prepare_checkpoint(features)
@@ -319,6 +322,7 @@ def run_job(
         with registered(settings.home, entry):
             with console.status("Starting Spark..."):
                 spark = job_spark_session(settings, f"fraud-{job}", preload_of(config))
+            ctrl_c_interrupts_the_command_only()
             try:
                 config.checkpoint.mkdir(parents=True, exist_ok=True)
                 check_executors(

@@ -11,6 +11,7 @@ second while a broker is away: those are dropped, and the command says what is w
 from __future__ import annotations
 
 import logging
+import os
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -23,6 +24,15 @@ TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
 JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 
 
+class InterruptedCalls(logging.Filter):
+    """Drops Py4J's report of a Ctrl-C that landed in one of its calls to Spark's JVM: it logs the
+    interrupt with a traceback, then raises it, and the command stops the job as asked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        interrupted = record.exc_info is not None and isinstance(record.exc_info[1], KeyboardInterrupt)
+        return not (interrupted and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
 def configure_logging(level: str, log_format: str) -> None:
     """The project's loggers write lines of ``level`` and above to stderr, other libraries' warnings and
     errors, as ``text`` or ``json``; the Kafka clients' own lines are dropped. Replaces a configuration
@@ -31,6 +41,7 @@ def configure_logging(level: str, log_format: str) -> None:
     KAFKA_LOGGER.propagate = False
     handler = logging.StreamHandler()
     handler.addFilter(CardNumberFilter())
+    handler.addFilter(InterruptedCalls())
     handler.setFormatter(
         JsonFormatter(JSON_FIELDS, timestamp=True) if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import FraudError
@@ -63,15 +68,40 @@ def watch_query(
                             on_progress(progress)
                 if not active:
                     break
-                query.awaitTermination(poll_s)
+                with contextlib.suppress(StreamingQueryException):  # it failed: said below, in one line
+                    query.awaitTermination(poll_s)
         except KeyboardInterrupt:
             console.print("Stopping...")
-            query.stop()
+            with quiet_py4j():
+                query.stop()
     report.seconds = time.monotonic() - started
     failure = query.exception()
     if failure is not None:
         raise JobFailedError(failure)
     return report
+
+
+@contextlib.contextmanager
+def quiet_py4j() -> Iterator[None]:
+    """Py4J's own lines dropped for the block: stopping a query in the middle of a micro-batch interrupts
+    its ``foreachBatch`` call, which Py4J logs with a traceback (the batch is re-run by the next start)."""
+    logger = logging.getLogger("py4j")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def ctrl_c_interrupts_the_command_only() -> None:
+    """Ctrl-C interrupts the command's main thread only (Python's own handler), which then stops the query.
+
+    PySpark's handler, installed with its context, cancels every running Spark job first: a micro-batch is
+    cut off mid-write and every layer of the job reports it, with tracebacks. Called from the main thread
+    once the session runs; elsewhere (a job run from another thread) it does nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _report_batch(report: QueryReport, progress: dict[str, Any]) -> None:

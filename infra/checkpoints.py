@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,3 +131,135 @@ def per_batch_until(text: str, last_batch: int) -> str | None:
     if not isinstance(values, dict) or not values or not all(key.isdigit() for key in values):
         return None
     return json.dumps({key: value for key, value in values.items() if int(key) <= last_batch})
+
+
+class DamagedCheckpointError(StateError):
+    """A file Spark needs to resume a checkpoint is missing or cut short."""
+
+
+#: Spark's LZ4 block stream (its default state store codec): every block starts with this.
+LZ4_MAGIC = b"LZ4Block"
+#: Magic, token, compressed length, original length, checksum.
+_LZ4_HEADER = struct.Struct("<8sBiii")
+
+
+def check_intact(checkpoint: Path) -> None:
+    """Check, before Spark starts, that the files a restart of the checkpoint's query needs are there and
+    whole: the offsets and commit logs (no gap, the newest entries readable, no commit without its offsets)
+    and the state store files of the last committed micro-batch (its snapshot and the changelogs after it).
+    Spark meets a missing or truncated file somewhere in a task, pages of traceback later, or misreads it
+    (a commit without its offsets makes it plan that batch again, and the sink then finds its markers
+    ahead of the batch).
+
+    Raises:
+        DamagedCheckpointError: naming the file and what to do.
+    """
+    query = query_location(checkpoint)
+    try:
+        _check_logs(query)
+        last = _ids(query / "commits")
+        if last:
+            _check_state(query / "state", max(last) + 1)
+    except _Damaged as damage:
+        raise DamagedCheckpointError(
+            f"checkpoint {checkpoint} is damaged: {damage.file.relative_to(checkpoint)} {damage.what}; restore "
+            "a savepoint into a new checkpoint (`--from-savepoint PATH --checkpoint NEW`) or start over in a "
+            "new checkpoint (`--checkpoint NEW`, or delete this one)"
+        ) from None
+
+
+class _Damaged(Exception):
+    def __init__(self, file: Path, what: str) -> None:
+        super().__init__(what)
+        self.file, self.what = file, what
+
+
+def _ids(folder: Path) -> list[int]:
+    """The batch ids a log folder holds (Spark names its entries by batch id; hidden ``.crc`` files aside)."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(path.name) for path in folder.iterdir() if path.name.isdigit())
+
+
+def _check_logs(query: Path) -> None:
+    offsets, commits = _ids(query / "offsets"), _ids(query / "commits")
+    for name, ids in (("offsets", offsets), ("commits", commits)):
+        gaps = sorted(set(range(ids[0], ids[-1] + 1)) - set(ids)) if ids else []
+        if gaps:
+            raise _Damaged(query / name / str(gaps[0]), "is missing (the entries around it are there)")
+    if commits and (not offsets or commits[-1] > offsets[-1]):
+        raise _Damaged(
+            query / "offsets" / str(commits[-1]),
+            f"is missing: micro-batch {commits[-1]} was committed, but where it read to is gone",
+        )
+    newest = [query / "offsets" / str(i) for i in offsets[-2:]] + [
+        query / "commits" / str(i) for i in commits[-1:]
+    ]
+    for entry in newest:
+        lines = entry.read_text(errors="replace").splitlines()
+        if len(lines) < 2 or not lines[0].startswith("v"):
+            raise _Damaged(entry, "is cut short or unreadable")
+        for line in lines[1:]:
+            try:
+                json.loads(line)
+            except ValueError:
+                raise _Damaged(entry, "is cut short or unreadable") from None
+
+
+def _version_of(path: Path) -> int | None:
+    """The state version of a store file: ``12.changelog``, ``12.zip``, or ``12_<id>.<suffix>``."""
+    head = path.stem.partition("_")[0]
+    return int(head) if head.isdigit() and path.suffix in (".changelog", ".zip") else None
+
+
+def _check_state(state: Path, version: int) -> None:
+    """Each state store partition under ``state`` can be loaded at ``version``: its newest snapshot at or
+    below it, and a whole changelog of every version after that snapshot up to it."""
+    if not state.is_dir():
+        return
+    for partition in sorted(p for p in state.glob("*/*") if p.is_dir() and p.name.isdigit()):
+        files: dict[int, dict[str, Path]] = {}
+        for path in partition.iterdir():
+            found = _version_of(path)
+            if found is not None and found <= version:
+                files.setdefault(found, {})[path.suffix] = path
+        if not files:
+            continue
+        snapshots = [v for v, kinds in files.items() if ".zip" in kinds]
+        base = max(snapshots, default=0)
+        if base:
+            _check_snapshot(files[base][".zip"])
+        for wanted in range(base + 1, version + 1):
+            changelog = files.get(wanted, {}).get(".changelog")
+            if changelog is None:
+                if wanted == version or any(v > wanted for v in files):
+                    raise _Damaged(partition / f"{wanted}.changelog", "is missing")
+                continue
+            _check_changelog(changelog)
+
+
+def _check_snapshot(path: Path) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.infolist()
+    except (zipfile.BadZipFile, OSError):
+        raise _Damaged(path, "is cut short or unreadable") from None
+
+
+def _check_changelog(path: Path) -> None:
+    """A changelog in Spark's LZ4 block stream ends with an empty block; one cut short does not. (A file of
+    another codec is not checked.)"""
+    data = path.read_bytes()
+    if not data:
+        raise _Damaged(path, "is empty")
+    if not data.startswith(LZ4_MAGIC):
+        return
+    at = 0
+    while at + _LZ4_HEADER.size <= len(data):
+        magic, _, compressed, original, _ = _LZ4_HEADER.unpack_from(data, at)
+        if magic != LZ4_MAGIC or compressed < 0 or original < 0:
+            break
+        if compressed == 0 and original == 0:
+            return
+        at += _LZ4_HEADER.size + compressed
+    raise _Damaged(path, "is cut short")

@@ -21,6 +21,7 @@ from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
 from contracts.provenance import CopyFilter
 from contracts.settings import KEEP_FOREVER, Settings, Topics
 from infra.embedded import EmbeddedStack, StackInfo
+from infra.kafka_outage import KafkaUnreachableError, is_outage
 from infra.redis_store import RedisOptions, redis_client
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
@@ -201,14 +202,17 @@ def cluster_metadata(client: AdminClient | Consumer, topic: str | None = None) -
     """The cluster's metadata (of one topic, if given).
 
     Raises:
-        ServiceUnavailableError: Kafka did not answer within :data:`METADATA_TIMEOUT_S`.
+        KafkaUnreachableError: Kafka did not answer within :data:`METADATA_TIMEOUT_S` (the message says what
+            to check at start-up; its ``reason``, for an outage's line, only what happened).
     """
     try:
         return client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
-        raise ServiceUnavailableError(
+        reason = f"no answer within {METADATA_TIMEOUT_S:.0f} s: {exc.args[0].str()}"
+        raise KafkaUnreachableError(
             f"Kafka did not answer within {METADATA_TIMEOUT_S:.0f} s ({exc.args[0].str()}); "
-            "check FRAUD_BOOTSTRAP_SERVERS and the security settings, or start the embedded stack (`fraud up`)"
+            "check FRAUD_BOOTSTRAP_SERVERS and the security settings, or start the embedded stack (`fraud up`)",
+            reason,
         ) from None
 
 
@@ -297,13 +301,17 @@ def consumed(
     consumer reached the end of a partition (True; its offset is that end, with ``enable.partition.eof``).
 
     An offset outside the log (with ``auto.offset.reset=error``) raises :class:`HistoryGapError`, or is
-    added to ``gaps`` as ``topic/partition`` when the caller expects it. Any other error raises
-    ``KafkaException``.
+    added to ``gaps`` as ``topic/partition`` when the caller expects it. A broker that does not answer is
+    reported to consumers as an error event too, which the consumer recovers from by itself: such events
+    are passed over (the caller's own deadline says when nothing came for too long). Any other error
+    raises ``KafkaException``.
     """
     for message in consumer.consume(count, timeout=timeout):
         error = message.error()
         if error is None or error.code() == KafkaError._PARTITION_EOF:
             yield message, error is not None
+        elif is_outage(error):
+            continue
         elif error.code() == KafkaError._AUTO_OFFSET_RESET and gaps is not None:
             gaps.add(f"{message.topic()}/{message.partition()}")
         elif error.code() == KafkaError._AUTO_OFFSET_RESET:  # auto.offset.reset=error: out of the log

@@ -1,13 +1,18 @@
 """Outages are waited out, not fatal: a call to a service that is away is retried with capped exponential
 backoff until it answers, with one log line when the outage starts and one when it ends.
 
-For writes that must happen and are idempotent (Redis lookups after a Kafka commit): giving up would
-leave the lookup store behind the topics, and repeating a write changes nothing.
+For calls that must happen and are safe to repeat: idempotent writes (Redis lookups after a Kafka
+commit), reads, and the steps of a Kafka transaction that a commit marker guards. Giving up would stop
+the job, or leave the lookup store behind the topics.
+
+The lines are per process and service: when several threads of one process wait for the same service
+(``what``), the first to fail says that it is away and the last to get through says that it answers again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +21,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
+
+#: Whether an error means the service is away (retry) rather than a mistake (raise): error types, or a test.
+Transient = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
 
 @dataclass(frozen=True)
@@ -29,38 +37,89 @@ class Backoff:
         return min(self.cap_s, self.first_s * 2 ** (failures - 1))
 
 
+class _Outages:
+    """The calls of this process waiting for each service, so that an outage is told once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, int] = {}
+
+    def started(self, what: str) -> bool:
+        """One more call waits for ``what``; whether it is the first."""
+        with self._lock:
+            self._waiting[what] = self._waiting.get(what, 0) + 1
+            return self._waiting[what] == 1
+
+    def ended(self, what: str) -> bool:
+        """A call waiting for ``what`` got through (or gave up); whether it was the last."""
+        with self._lock:
+            left = self._waiting.get(what, 1) - 1
+            if left:
+                self._waiting[what] = left
+            else:
+                self._waiting.pop(what, None)
+            return not left
+
+
+_OUTAGES = _Outages()
+
+
+def _is_transient(transient: Transient, error: BaseException) -> bool:
+    if isinstance(transient, tuple):
+        return isinstance(error, transient)
+    return transient(error)
+
+
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
 def wait_out(
     call: Callable[[], T],
     what: str,
-    transient: tuple[type[BaseException], ...],
+    transient: Transient,
     backoff: Backoff = Backoff(),
     sleep: Callable[[float], None] = time.sleep,
     on_recovered: Callable[[int], None] | None = None,
+    describe: Callable[[BaseException], str] = _said,
 ) -> T:
-    """``call()``, retried while it raises one of ``transient`` (the service is away); other errors raise.
+    """``call()``, retried while it raises an error ``transient`` says is an outage (error types, or a
+    test of the error); other errors raise.
 
-    Logs a warning when the outage starts (``what`` unreachable, and why) and an info line when it ends
-    (after how long and how many attempts). ``on_recovered(failures)`` is called once the call succeeded
-    after failures (to count them where it can be seen).
+    Logs a warning when the outage starts (``what`` unreachable, and why: ``describe(error)``) and one when
+    it ends (how long since the first failed call began, and how many attempts failed), once per process and ``what`` however many calls
+    wait. ``on_recovered(failures)`` is called once the call succeeded after failures (to count them where
+    it can be seen).
     """
     failures = 0
     since = 0.0
-    while True:
-        try:
-            result = call()
-        except transient as error:
-            failures += 1
-            if failures == 1:
-                since = time.monotonic()
-                _log.warning(
-                    "%s unreachable (%s: %s); retrying until it answers", what, type(error).__name__, error
-                )
-            sleep(backoff.wait_s(failures))
-            continue
-        if failures:
-            _log.warning(
-                "%s answers again after %.1f s (%d failed attempts)", what, time.monotonic() - since, failures
-            )
-            if on_recovered is not None:
-                on_recovered(failures)
-        return result
+    try:
+        while True:
+            called = time.monotonic()
+            try:
+                result = call()
+            except BaseException as error:
+                if not _is_transient(transient, error):
+                    raise
+                failures += 1
+                if failures == 1:
+                    since = called  # a call may wait long before it fails: the outage began by then
+                    if _OUTAGES.started(what):
+                        _log.warning("%s unreachable (%s); retrying until it answers", what, describe(error))
+                sleep(backoff.wait_s(failures))
+                continue
+            if failures:
+                failed, failures = failures, 0
+                if _OUTAGES.ended(what):
+                    _log.warning(
+                        "%s answers again after %.1f s (%d failed attempts)",
+                        what,
+                        time.monotonic() - since,
+                        failed,
+                    )
+                if on_recovered is not None:
+                    on_recovered(failed)
+            return result
+    finally:
+        if failures:  # gave up (another error, an interrupt) while waiting
+            _OUTAGES.ended(what)

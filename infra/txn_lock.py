@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer
 
+from infra.kafka_outage import wait_for_kafka
+
 #: The cluster id a Tansu broker reports unless started with ``--cluster-id``.
 TANSU_CLUSTER_ID = "tansu_cluster"
 #: Where the locks live: every Python worker of the host sees the same files.
@@ -42,7 +44,8 @@ _NEEDS_LOCKS: dict[str, bool] = {}
 def needs_locks(consumer: Consumer, bootstrap_servers: str) -> bool:
     """Whether transactions against this cluster must not overlap (the broker is Tansu)."""
     if bootstrap_servers not in _NEEDS_LOCKS:
-        cluster_id = consumer.list_topics(timeout=METADATA_TIMEOUT_S).cluster_id
+        metadata = wait_for_kafka(lambda: consumer.list_topics(timeout=METADATA_TIMEOUT_S))
+        cluster_id = metadata.cluster_id
         _NEEDS_LOCKS[bootstrap_servers] = cluster_id == TANSU_CLUSTER_ID
     return _NEEDS_LOCKS[bootstrap_servers]
 

@@ -79,6 +79,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from contracts.provenance import header_prefix
+from infra.kafka_outage import cut_off, is_outage, wait_for_kafka
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -146,13 +147,6 @@ def _freeze_imports() -> None:
     gc.freeze()
 
 
-def _keeping(batches: Iterator[pa.RecordBatch], kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The batches, each also appended to ``kept``."""
-    for batch in batches:
-        kept.append(batch)
-        yield batch
-
-
 def _peek(batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
     """The first non-empty record batch, or None when the partition has no rows."""
     for batch in batches:
@@ -175,36 +169,41 @@ class _ArrowKafkaWriter:
     def write_partition(
         self, batches: Iterator[pa.RecordBatch], batch_id: int, partition_id: int
     ) -> KafkaSinkCommit:
-        """Write the rows of micro-batch ``batch_id``, Spark partition ``partition_id``, exactly once."""
+        """Write the rows of micro-batch ``batch_id``, Spark partition ``partition_id``, exactly once.
+
+        The rows are kept until they are in Kafka: a transaction that a Kafka outage cut off (its records or
+        its commit timed out, and it was aborted) is written again once Kafka answers, from the marker
+        check on, so a running job waits an outage out instead of failing the micro-batch."""
         timings = Timings("sink-write")
         batches = timings.timed("input", unpacked(batches))
         first = _peek(batches)
         if first is None:
             return self._message(batch_id, partition_id, 0, "empty")
-        kept: list[pa.RecordBatch] = []
-        if self.config.after_commit is not None:
-            batches = _keeping(batches, kept)
-            kept.append(first)
+        kept = [first, *batches]
         writer = cached_writer(self.config, self.config.transactional_id(partition_id))
         what = f"{SINK_NAME} {writer.transactional_id} batch {batch_id}"
-        with timings.phase("begin"):
-            producer = self._begin(writer, batch_id, what)
-        if producer is None:
-            drained = first.num_rows + sum(batch.num_rows for batch in batches)
-            _log.info("%s: already written (marker %d), skipping %d rows", what, batch_id + 1, drained)
-            self.config.run_after_commit(kept)
-            return self._message(batch_id, partition_id, drained, "already-written")
-        self.on_transaction_event("opened", batch_id, partition_id)
-        prefix = header_prefix(writer.transactional_id, batch_id, uuid.uuid4().hex[:8])
-        with self._one_at_a_time(writer, first, batches, timings) as batches:
-            with timings.phase("produce"):
-                rows = self._produce_all(producer, writer, first, batches, what, prefix)
+        while True:
+            with timings.phase("begin"):
+                producer = wait_for_kafka(lambda: self._begin(writer, batch_id, what))
+            if producer is None:
+                drained = sum(batch.num_rows for batch in kept)
+                _log.info("%s: already written (marker %d), skipping %d rows", what, batch_id + 1, drained)
+                self.config.run_after_commit(kept)
+                return self._message(batch_id, partition_id, drained, "already-written")
+            self.on_transaction_event("opened", batch_id, partition_id)
+            prefix = header_prefix(writer.transactional_id, batch_id, uuid.uuid4().hex[:8])
             try:
-                with timings.phase("commit"):
-                    commit(producer, what)
-            except SinkWriteError:
+                with self._one_at_a_time(writer, first, iter(kept[1:]), timings) as rest:
+                    with timings.phase("produce"):
+                        rows = self._produce_all(producer, writer, first, rest, what, prefix)
+                    with timings.phase("commit"):
+                        commit(producer, what)
+                break
+            except SinkWriteError as error:
                 writer.discard_producer()
-                raise
+                if not cut_off(error.__cause__):
+                    raise
+                _log.info("%s: a Kafka outage cut the transaction off (%s); writing it again", what, error)
         writer.owned_marker = batch_id + 1
         self.on_transaction_event("committed", batch_id, partition_id)
         with timings.phase("after-commit"):
@@ -269,6 +268,8 @@ class _ArrowKafkaWriter:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 writer.discard_producer()
+                if is_outage(exc):  # waited out by the caller: a new producer once Kafka answers
+                    raise
                 if attempt:
                     raise SinkWriteError(f"{what}: cannot begin the Kafka transaction: {error}") from exc
                 _log.info(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Literal
@@ -20,6 +19,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from contracts.provenance import HEADER as PROVENANCE_HEADER
+from infra.kafka_outage import is_outage, wait_for_kafka
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -94,7 +94,11 @@ class TransactionalWriter:
         self.owned_marker = None
 
     def read_marker(self) -> int:
-        """The committed marker offset of this writer's group, -1 if there is none."""
+        """The committed marker offset of this writer's group, -1 if there is none (a Kafka outage is waited
+        out)."""
+        return wait_for_kafka(self._read_marker)
+
+    def _read_marker(self) -> int:
         (result,) = self.consumer.committed([self.marker], timeout=KAFKA_CALL_TIMEOUT_S)
         if result.error is not None:
             raise KafkaException(result.error)
@@ -135,17 +139,10 @@ def close_cached_writers() -> None:
         writer.close()
 
 
-def retry_call(call: Callable[[float], object], deadline_s: float = KAFKA_CALL_TIMEOUT_S) -> None:
-    """Run ``call(timeout)``, resuming while librdkafka says the error is retriable."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            call(max(1.0, deadline - time.monotonic()))
-            return
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if not error.retriable() or time.monotonic() >= deadline:
-                raise
+def retry_call(call: Callable[[float], object]) -> None:
+    """Run ``call(timeout)``, again while librdkafka says the error is retriable or Kafka is away: a
+    transaction's init and commit may be repeated until they go through (``infra.kafka_outage``)."""
+    wait_for_kafka(lambda: call(KAFKA_CALL_TIMEOUT_S))
 
 
 def is_fenced(error: KafkaError) -> bool:
@@ -218,6 +215,10 @@ def commit(producer: Producer, what: str) -> None:
         if error.txn_requires_abort():
             try:
                 producer.abort_transaction(KAFKA_CALL_TIMEOUT_S)
-            except KafkaException:
-                _log.warning("aborting %s failed; the next owner of its transactional id aborts it", what)
+            except KafkaException as failed:  # Kafka away (said once already): the next owner aborts it
+                _log.log(
+                    logging.INFO if is_outage(failed) else logging.WARNING,
+                    "aborting %s failed; the next owner of its transactional id aborts it",
+                    what,
+                )
         raise SinkWriteError(f"{what}: the Kafka transaction failed, nothing was written: {error}") from exc

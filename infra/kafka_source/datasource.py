@@ -59,8 +59,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from contracts.errors import NotFoundError, ServiceUnavailableError
+from contracts.errors import NotFoundError
 from infra.clients import cluster_metadata, first_offsets, log_bounds
+from infra.kafka_outage import wait_for_kafka
 from infra.kafka_source.config import EARLIEST, KafkaSourceConfig, time_of
 from infra.kafka_source.planner import (
     DRAIN_S,
@@ -77,7 +78,6 @@ from infra.kafka_source.planner import (
 )
 from infra.kafka_source.reader import read_group
 from infra.kafka_source.splits import NO_FRONTIER, Split, group_splits, parse_tp, tp_name
-from infra.retry import wait_out
 from infra.spark_config import config_from, config_options
 from infra.spark_logs import mark_worker_logs
 
@@ -176,17 +176,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._tail = Tail(planner_consumer(self.config.kafka_config))
         known = set(begin) | set(self._tail.end)
         # A running query waits a broker outage out (the checks at its start fail fast instead).
-        partitions = wait_out(self._partitions, "Kafka", (ServiceUnavailableError,))
+        partitions = wait_for_kafka(self._partitions)
         added = [tp for tp in partitions if tp_name(*tp) not in known]
         if added:  # partitions added since the query started: from their first record
-            consumer = self._driver_consumer()
-            lows = []
-            for topic, partition in added:
-                low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-                lows.append(TopicPartition(topic, partition, low))
-            begin.update(first_offsets(consumer, lows, READ_TIMEOUT_S))
+            begin.update(wait_for_kafka(lambda: self._first_offsets(added)))
         self._tail.follow(begin)
         return self._tail, begin
+
+    def _first_offsets(self, added: list[tuple[str, int]]) -> dict[str, int]:
+        consumer = self._driver_consumer()
+        lows = []
+        for topic, partition in added:
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            lows.append(TopicPartition(topic, partition, low))
+        return first_offsets(consumer, lows, READ_TIMEOUT_S)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if self._tail is None and isinstance(limit, ReadMaxRows):  # a run's first micro-batch

@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from contracts.errors import ServiceUnavailableError
 from contracts.provenance import CopyFilter, Provenance, WriterMarks, provenance_of
-from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, HistoryGapError, consumed
+from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, HistoryGapError, cluster_metadata, consumed
+from infra.kafka_outage import KafkaUnreachableError, wait_for_kafka
 from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
 
 POLL_S = 0.05
@@ -314,7 +315,7 @@ def _read_at(consumer: Consumer, at: list[TopicPartition]) -> dict[str, int]:
             name = tp_name(message.topic() or "", message.partition() or 0)
             if not at_end and name not in found and (message.offset() or 0) >= wanted[name]:
                 found[name] = message.timestamp()[1]
-        check_deadline(until, set(wanted) - set(found))
+        until = check_deadline(until, set(wanted) - set(found), consumer)
     consumer.unassign()
     return found
 
@@ -341,10 +342,25 @@ def deadline() -> float:
     return time.monotonic() + READ_TIMEOUT_S
 
 
-def check_deadline(until: float, pending: set[str]) -> None:
-    """Fail when ``pending`` partitions are still unread at ``until``."""
-    if pending and time.monotonic() > until:
-        raise ServiceUnavailableError(
-            f"no answer from Kafka for {sorted(pending)} within {READ_TIMEOUT_S:.0f} s (longer than a "
-            "writer's transaction may stay open: the planned records are not readable)"
-        )
+def check_deadline(until: float, pending: set[str], consumer: Consumer) -> float:
+    """The deadline of a read whose ``pending`` partitions are still unread: ``until``, or a new one when it
+    passed while Kafka was away. Only time the broker answers counts: past the deadline, a broker that
+    does not answer a metadata request is an outage, waited out (``infra.kafka_outage``); one that answers
+    and still delivers nothing holds the records back.
+
+    Raises:
+        ServiceUnavailableError: the broker answers, and the records did not come by the deadline.
+    """
+    if not pending or time.monotonic() <= until:
+        return until
+    topics = sorted({parse_tp(name)[0] for name in pending})
+    try:
+        for topic in topics:
+            cluster_metadata(consumer, topic)
+    except KafkaUnreachableError:
+        wait_for_kafka(lambda: [cluster_metadata(consumer, topic) for topic in topics])
+        return deadline()
+    raise ServiceUnavailableError(
+        f"no answer from Kafka for {sorted(pending)} within {READ_TIMEOUT_S:.0f} s (longer than a "
+        "writer's transaction may stay open: the planned records are not readable)"
+    )

@@ -128,7 +128,7 @@ def _read_range(kafka_config: Mapping[str, Any], split: Split) -> Iterator[pa.Re
         if len(chunk) >= _BATCH_ROWS:
             yield _records(split, chunk)
             chunk = []
-        check_deadline(until, {name} if position < split.end else set())
+        until = check_deadline(until, {name} if position < split.end else set(), consumer)
     if chunk:
         yield _records(split, chunk)
     if copies.copies:

@@ -46,3 +46,33 @@ def test_text_at_the_default_level_shows_warnings_once_however_often_configured(
     logging.getLogger("fraud.demo").info("not shown")
     logging.getLogger("infra.retry").warning("Kafka away")
     assert capsys.readouterr().err == "WARNING infra.retry: Kafka away\n"
+
+
+def test_py4j_reporting_a_ctrl_c_in_its_call_is_not_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C during a call to Spark's JVM: Py4J logs the KeyboardInterrupt with a traceback (through the
+    root logger) before raising it; the command stops the job and says so itself."""
+    configure_logging("warning", "text")
+    py4j = logging.getLogger()
+    record = py4j.makeRecord(
+        "root",
+        logging.ERROR,
+        "/venv/site-packages/py4j/java_gateway.py",
+        1070,
+        "KeyboardInterrupt while sending command.",
+        (),
+        (KeyboardInterrupt, KeyboardInterrupt(), None),
+    )
+    py4j.handle(record)
+    other = py4j.makeRecord(
+        "root",
+        logging.ERROR,
+        "/venv/site-packages/py4j/java_gateway.py",
+        1059,
+        "Exception while sending command.",
+        (),
+        None,
+    )
+    py4j.handle(other)
+    err = capsys.readouterr().err
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err
+    assert "Exception while sending command." in err  # anything else Py4J reports still shows
