@@ -29,6 +29,8 @@ DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 #: Buckets the feature job hashes cards (and terminals) into, unless ``FRAUD_CARD_BUCKETS`` (and
 #: ``FRAUD_TERMINAL_BUCKETS``) say: the keys of its two stateful stages.
 DEFAULT_BUCKETS = 6
+#: State entries per bucket of each stateful stage (``features.entries``).
+DEFAULT_SLOTS = 4096
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
 #: The JVM heap of a job's driver (in local mode, the whole job's JVM), unless ``FRAUD_SPARK_DRIVER_MEMORY``
@@ -243,6 +245,20 @@ class Settings(BaseSettings):
         le=4096,
         description="Buckets terminals are hashed into, the keys of the feature job's terminal state. Change "
         "it through a savepoint, as FRAUD_CARD_BUCKETS.",
+    )
+    card_slots: int = Field(
+        DEFAULT_SLOTS,
+        ge=1,
+        le=2**20,
+        description="State entries per card bucket: a micro-batch reads and writes the entries of the cards it "
+        "has events for, each holding the history of the cards hashed into it. Change it through a savepoint, "
+        "as FRAUD_CARD_BUCKETS.",
+    )
+    terminal_slots: int = Field(
+        DEFAULT_SLOTS,
+        ge=1,
+        le=2**20,
+        description="State entries per terminal bucket, as FRAUD_CARD_SLOTS for terminals.",
     )
 
     # Alerts: the Redis lookup store and its API.

@@ -1,9 +1,9 @@
 """What the feature job holds for one card or one terminal, read from its checkpoint or from a savepoint.
 
-The job keeps its state per card bucket and per terminal bucket (``features.job``): Arrow blobs of the
-core's states. A card is looked up in the bucket the job routes it to (``features.buckets``, with the
-bucket counts of the checkpoint's layout file), and the blobs are decoded as the job decodes them
-(``features.transport``). The windows shown are the core's, at the event-time frontier:
+The job keeps its state per card bucket and per terminal bucket (``features.job``), each card's history and
+each terminal's transactions and labels in the entry of its slot (``features.entries``). A card is looked up
+in the bucket and entry the job routes it to (with the counts of the checkpoint's layout file), and decoded
+as the job decodes it. The windows shown are the core's, at the event-time frontier:
 ``features.core.card_windows`` for the card and ``features.core.terminal_step`` for a transaction at the
 frontier for the terminal, so they follow the feature definitions and cannot drift from them.
 
@@ -40,9 +40,17 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from features.job import CARD_STATE_VAR, TERMINAL_STATE_VAR
-from features.rows import KIND, LABEL, TX
-from features.transport import KEY, card_bucket_of, terminal_state_of
+from features.entries import Layout, is_entry_layout, unpack_cards, unpack_terminals
+from features.job import (
+    CARD_ENTRIES_VAR,
+    CARD_STATE_VAR,
+    LEGACY_CARD_STATE_VAR,
+    LEGACY_TERMINAL_STATE_VAR,
+    TERMINAL_ENTRIES_VAR,
+)
+from features.rows import KIND, LABEL, TX, empty_events
+from features.stages import CardBucket
+from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
@@ -73,6 +81,11 @@ class JobState:
     layout: dict[str, int]
     batch: CommittedBatch
     params: FeatureParams | None = None
+
+    @property
+    def entry_layout(self) -> Layout:
+        """The layout as ``features.entries`` routes by it (entry layouts only)."""
+        return Layout(**{name: int(count) for name, count in self.layout.items()})
 
     def params_or(self, default: FeatureParams) -> FeatureParams:
         """The parameters the job records, else ``default``."""
@@ -194,17 +207,16 @@ def _plain(value: Any) -> Any:
 
 
 def card_view(
-    card_id: str, job: JobState, bucket: int, stored: dict[str, Any] | None, params: FeatureParams
+    card_id: str, job: JobState, bucket: int, held: CardBucket | None, params: FeatureParams
 ) -> CardView:
-    """The view of ``card_id`` from its bucket's stored value (history, pending, frontier; None: the bucket
-    has none).
+    """The view of ``card_id`` from what its bucket holds (the card's history, at least; its waiting events
+    and frontier; None: the bucket holds nothing).
 
     Raises:
         NothingHeldError: the bucket holds no transaction and no waiting event of the card.
     """
     history, pending, frontier = CardState.empty(), pd.DataFrame(columns=EVENT_COLUMNS), None
-    if stored is not None:
-        held = card_bucket_of(stored["history"], stored["pending"], stored["frontier"])
+    if held is not None:
         history, pending = held.history, held.pending
         frontier = None if held.frontier_ms <= NO_FRONTIER else held.frontier_ms
     mine = history.card_id == card_id
@@ -241,11 +253,23 @@ def card_view(
 
 
 def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
-    """What the job holds for ``card_id``, read from its card bucket's state (Spark's state data source)."""
+    """What the job holds for ``card_id``, read from its card bucket's state (Spark's state data source):
+    the bucket's waiting events and frontier, and the card's entry."""
     bucket = card_bucket(card_id, job.layout["card_buckets"])
     with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
+        if not is_entry_layout(job.layout):
+            stored = reader.value_state(LEGACY_CARD_STATE_VAR, KEY, [bucket]).get(bucket)
+            held = None if stored is None else card_bucket_of(*stored.values())
+            return card_view(card_id, job, bucket, held, params)
         stored = reader.value_state(CARD_STATE_VAR, KEY, [bucket]).get(bucket)
-    return card_view(card_id, job, bucket, stored, params)
+        slot = int(job.entry_layout.card_slots_of(np.asarray([card_id], dtype=object))[0])
+        entry = reader.map_value(CARD_ENTRIES_VAR, KEY, bucket, slot)
+    history, _ = unpack_cards([] if entry is None else [entry[0]])
+    if stored is None and entry is None:
+        return card_view(card_id, job, bucket, None, params)
+    pending = from_blob(stored["pending"]) if stored is not None else empty_events()
+    frontier = int(stored["frontier"]) if stored is not None else NO_FRONTIER
+    return card_view(card_id, job, bucket, CardBucket(history, pending, frontier), params)
 
 
 # --- terminals --------------------------------------------------------------------------------------
@@ -306,16 +330,15 @@ def terminal_windows(
 
 
 def terminal_view(
-    terminal_id: str, job: JobState, bucket: int, stored: dict[str, Any] | None, params: FeatureParams
+    terminal_id: str, job: JobState, bucket: int, held: TerminalState | None, params: FeatureParams
 ) -> TerminalView:
-    """The view of ``terminal_id`` from its bucket's stored value (transactions, labels; None: none).
+    """The view of ``terminal_id`` from what its bucket holds (its transactions and labels, at least; None:
+    nothing).
 
     Raises:
         NothingHeldError: the bucket holds no transaction and no label of the terminal.
     """
-    state = TerminalState.empty()
-    if stored is not None:
-        state = terminal_state_of(stored["transactions"], stored["labels"])
+    state = TerminalState.empty() if held is None else held
     tx = state.terminal_id == terminal_id
     lab = state.label_terminal_id == terminal_id
     mine = TerminalState(
@@ -357,5 +380,11 @@ def read_terminal(
     """What the job holds for ``terminal_id``, read from its terminal bucket's state."""
     bucket = int(terminal_buckets(pd.Series([terminal_id]), job.layout["terminal_buckets"])[0])
     with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
-        stored = reader.value_state(TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
-    return terminal_view(terminal_id, job, bucket, stored, params)
+        if not is_entry_layout(job.layout):
+            stored = reader.value_state(LEGACY_TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
+            held = None if stored is None else terminal_state_of(*stored.values())
+            return terminal_view(terminal_id, job, bucket, held, params)
+        slot = int(job.entry_layout.terminal_slots_of(np.asarray([terminal_id], dtype=object))[0])
+        entry = reader.map_value(TERMINAL_ENTRIES_VAR, KEY, bucket, slot)
+    held = None if entry is None else unpack_terminals([entry[0]])[0]
+    return terminal_view(terminal_id, job, bucket, held, params)

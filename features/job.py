@@ -1,8 +1,10 @@
 """The streaming feature job in Spark: Kafka source -> card stage -> terminal stage -> sinks.
 
-A thin shell: the stages are the pure functions of ``features.decode`` and ``features.stages``; this module wires them into a
-Structured Streaming query with ``transformWithStateInPandas`` (RocksDB state store), keyed by card bucket
-and then by terminal bucket. Between stages each key gets one row holding all its events as an Arrow blob.
+A thin shell: the stages are the pure functions of ``features.decode`` and ``features.stages``, called with
+their state by ``features.stateful``; this module wires them into a Structured Streaming query with
+``transformWithStateInPandas`` (RocksDB state store), keyed by card bucket and then by terminal bucket, each
+bucket's state in entries of a map (``features.entries``) that a micro-batch reads only for the cards and
+terminals it has events for. Between stages each key gets one row holding all its events as an Arrow blob.
 
 Delivery guarantee: exactly-once for read_committed consumers of the features and dead-letter topics.
 Input offsets and operator state are checkpointed together; a micro-batch re-run after a crash reads the
@@ -12,8 +14,9 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,39 +29,65 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
-from contracts.settings import DEFAULT_BUCKETS, Topics
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS, Topics
 from features.compat import bind_specs
-from features.core import CardState, TerminalState
+from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.entries import (
+    Layout,
+    card_entries,
+    is_entry_layout,
+    terminal_entries,
+    unpack_cards,
+    unpack_terminals,
+)
+from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore
 from features.records import kafka_records
-from features.rescale import Rescale, rekey_card_values, rekey_terminal_values
-from features.rows import CARD_BUCKET, FEATURES, KIND, LATE, TERMINAL_BUCKET, card_stage_fields, empty_events
-from features.stages import CardBucket, card_stage, terminal_stage
+from features.rescale import Rescale, rekey_cards, rekey_terminals
+from features.rows import (
+    CARD_BUCKET,
+    FEATURES,
+    KIND,
+    LATE,
+    TERMINAL_BUCKET,
+    card_stage_fields,
+)
+from features.stages import CardBucket
+from features.stateful import (
+    CARD_BUCKET_STATE,
+    TERMINAL_BUCKET_STATE,
+    BucketState,
+    card_call,
+    card_start,
+    terminal_call,
+    terminal_start,
+)
 from features.transport import (
     KEY,
     PACKED_FIELDS,
     card_bucket_of,
-    card_value,
+    from_blob,
     pack,
     pack_frame,
     terminal_state_of,
-    terminal_value,
+    to_blob,
     unpack,
 )
 from infra.arrow_json import newest_rows, read_records, text_arrays
-from infra.checkpoints import bind_layout, query_location
+from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
-from infra.kafka_source.splits import NO_FRONTIER, Split
+from infra.kafka_source.splits import Split
 from infra.metrics import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, counts_row, observations
 from infra.redis_store import RedisTarget, card_features_key, set_latest_encoded
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
+from infra.spark_state import PipelinedMap
 from infra.state_store import StateReader
 from infra.timing import Timings
 
@@ -80,26 +109,46 @@ class EventDecoder:
         yield pack(ticks(split.frontier_ms, self.options.card_buckets, split.final), CARD_BUCKET)
 
 
-#: State of a card bucket: card history, events waiting for the frontier (Arrow IPC blobs), the frontier.
-CARD_STATE = "history binary, pending binary, frontier bigint"
-#: State of a terminal bucket: terminal transactions and labels (Arrow IPC blobs).
-TERMINAL_STATE = "transactions binary, labels binary"
-#: The names of the two state variables (what Spark's state data source reads them by).
-CARD_STATE_VAR, TERMINAL_STATE_VAR = "bucket", "terminals"
-#: The fields of each state's value, in order.
-CARD_STATE_FIELDS = tuple(part.split()[0] for part in CARD_STATE.split(","))
-TERMINAL_STATE_FIELDS = tuple(part.split()[0] for part in TERMINAL_STATE.split(","))
+#: The names of the state variables (what Spark's state data source reads them by): each stage's value per
+#: bucket (``features.stateful``), its entries and their expiry index (``features.entry_store``).
+CARD_STATE_VAR, CARD_ENTRIES_VAR, CARD_INDEX_VAR = "card_bucket", "card_entries", "card_expiry"
+TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR = (
+    "terminal_bucket",
+    "terminal_entries",
+    "terminal_expiry",
+)
+#: The state variables of checkpoints of earlier versions (a value per bucket), read to move them into
+#: entries (:func:`read_layout_state`).
+LEGACY_CARD_STATE_VAR, LEGACY_TERMINAL_STATE_VAR = "bucket", "terminals"
+#: The initial state of a rescaled start (:func:`initial_states`): per card bucket, a row with its waiting
+#: events and frontier (slot -1) and a row per entry; per terminal bucket, a row per entry.
+INITIAL_CARD_STATE = f"{KEY} int, slot bigint, value binary, pending binary, frontier bigint"
+INITIAL_TERMINAL_STATE = f"{KEY} int, slot bigint, value binary"
+BUCKET_ROW = -1
+
+
+def bucket_state(
+    handle: StatefulProcessorHandle, value: str, schema: str, entries: str, index: str
+) -> BucketState:
+    """A stage's state variables of the bucket a call is for."""
+    return BucketState(
+        handle.getValueState(value, schema),
+        EntryStore(
+            PipelinedMap(handle.getMapState(entries, ENTRY_KEY, ENTRY_VALUE)),
+            PipelinedMap(handle.getMapState(index, INDEX_KEY, INDEX_VALUE)),
+        ),
+    )
 
 
 class CardStage(StatefulProcessor):
-    """``features.stages.card_stage`` per card bucket; state: history, pending events, frontier."""
+    """``features.stateful.card_call`` per card bucket."""
 
-    def __init__(self, params: FeatureParams, terminal_buckets: int) -> None:
+    def __init__(self, params: FeatureParams, layout: Layout) -> None:
         self.params = params
-        self.terminal_buckets = terminal_buckets
+        self.layout = layout
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState(CARD_STATE_VAR, CARD_STATE)
+        self.state = bucket_state(handle, CARD_STATE_VAR, CARD_BUCKET_STATE, CARD_ENTRIES_VAR, CARD_INDEX_VAR)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -107,17 +156,7 @@ class CardStage(StatefulProcessor):
         timings = Timings("card-stage")
         with timings.phase("input"):
             frame = unpack(rows)
-        with timings.phase("state-get"):
-            stored = self.state.get()
-            bucket = (
-                card_bucket_of(*stored)
-                if stored
-                else CardBucket(CardState.empty(), empty_events(), NO_FRONTIER)
-            )
-        with timings.phase("core"):
-            after, out = card_stage(bucket, frame, self.params, self.terminal_buckets)
-        with timings.phase("state-put"):
-            self.state.update(card_value(after))
+        out = card_call(self.state, frame, self.params, self.layout, timings)
         if len(out):
             with timings.phase("output"):
                 packed = pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
@@ -126,8 +165,10 @@ class CardStage(StatefulProcessor):
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
         """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
-        for history, pending, frontier in initialState[list(CARD_STATE_FIELDS)].itertuples(index=False):
-            self.state.update((history, pending, int(frontier)))
+        is_bucket = initialState["slot"] == BUCKET_ROW
+        pending, frontier = initialState.loc[is_bucket, ["pending", "frontier"]].iloc[0]
+        history, _ = unpack_cards(initialState.loc[~is_bucket, "value"].tolist())
+        card_start(self.state, CardBucket(history, from_blob(pending), int(frontier)), self.layout)
 
     def close(self) -> None:
         pass
@@ -142,18 +183,23 @@ class FeatureRowsHook(Protocol):
 
 
 class TerminalStage(StatefulProcessor):
-    """``features.stages.terminal_stage`` per terminal bucket; state: terminal transactions and labels.
+    """``features.stateful.terminal_call`` per terminal bucket.
 
     Emits the sink's Kafka records, packed: one row per call, built here rather than row by row in the JVM.
     """
 
-    def __init__(self, params: FeatureParams, topics: Topics, hook: FeatureRowsHook | None = None) -> None:
+    def __init__(
+        self, params: FeatureParams, layout: Layout, topics: Topics, hook: FeatureRowsHook | None = None
+    ) -> None:
         self.params = params
+        self.layout = layout
         self.topics = topics
         self.hook = hook
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState(TERMINAL_STATE_VAR, TERMINAL_STATE)
+        self.state = bucket_state(
+            handle, TERMINAL_STATE_VAR, TERMINAL_BUCKET_STATE, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR
+        )
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
@@ -161,13 +207,7 @@ class TerminalStage(StatefulProcessor):
         timings = Timings("terminal-stage")
         with timings.phase("input"):
             frame = unpack(rows)
-        with timings.phase("state-get"):
-            stored = self.state.get()
-            terminals = terminal_state_of(*stored) if stored else TerminalState.empty()
-        with timings.phase("core"):
-            terminals, out = terminal_stage(terminals, frame, self.params)
-        with timings.phase("state-put"):
-            self.state.update(terminal_value(terminals))
+        out = terminal_call(self.state, frame, self.params, self.layout, timings)
         if len(out):
             with timings.phase("records"):  # the hook's scoring included
                 records = kafka_records(
@@ -183,8 +223,8 @@ class TerminalStage(StatefulProcessor):
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
         """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
-        for transactions, labels in initialState[list(TERMINAL_STATE_FIELDS)].itertuples(index=False):
-            self.state.update((transactions, labels))
+        terminals, _ = unpack_terminals(initialState["value"].tolist())
+        terminal_start(self.state, terminals, self.layout)
 
     def close(self) -> None:
         pass
@@ -214,6 +254,10 @@ class FeatureJobConfig:
     #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
+    #: State entries per bucket of each stage (``features.entries``): a micro-batch reads and writes the
+    #: entries of the cards and terminals it has events for. Fixed for the life of a checkpoint too.
+    card_slots: int = DEFAULT_SLOTS
+    terminal_slots: int = DEFAULT_SLOTS
     #: More records made from the feature rows, written with them (the pipeline's scoring).
     hook: FeatureRowsHook | None = None
     #: Transactions dated further ahead of the planner's clock than this are dead letters
@@ -223,6 +267,11 @@ class FeatureJobConfig:
     #: micro-batch re-keys that state into this layout (:func:`initial_states`). Only until that batch
     #: commits: later runs resume the checkpoint.
     rescale: Rescale | None = None
+
+    @property
+    def layout(self) -> Layout:
+        """What routes the job's events to its state (``features.entries``)."""
+        return Layout(self.card_buckets, self.terminal_buckets, self.card_slots, self.terminal_slots)
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
@@ -253,7 +302,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         read_stream(spark, source)
         .groupBy(KEY)
         .transformWithStateInPandas(
-            statefulProcessor=CardStage(config.params, config.terminal_buckets),
+            statefulProcessor=CardStage(config.params, config.layout),
             outputStructType=spark_ddl(PACKED_FIELDS),
             outputMode="Append",
             timeMode="None",
@@ -261,7 +310,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         )
     )
     terminal = card.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=TerminalStage(config.params, config.topics, config.hook),
+        statefulProcessor=TerminalStage(config.params, config.layout, config.topics, config.hook),
         outputStructType=f"{PACKED_DDL}, {COUNTS_DDL}",
         outputMode="Append",
         timeMode="None",
@@ -276,24 +325,63 @@ def initial_states(
     spark: SparkSession, config: FeatureJobConfig
 ) -> tuple[GroupedData | None, GroupedData | None]:
     """The two stages' initial state for a rescaled start (``config.rescale``), else none: the state the
-    other layout's query committed, read with Spark's state data source (every bucket, in the driver) and
-    re-keyed into this layout's buckets (``features.rescale``). Spark hands it to the stages in the new
-    query's first micro-batch only (``handleInitialState``), before that batch's rows."""
+    other layout's query committed, read with Spark's state data source (every bucket, in the driver), and
+    re-keyed into this layout's buckets and entries (``features.rescale``). Spark hands it to the stages in
+    the new query's first micro-batch only (``handleInitialState``), before that batch's rows."""
     if config.rescale is None:
         return None, None
     with StateReader(spark, config.rescale.query_dir, config.rescale.batch) as reader:
-        cards = reader.all_values(CARD_STATE_VAR)
-        terminals = reader.all_values(TERMINAL_STATE_VAR)
-    card_rows = rekey_card_values(cards, config.card_buckets)
-    terminal_rows = rekey_terminal_values(terminals, config.terminal_buckets)
+        cards, terminals = read_layout_state(reader, config.rescale.layout)
+    card_rows = [
+        row
+        for key, bucket in rekey_cards(cards, config.card_buckets).items()
+        for row in card_state_rows(key, bucket, config.layout)
+    ]
+    terminal_rows = [
+        row
+        for key, state in rekey_terminals(terminals, config.terminal_buckets).items()
+        for row in terminal_state_rows(key, state, config.layout)
+    ]
     return (
-        spark.createDataFrame(
-            [(key, *value) for key, value in card_rows.items()], f"{KEY} int, {CARD_STATE}"
-        ).groupBy(KEY),
-        spark.createDataFrame(
-            [(key, *value) for key, value in terminal_rows.items()], f"{KEY} int, {TERMINAL_STATE}"
-        ).groupBy(KEY),
+        spark.createDataFrame(card_rows, INITIAL_CARD_STATE).groupBy(KEY),
+        spark.createDataFrame(terminal_rows, INITIAL_TERMINAL_STATE).groupBy(KEY),
     )
+
+
+def read_layout_state(
+    reader: StateReader, layout: Mapping[str, int]
+) -> tuple[list[CardBucket], list[TerminalState]]:
+    """Every card bucket and terminal state a committed query holds, in its ``layout``: entries per slot, or
+    (a checkpoint of an earlier version, whose layout names no slots) one value per bucket."""
+    if not is_entry_layout(layout):
+        cards = [card_bucket_of(*value) for value in reader.all_values(LEGACY_CARD_STATE_VAR)]
+        terminals = [terminal_state_of(*value) for value in reader.all_values(LEGACY_TERMINAL_STATE_VAR)]
+        return cards, terminals
+    entries = reader.all_map_values(CARD_ENTRIES_VAR, KEY)
+    cards = []
+    for key, (pending, frontier, _, _) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
+        history, _ = unpack_cards(value for (value,) in entries.get(key, []))
+        cards.append(CardBucket(history, from_blob(pending), int(frontier)))
+    terminal_entries_by_key = reader.all_map_values(TERMINAL_ENTRIES_VAR, KEY)
+    terminals = [
+        unpack_terminals(value for (value,) in values)[0] for values in terminal_entries_by_key.values()
+    ]
+    return cards, terminals
+
+
+def card_state_rows(key: int, bucket: CardBucket, layout: Layout) -> list[tuple[Any, ...]]:
+    """A card bucket as rows of :data:`INITIAL_CARD_STATE`: its waiting events and frontier, its entries."""
+    written = card_entries(bucket.history, layout, None, {})
+    return [
+        (key, BUCKET_ROW, None, to_blob(bucket.pending), bucket.frontier_ms),
+        *((key, slot, value, None, None) for slot, value in written.values.items()),
+    ]
+
+
+def terminal_state_rows(key: int, state: TerminalState, layout: Layout) -> list[tuple[Any, ...]]:
+    """A terminal bucket's entries as rows of :data:`INITIAL_TERMINAL_STATE`."""
+    written = terminal_entries(state, layout, None, {})
+    return [(key, slot, value) for slot, value in written.values.items()]
 
 
 # --- Redis: the latest features of each card, written after each committed Kafka transaction ----------
@@ -346,16 +434,24 @@ def _feature_table(records: list[bytes]) -> pa.Table:
 
 
 def layout_of(config: FeatureJobConfig) -> dict[str, int]:
-    """What routes the job's events to its state: its bucket counts (``infra.checkpoints``)."""
-    return {"card_buckets": config.card_buckets, "terminal_buckets": config.terminal_buckets}
+    """What routes the job's events to its state: its bucket and entry counts (``infra.checkpoints``)."""
+    return config.layout.as_record()
 
 
 def prepare_checkpoint(config: FeatureJobConfig) -> None:
     """Bind the checkpoint to the job's bucket counts (refuses one made with others) and feature specs
     (refuses one whose state lacks the history they need; logs how they differ from its state's)."""
-    bind_layout(
-        config.checkpoint, layout_of(config), made_before_layouts={"card_buckets": 16, "terminal_buckets": 16}
-    )
+    layout_file = config.checkpoint / LAYOUT_FILE
+    made_before = layout_file.exists() and not is_entry_layout(json.loads(layout_file.read_text()))
+    if made_before or (
+        not layout_file.exists() and config.checkpoint.is_dir() and any(config.checkpoint.iterdir())
+    ):
+        raise CheckpointLayoutError(
+            f"checkpoint {config.checkpoint} keeps its state in one value per bucket, as earlier versions of "
+            "the job did: move it into this version's state entries through a savepoint (`fraud savepoint "
+            "create`, then run with `--from-savepoint` into a new checkpoint)"
+        )
+    bind_layout(config.checkpoint, layout_of(config))
     changes = bind_specs(config.checkpoint, config.params)
     if changes:
         _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))

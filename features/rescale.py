@@ -1,9 +1,9 @@
 """Re-keying the feature job's state into another layout: the state of every card bucket and terminal bucket
 of one layout (bucket counts), split by card and by terminal into the buckets of another.
 
-The job keeps its state per bucket (``features.job``): a card bucket holds the histories and waiting events
-of the cards hashed into it (``features.buckets.card_bucket``) and a frontier; a terminal bucket holds the
-transactions and labels of its terminals. Every entry names its card or terminal, so a layout's state is
+The job keeps its state per bucket (``features.job``): a card bucket holds the histories of the cards hashed
+into it (``features.buckets.card_bucket``; in entries by slot, ``features.entries``), its waiting events and
+a frontier; a terminal bucket holds the transactions and labels of its terminals. Every entry names its card or terminal, so a layout's state is
 re-keyed by routing each entry as the job routes new events; entries are moved, none is made, dropped or
 changed. A job started from a savepoint in another layout (``fraud.savepoints``) gets the re-keyed state in
 its first micro-batch (``transformWithStateInPandas(initialState=...)``).
@@ -22,7 +22,7 @@ the first micro-batch's frontier as they would have been by their own bucket's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState
 from features.rows import CARD_BUCKET, concat_frames, empty_events
 from features.stages import CardBucket
-from features.transport import card_bucket_of, card_value, terminal_state_of, terminal_value
 from infra.kafka_source.splits import NO_FRONTIER
 
 C = TxColumns
@@ -53,6 +52,9 @@ class Rescale:
     #: That batch's end offset of the job's Kafka source, where the new query's source starts
     #: (``infra.kafka_source.config.KafkaSourceConfig.initial_position``).
     position: dict[str, Any]
+    #: The layout the query's state was written in (``layout.json``: buckets and, since state is kept in
+    #: entries, slots), which says how to read it.
+    layout: dict[str, int]
 
 
 def rekey_cards(buckets: Iterable[CardBucket], count: int) -> dict[int, CardBucket]:
@@ -84,18 +86,6 @@ def rekey_terminals(states: Iterable[TerminalState], count: int) -> dict[int, Te
     label_to = terminal_buckets(pd.Series(whole.label_terminal_id, dtype=object), count)
     split = {key: _terminal_rows(whole, tx_to == key, label_to == key) for key in range(count)}
     return {key: state for key, state in split.items() if len(state)}
-
-
-def rekey_card_values(values: Iterable[Sequence[Any]], count: int) -> dict[int, tuple[bytes, bytes, int]]:
-    """:func:`rekey_cards` on the card stage's stored values (history, pending, frontier)."""
-    old = (card_bucket_of(*value) for value in values)
-    return {key: card_value(bucket) for key, bucket in rekey_cards(old, count).items()}
-
-
-def rekey_terminal_values(values: Iterable[Sequence[Any]], count: int) -> dict[int, tuple[bytes, bytes]]:
-    """:func:`rekey_terminals` on the terminal stage's stored values (transactions, labels)."""
-    old = (terminal_state_of(*value) for value in values)
-    return {key: terminal_value(state) for key, state in rekey_terminals(old, count).items()}
 
 
 def _concat_cards(states: list[CardState]) -> CardState:

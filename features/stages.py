@@ -81,16 +81,14 @@ def _event_time(events: pd.DataFrame) -> np.ndarray:
 DUPLICATE_RAW_FIELDS = [C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS]
 
 
-def repeated_transactions(events: pd.DataFrame, bucket: CardBucket) -> np.ndarray:
-    """Which events are transactions whose tx id the bucket has seen: in its history (the state's horizon)
-    or waiting, or earlier among ``events`` (by source offset, so a re-run judges alike)."""
+def repeated_transactions(events: pd.DataFrame, earlier_ids: np.ndarray) -> np.ndarray:
+    """Which events are transactions whose tx id is among ``earlier_ids`` (a bucket's waiting events, a card
+    history) or earlier among ``events`` (by source offset, so a re-run judges alike)."""
     is_tx = (events[KIND] == TX).to_numpy()
     if not is_tx.any():
         return np.zeros(len(events), dtype=bool)
     ids = events[C.TX_ID].to_numpy(dtype=np.int64, na_value=-1)
-    pending = bucket.pending
-    waiting = pending.loc[pending[KIND] == TX, C.TX_ID].to_numpy(dtype=np.int64) if len(pending) else ids[:0]
-    seen = np.isin(ids, np.concatenate([bucket.history.tx_id, waiting])) & is_tx
+    seen = np.isin(ids, earlier_ids) & is_tx
     order = np.lexsort((events[SOURCE_OFFSET].to_numpy(dtype=np.int64, na_value=0), ids))
     earlier = np.zeros(len(events), dtype=bool)
     tied = is_tx[order][1:] & is_tx[order][:-1] & (ids[order][1:] == ids[order][:-1])
@@ -119,41 +117,80 @@ def _plain(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def card_stage(
-    bucket: CardBucket, rows: pd.DataFrame, params: FeatureParams, terminal_buckets_n: int
-) -> tuple[CardBucket, pd.DataFrame]:
-    """Hold events until the frontier passes them; release them with their card features.
+@dataclass
+class Waiting:
+    """A card bucket's events waiting for the frontier, and the frontier: past every event the bucket
+    released in order, so a later event behind it is late."""
+
+    pending: pd.DataFrame
+    frontier_ms: int
+
+
+@dataclass
+class Released:
+    """What a card bucket releases in one call: events in event-time order (late ones after, flagged) and
+    dead rows (those decoded dead, and repeats)."""
+
+    events: pd.DataFrame
+    dead: pd.DataFrame
+
+    @property
+    def transactions(self) -> pd.DataFrame:
+        return self.events[self.events[KIND] == TX].reset_index(drop=True)
+
+
+def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
+    """Hold events until the frontier passes them; release those it has passed.
 
     A final tick moves the frontier past every waiting event, so they are all released (in event-time
-    order, as any others). The bucket's frontier after the call is the highest of its frontier, the ticks'
-    and the time + 1 of the newest event released in order (not late).
-
-    Returns the new bucket state and the rows for the terminal stage: released transactions (with card
-    features and the late flag), released labels, and dead rows passed through.
+    order, as any others). The frontier after the call is the highest of the bucket's, the ticks' and the
+    time + 1 of the newest event released in order (not late). A transaction repeated in the call or of
+    one waiting is dead here; one repeating a transaction already released is found against the card's
+    history (:func:`card_features`), which this step does not need.
     """
     kinds = rows[KIND]
     ticks_in = rows.loc[kinds.isin([TICK, FINAL_TICK]), EVENT_TIME_MS]
-    frontier = max([bucket.frontier_ms, *ticks_in.astype("int64").tolist()])
+    frontier = max([waiting.frontier_ms, *ticks_in.astype("int64").tolist()])
     events = rows[(kinds == TX) | (kinds == LABEL)]
-    repeated = repeated_transactions(events, bucket)
+    pending = waiting.pending
+    waiting_ids = (
+        pending.loc[pending[KIND] == TX, C.TX_ID].to_numpy(dtype=np.int64) if len(pending) else np.empty(0)
+    )
+    repeated = repeated_transactions(events, waiting_ids)
     dead = concat_frames(rows[kinds == DEAD], as_duplicates(events[repeated]))
     events = events[~repeated]
 
-    late_mask = _event_time(events) < bucket.frontier_ms if len(events) else np.zeros(0, dtype=bool)
+    late_mask = _event_time(events) < waiting.frontier_ms if len(events) else np.zeros(0, dtype=bool)
     late = events[late_mask]
-    waiting = concat_frames(bucket.pending, events[~late_mask])
-    if len(waiting) and (kinds == FINAL_TICK).any():
-        frontier = max(frontier, int(_event_time(waiting).max()) + 1)
-    if len(waiting):
-        due_mask = _event_time(waiting) < frontier
-        due, still = waiting[due_mask], waiting[~due_mask]
+    held = concat_frames(pending, events[~late_mask])
+    if len(held) and (kinds == FINAL_TICK).any():
+        frontier = max(frontier, int(_event_time(held).max()) + 1)
+    if len(held):
+        due_mask = _event_time(held) < frontier
+        due, still = held[due_mask], held[~due_mask]
     else:
-        due, still = waiting, waiting
+        due, still = held, held
     released = concat_frames(due.assign(late=False), late.assign(late=True))
-    tx = released[released[KIND] == TX].reset_index(drop=True)
-    labels = released[released[KIND] == LABEL].reset_index(drop=True)
+    return Waiting(still.reset_index(drop=True), frontier), Released(released, dead)
 
-    history = bucket.history
+
+def card_features(
+    history: CardState, released: Released, params: FeatureParams, terminal_buckets_n: int
+) -> tuple[CardState, pd.DataFrame]:
+    """Card features of released transactions against ``history`` (the history of at least their cards),
+    and the history after them.
+
+    Returns the history after the call and the rows for the terminal stage: released transactions (with
+    card features and the late flag), released labels, and dead rows passed through (transactions that
+    repeat one in ``history`` among them).
+    """
+    events = released.events
+    repeated = repeated_transactions(events, history.tx_id) if len(events) else np.zeros(0, dtype=bool)
+    dead = concat_frames(released.dead, as_duplicates(events[repeated])) if repeated.any() else released.dead
+    events = events[~repeated]
+    tx = events[events[KIND] == TX].reset_index(drop=True)
+    labels = events[events[KIND] == LABEL].reset_index(drop=True)
+
     columns: dict[str, object] = {}
     if len(tx):
         history, card = card_step(history, tx, params)
@@ -175,7 +212,17 @@ def card_stage(
         routed = terminal_buckets(out[C.TERMINAL_ID].fillna(""), terminal_buckets_n)
         by_offset = out[SOURCE_OFFSET].fillna(0).to_numpy(dtype=np.int64) % terminal_buckets_n
         out[TERMINAL_BUCKET] = np.where(is_dead, by_offset, routed).astype(np.int32)
-    return CardBucket(history, still.reset_index(drop=True), frontier), out
+    return history, out
+
+
+def card_stage(
+    bucket: CardBucket, rows: pd.DataFrame, params: FeatureParams, terminal_buckets_n: int
+) -> tuple[CardBucket, pd.DataFrame]:
+    """:func:`release` then :func:`card_features` over a bucket's whole history: one call of the card
+    stage, as the job makes it (the job reads only the history of the released transactions' cards)."""
+    waiting, released = release(Waiting(bucket.pending, bucket.frontier_ms), rows)
+    history, out = card_features(bucket.history, released, params, terminal_buckets_n)
+    return CardBucket(history, waiting.pending, waiting.frontier_ms), out
 
 
 # --- 3. terminal stage ------------------------------------------------------------------------------
@@ -231,6 +278,3 @@ def in_source_order(rows: pd.DataFrame) -> pd.DataFrame:
     if len(rows) < 2:
         return rows
     return rows.sort_values([SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET], kind="stable", ignore_index=True)
-
-
-# --- 4. Kafka records ----------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """State values and the rows between stages, as Arrow IPC bytes.
 
 Spark moves rows one by one between Python and the JVM; sending each key ONE row that holds all its events
-as an Arrow IPC blob keeps that cost per key instead of per event. State values are blobs too: the stages'
-states (``features.stages``, ``features.core``) to and from what the Spark job stores, in one place.
+as an Arrow IPC blob keeps that cost per key instead of per event. A card bucket's waiting events are kept
+as such a blob too; the entries of the stages' state are packed by ``features.entries``.
 """
 
 from __future__ import annotations
@@ -80,27 +80,17 @@ def unpack(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas() if len(tables) > 1 else tables[0].to_pandas()
 
 
-# --- state values -------------------------------------------------------------------------------------
-
-
-def card_value(bucket: CardBucket) -> tuple[bytes, bytes, int]:
-    """A card bucket as the card stage stores it: history and pending events as blobs, the frontier."""
-    history = to_blob(bucket.history.to_frame(), dictionary=(C.CARD_ID,))
-    return history, to_blob(bucket.pending), bucket.frontier_ms
+# --- state values of earlier versions ---------------------------------------------------------------
+# Earlier versions of the job kept one value per bucket: a card bucket's history and waiting events as blobs
+# with its frontier; a terminal bucket's transactions and labels as blobs. They are read to move such a state
+# into entries (``features.job.read_layout_state``).
 
 
 def card_bucket_of(history: bytes, pending: bytes, frontier: int) -> CardBucket:
-    """The card bucket of a stored value (:func:`card_value`)."""
+    """The card bucket of an earlier version's stored value (history and pending blobs, frontier)."""
     return CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
 
 
-def terminal_value(state: TerminalState) -> tuple[bytes, bytes]:
-    """A terminal bucket as the terminal stage stores it: its transactions and labels as blobs."""
-    transactions, labels = state.to_frames()
-    by_terminal = (C.TERMINAL_ID,)
-    return to_blob(transactions, by_terminal), to_blob(labels, by_terminal)
-
-
 def terminal_state_of(transactions: bytes, labels: bytes) -> TerminalState:
-    """The terminal state of a stored value (:func:`terminal_value`)."""
+    """The terminal state of an earlier version's stored value (transactions and labels blobs)."""
     return TerminalState.from_frames(from_blob(transactions), from_blob(labels))

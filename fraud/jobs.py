@@ -127,6 +127,8 @@ def feature_job_config(
         max_clock_skew_ms=round(settings.max_clock_skew_s * 1000),
         card_buckets=settings.card_buckets,
         terminal_buckets=settings.terminal_buckets,
+        card_slots=settings.card_slots,
+        terminal_slots=settings.terminal_slots,
     )
 
 

@@ -213,11 +213,12 @@ def check_fits(
     ``job`` with ``layout`` (None: no keyed state), feature ``params`` (None: no feature state) and input
     topics ``inputs`` can continue from ``savepoint``: its features may differ from the state's when the
     state keeps the history they need (``features.compat.check_specs``), its layout when it is of the same
-    kind (other bucket counts: the job is rescaled into it, :func:`start_from`)."""
+    kind (other bucket or entry counts, or a state of an earlier version kept per bucket without entries:
+    the job is rescaled into it, :func:`start_from`)."""
     where = f"savepoint {savepoint.path}"
     if savepoint.job != job:
         raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
-    if layout is not None and set(savepoint.layout) != set(layout):
+    if layout is not None and not set(savepoint.layout) <= set(layout):
         raise SavepointMismatchError(
             f"{where} holds state keyed by {', '.join(savepoint.layout) or 'nothing'}, this job keys it by "
             f"{', '.join(layout)}: it cannot be re-keyed"
@@ -246,7 +247,7 @@ def layout_change(
     if layout is None:
         return None
     changes = [
-        f"{name} {savepoint.layout[name]} -> {count}"
+        f"{name} {savepoint.layout.get(name, 'none')} -> {count}"
         for name, count in layout.items()
         if savepoint.layout.get(name) != count
     ]
@@ -333,7 +334,7 @@ def rescale_of(savepoint: Savepoint) -> Rescale:
         raise SavepointMismatchError(
             f"savepoint {savepoint.path} has {len(ends)} sources with offsets: a rescale restores one"
         )
-    return Rescale(query, savepoint.batch, ends[0])
+    return Rescale(query, savepoint.batch, ends[0], dict(savepoint.layout))
 
 
 def unfinished_rescale(checkpoint: Path) -> Path | None:

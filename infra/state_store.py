@@ -86,7 +86,8 @@ def offset_log_entry(text: str) -> tuple[Any, ...]:
 
 
 class StateReader:
-    """The value-state variables of a query's ``transformWithState`` operators at one committed batch.
+    """The value-state and map-state variables of a query's ``transformWithState`` operators at one
+    committed batch.
 
     Use as a context manager: a copy read through a temporary view (see the module docstring) keeps the
     view until the block ends.
@@ -165,6 +166,34 @@ class StateReader:
         driver)."""
         rows = self._values(state_var).select("value").collect()
         return [tuple(row["value"]) for row in rows if row["value"] is not None]
+
+    def values_by_key(self, state_var: str, key_column: str) -> dict[Any, tuple[Any, ...]]:
+        """Every value of the value-state variable ``state_var`` by its grouping key (its column
+        ``key_column``), each value's fields in order (collected in the driver)."""
+        rows = self._values(state_var).select("key", "value").collect()
+        return {row["key"][key_column]: tuple(row["value"]) for row in rows if row["value"] is not None}
+
+    def map_value(self, state_var: str, key_column: str, key: Any, user_key: Any) -> tuple[Any, ...] | None:
+        """The value of one entry of the map-state variable ``state_var``: the grouping key ``key`` (its column
+        ``key_column``) and the map key ``user_key`` (a one-field key); None when there is none."""
+        frame = self._values(state_var)
+        user_field = frame.schema["user_map_key"].dataType.names[0]  # type: ignore[attr-defined]
+        rows = (
+            frame.where((frame["key"][key_column] == key) & (frame["user_map_key"][user_field] == user_key))
+            .select("user_map_value")
+            .collect()
+        )
+        return tuple(rows[0]["user_map_value"]) if rows and rows[0]["user_map_value"] is not None else None
+
+    def all_map_values(self, state_var: str, key_column: str) -> dict[Any, list[tuple[Any, ...]]]:
+        """Every entry's value of the map-state variable ``state_var``, by grouping key (its column
+        ``key_column``), each value's fields in order (collected in the driver)."""
+        rows = self._values(state_var).select("key", "user_map_value").collect()
+        found: dict[Any, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            if row["user_map_value"] is not None:
+                found.setdefault(row["key"][key_column], []).append(tuple(row["user_map_value"]))
+        return found
 
 
 def _metadata_files(query_dir: Path) -> list[Path]:

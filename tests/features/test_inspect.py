@@ -23,7 +23,7 @@ from features.inspect import (
     terminal_view,
 )
 from features.rows import LABEL, TX, decoded_fields, frame_of
-from features.transport import to_blob
+from features.stages import CardBucket
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch
 
@@ -46,14 +46,10 @@ def txs(*rows: tuple[int, str, str, float, int]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["tx_id", "card_id", "terminal_id", "amount", "event_time_ms"])
 
 
-def card_bucket_value(history: pd.DataFrame, waiting: pd.DataFrame, frontier: int) -> dict[str, object]:
-    """A card bucket's value as ``features.job.CardStage`` stores it."""
+def card_bucket_value(history: pd.DataFrame, waiting: pd.DataFrame, frontier: int) -> CardBucket:
+    """What a card bucket holds: the history ``card_step`` keeps of ``history``, the waiting events."""
     state, _ = card_step(CardState.empty(), history, PARAMS)
-    return {
-        "history": to_blob(state.to_frame(), dictionary=("card_id",)),
-        "pending": to_blob(waiting),
-        "frontier": frontier,
-    }
+    return CardBucket(state, waiting, frontier)
 
 
 def waiting_events(*rows: tuple[str, int, str, float | None, int]) -> pd.DataFrame:
@@ -163,12 +159,7 @@ def test_a_terminal_shows_its_transactions_labels_and_features_at_the_frontier()
             "is_fraud": [True, True],
         }
     )
-    state, _ = terminal_step(TerminalState.empty(), history, labels, PARAMS)
-    tx_frame, label_frame = state.to_frames()
-    stored = {
-        "transactions": to_blob(tx_frame, ("terminal_id",)),
-        "labels": to_blob(label_frame, ("terminal_id",)),
-    }
+    stored, _ = terminal_step(TerminalState.empty(), history, labels, PARAMS)
 
     view = terminal_view("t1", a_job(), 4, stored, PARAMS)
 

@@ -4,7 +4,9 @@ The end-to-end checks drive the stages the way the Spark job does (micro-batches
 frontier, state carried between calls) and compare with the batch definition.
 """
 
-from collections.abc import Mapping
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import orjson
@@ -17,22 +19,20 @@ from features.buckets import card_bucket
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.entries import Layout, unpack_cards, unpack_terminals
+from features.entry_store import EntryStore
 from features.records import kafka_records
-from features.rescale import rekey_card_values, rekey_terminal_values
-from features.rows import DEAD, FEATURES, LABEL, TX, empty_events
+from features.rescale import rekey_cards, rekey_terminals
+from features.rows import CARD_BUCKET, DEAD, FEATURES, LABEL, TERMINAL_BUCKET, TX, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
-from features.transport import (
-    card_bucket_of,
-    card_value,
-    from_blob,
-    terminal_state_of,
-    terminal_value,
-    to_blob,
-)
+from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
+from features.transport import from_blob, to_blob
 from infra.kafka_source.planner import end_offset, release_without_records
 from infra.kafka_source.splits import NO_FRONTIER
+from infra.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
+from tests.support.state_vars import Map, Value
 
 DAY = 86_400_000
 T0 = 1_522_540_800_000
@@ -327,6 +327,75 @@ def simulated(days: int = 40) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tx, labels_from_fraud_flags(tx, 7 * DAY)
 
 
+def new_bucket_state() -> BucketState:
+    return BucketState(Value(), EntryStore(Map(), Map()))
+
+
+class Stages:
+    """The two stages' state, per bucket, driven one micro-batch at a time.
+
+    ``entries``: as the Spark job keeps it, each bucket's value and entries (``features.stateful``: a call
+    reads only the entries of the cards and terminals it has events for); else the whole bucket in one state
+    (``features.stages.card_stage``, ``terminal_stage``).
+    """
+
+    def __init__(self, buckets: int, layout_slots: int, entries: bool) -> None:
+        self.entries = entries
+        self.layout = Layout(buckets, buckets, layout_slots, layout_slots)
+        self.cards = {b: CardBucket(CardState.empty(), empty_events(), -(2**62)) for b in range(buckets)}
+        self.terminals = {b: TerminalState.empty() for b in range(buckets)}
+        self.card_state = {b: new_bucket_state() for b in range(buckets)}
+        self.terminal_state = {b: new_bucket_state() for b in range(buckets)}
+
+    def micro_batch(self, rows: pd.DataFrame, params: FeatureParams) -> pd.DataFrame:
+        released = []
+        for b, part in rows.groupby(CARD_BUCKET):
+            part = part.reset_index(drop=True)
+            if self.entries:
+                out = card_call(self.card_state[b], part, params, self.layout, Timings("test"))
+            else:
+                self.cards[b], out = card_stage(self.cards[b], part, params, self.layout.terminal_buckets)
+            released.append(out)
+        released_rows = pd.concat(released, ignore_index=True)
+        outputs = []
+        for b, part in released_rows.groupby(TERMINAL_BUCKET):
+            part = part.reset_index(drop=True)
+            if self.entries:
+                out = terminal_call(self.terminal_state[b], part, params, self.layout, Timings("test"))
+            else:
+                self.terminals[b], out = terminal_stage(self.terminals[b], part, params)
+            outputs.append(out)
+        return pd.concat(outputs, ignore_index=True) if outputs else pd.DataFrame()
+
+    def whole(self) -> tuple[list[CardBucket], list[TerminalState]]:
+        """Every bucket's state, whole (what a savepoint's state reads as)."""
+        if not self.entries:
+            return list(self.cards.values()), list(self.terminals.values())
+        cards = []
+        for state in self.card_state.values():
+            pending, frontier, _, _ = state.value.get() or (to_blob(empty_events()), -(2**62), None, b"")
+            history, _ = unpack_cards(value for (value,) in state.entries.entries.values())
+            cards.append(CardBucket(history, from_blob(pending), int(frontier)))
+        terminals = [
+            unpack_terminals(value for (value,) in state.entries.entries.values())[0]
+            for state in self.terminal_state.values()
+        ]
+        return cards, terminals
+
+    def rescaled(self, buckets: int, slots: int) -> Stages:
+        """The state re-keyed into entries in ``buckets`` and ``slots``, as a job started from a savepoint
+        (of this version's layout, or of an earlier version's whole buckets)."""
+        cards, terminals = self.whole()
+        new = Stages(buckets, slots, entries=True)
+        for b, bucket in rekey_cards(cards, buckets).items():
+            new.cards[b] = bucket
+            card_start(new.card_state[b], bucket, new.layout)
+        for b, state in rekey_terminals(terminals, buckets).items():
+            new.terminals[b] = state
+            terminal_start(new.terminal_state[b], state, new.layout)
+        return new
+
+
 def run_stream(
     tx: pd.DataFrame,
     labels: pd.DataFrame,
@@ -335,15 +404,19 @@ def run_stream(
     batches: int,
     buckets: int = 3,
     available_now: bool = True,
-    rescales: Mapping[int, int] | None = None,
+    rescales: Mapping[int, tuple[int, int]] | None = None,
+    entries: bool = True,
+    slots: int = 64,
+    observe: Callable[[Stages], None] | None = None,
 ) -> pd.DataFrame:
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
     Transactions and labels are two partitions; each micro-batch's end offset and its frontier are
     planned by the source's own ``end_offset``. ``available_now=False``: a continuous run reads all the
     micro-batches, then an availableNow run that finds nothing new plans its record-less final batch.
-    ``rescales``: before the micro-batch of each index, the state is re-keyed into that many card and
-    terminal buckets, through its stored values, as a job started from a savepoint in another layout.
+    ``rescales``: before the micro-batch of each index, the state is re-keyed into that many buckets and
+    slots, as a job started from a savepoint in another layout. ``entries``: state kept as the job keeps it
+    (:class:`Stages`); ``observe`` is called with it after each micro-batch.
     """
     raw = [
         ("tx", tx_json(r.tx_id, r.event_time_ms, r.card_id, r.amount, r.terminal_id)) for r in tx.itertuples()
@@ -375,32 +448,22 @@ def run_stream(
     when = np.where(decoded["kind"] == LABEL, decoded["known_at_ms"].fillna(0), decoded["event_time_ms"])
     partition = np.where(decoded["kind"] == LABEL, "labels/0", "tx/0")
     ends = {name: int((partition == name).sum()) for name in ("tx/0", "labels/0")}
-    cards = {b: CardBucket(CardState.empty(), empty_events(), -(2**62)) for b in range(buckets)}
-    terminals = {b: TerminalState.empty() for b in range(buckets)}
+    stages = Stages(buckets, slots, entries)
     outputs = []
     offset: dict = {"offsets": dict.fromkeys(ends, 0), "progress": {}, "frontier": NO_FRONTIER}
 
     def micro_batch(chunk: np.ndarray, planned: dict) -> None:
         frontier = ticks(planned["frontier"], buckets, planned["final"]).to_pandas()
         rows = pd.concat([decoded.iloc[chunk], frontier], ignore_index=True)
-        released = []
-        for b, part in rows.groupby("card_bucket"):
-            cards[b], out = card_stage(cards[b], part.reset_index(drop=True), params, buckets)
-            released.append(out)
-        released_rows = pd.concat(released, ignore_index=True)
-        for b, part in released_rows.groupby("terminal_bucket"):
-            terminals[b], out = terminal_stage(terminals[b], part.reset_index(drop=True), params)
-            outputs.append(out)
+        outputs.append(stages.micro_batch(rows, params))
+        if observe is not None:
+            observe(stages)
 
     for index, chunk in enumerate(np.array_split(np.arange(len(decoded)), batches)):
         if index in (rescales or {}):
-            buckets = (rescales or {})[index]
+            buckets, slots = (rescales or {})[index]
             decoded = decoded_in(buckets)
-            card_values = rekey_card_values([card_value(bucket) for bucket in cards.values()], buckets)
-            cards = {b: card_bucket_of(*value) for b, value in card_values.items()}
-            terminal_values = rekey_terminal_values(map(terminal_value, terminals.values()), buckets)
-            terminals = {b: TerminalState.empty() for b in range(buckets)}
-            terminals |= {b: terminal_state_of(*value) for b, value in terminal_values.items()}
+            stages = stages.rescaled(buckets, slots)
         begin = dict(offset["offsets"])
         chosen = {name: begin[name] + int((partition[chunk] == name).sum()) for name in ends}
         last_read = {
@@ -433,33 +496,41 @@ def assert_equal_to_batch(
         )
 
 
-@pytest.mark.parametrize("batches", [1, 7, 40])
-def test_stream_in_order_equals_batch_for_any_micro_batching(batches: int) -> None:
+@pytest.mark.parametrize(("batches", "slots"), [(1, 64), (7, 1), (7, 64), (40, 4096)])
+def test_stream_in_order_equals_batch_for_any_micro_batching(batches: int, slots: int) -> None:
+    """Whatever the micro-batches, and whether an entry holds all of a bucket's cards or about one."""
     tx, labels = simulated()
     params = FeatureParams()
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     arrival = np.argsort(when, kind="stable")
-    out = run_stream(tx, labels, params, arrival, batches)
+    out = run_stream(tx, labels, params, arrival, batches, slots=slots)
     assert not out.loc[out["kind"] == FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
 
 
 def test_a_stream_rescaled_between_micro_batches_equals_the_uninterrupted_one() -> None:
-    """6 buckets, re-keyed into 12 before the third micro-batch and into 3 before the fifth, with events
-    waiting for the frontier each time: the same records as a run that kept 6, and the batch result."""
+    """6 buckets of 64 entries, re-keyed into 12 of 8 before the third micro-batch and into 3 of 1000 before
+    the fifth, with events waiting for the frontier each time: the same records as a run that kept its
+    layout, and the batch result; and so from a whole-bucket state (an earlier version's) into entries."""
     tx, labels = simulated()
     params = FeatureParams()
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     arrival = np.argsort(when, kind="stable")
     kept = run_stream(tx, labels, params, arrival, batches=7, buckets=6)
-    rescaled = run_stream(tx, labels, params, arrival, batches=7, buckets=6, rescales={2: 12, 4: 3})
-    assert not rescaled.loc[rescaled["kind"] == FEATURES, "late"].any()
-    assert_equal_to_batch(rescaled, tx, labels, params)
-    columns = ["tx_id", *params.feature_columns]
-    pd.testing.assert_frame_equal(
-        rescaled.loc[rescaled["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
-        kept.loc[kept["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
+    rescaled = run_stream(
+        tx, labels, params, arrival, batches=7, buckets=6, rescales={2: (12, 8), 4: (3, 1000)}
     )
+    moved = run_stream(
+        tx, labels, params, arrival, batches=7, buckets=6, rescales={3: (4, 16)}, entries=False
+    )
+    columns = ["tx_id", *params.feature_columns]
+    for out in (rescaled, moved):
+        assert not out.loc[out["kind"] == FEATURES, "late"].any()
+        assert_equal_to_batch(out, tx, labels, params)
+        pd.testing.assert_frame_equal(
+            out.loc[out["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
+            kept.loc[kept["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
+        )
 
 
 @pytest.mark.parametrize("available_now", [True, False], ids=["available-now", "continuous-then-once"])
@@ -486,3 +557,50 @@ def test_shuffled_arrival_within_allowed_lateness_equals_batch(available_now: bo
     out = run_stream(tx, labels, params, arrival, batches=25, available_now=available_now)
     assert not out.loc[out["kind"] == FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
+
+
+def test_idle_cards_and_terminals_leave_the_state_so_it_stays_flat_while_cards_churn() -> None:
+    """100 days in which every day 30 new cards spend for 3 days at terminals of their own and are never
+    seen again: the entries (and bytes) the state holds stop growing once the history span (30 days, plus
+    the label delay for terminals) is full, though 3,000 cards come and go; results stay the batch's."""
+    rng = np.random.default_rng(8)
+    days, per_day = 100, 30
+    card = np.repeat(np.arange(days * per_day), 6)
+    start_day = card // per_day
+    when = T0 + (start_day + rng.integers(0, 3, len(card))) * DAY + rng.integers(0, DAY, len(card))
+    tokens = tokenise(pd.Series(card), b"churn")
+    tx = pd.DataFrame(
+        {
+            "tx_id": np.arange(len(card)),
+            "card_id": tokens,
+            "terminal_id": "t" + pd.Series(card).astype(str),
+            "amount": rng.integers(100, 10_000, len(card)) / 100,
+            EVENT_TIME_MS: when,
+            "is_fraud": rng.random(len(card)) < 0.05,
+        }
+    )
+    labels = labels_from_fraud_flags(tx, 7 * DAY)
+    labels = labels[labels["known_at_ms"] <= when.max()]
+    params = FeatureParams()
+    arrival = np.argsort(np.concatenate([when, labels["known_at_ms"].to_numpy()]), kind="stable")
+    held: list[tuple[int, int, int]] = []
+
+    def observe(stages: Stages) -> None:
+        cards = sum(len(state.entries.entries) for state in stages.card_state.values())
+        terminals = sum(len(state.entries.entries) for state in stages.terminal_state.values())
+        size = sum(
+            len(value)
+            for states in (stages.card_state, stages.terminal_state)
+            for state in states.values()
+            for (value,) in state.entries.entries.values()
+        )
+        held.append((cards, terminals, size))
+
+    out = run_stream(tx, labels, params, arrival, batches=25, slots=4096, observe=observe)
+    assert_equal_to_batch(out, tx, labels, params)
+    mid, end = held[len(held) // 2], held[-2]  # the last micro-batch is the final one, which releases all
+    print(f"entries (cards, terminals, bytes) at mid-run {mid}, at the end {end}")
+    # Cards are kept 30 days after their last event (+ 3 days of spending), terminals 37 days.
+    assert end[0] <= 34 * per_day and end[1] <= 41 * per_day
+    for now, then in zip(end, mid, strict=True):
+        assert now <= 1.15 * then, "the state stays flat"

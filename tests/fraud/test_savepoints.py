@@ -15,7 +15,7 @@ from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
-from tests.support.checkpoints import LAYOUT, TOPICS, end_offset, spark_checkpoint
+from tests.support.checkpoints import LAYOUT, LEGACY_LAYOUT, TOPICS, end_offset, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
 
@@ -85,7 +85,8 @@ def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoi
     with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
         savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(
-        SavepointMismatchError, match="keyed by card_buckets, terminal_buckets, this job keys"
+        SavepointMismatchError,
+        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, this",
     ):
         savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
     with pytest.raises(
@@ -141,10 +142,10 @@ def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
     savepoint: savepoints.Savepoint, tmp_path: Path
 ) -> None:
     target = tmp_path / "checkpoints" / "rescaled" / "features"
-    twelve = {"card_buckets": 12, "terminal_buckets": 12}
+    twelve = {**LAYOUT, "card_buckets": 12, "terminal_buckets": 12}
     start = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
     assert (start.how, start.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
-    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, end_offset(4))
+    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, end_offset(4), LAYOUT)
     # Nothing copied: a new query starts here, in the new layout, recording where its state comes from and
     # which features it was built for.
     assert {p.name for p in target.iterdir()} == {LAYOUT_FILE, SPECS_FILE, savepoints.RESTORED_FILE}
@@ -184,3 +185,13 @@ def run_on(query: Path, batch: int) -> None:
 def test_deleting_a_savepoint_removes_its_directory(savepoint: savepoints.Savepoint) -> None:
     assert savepoints.delete(savepoint.path) == savepoint
     assert not savepoint.path.exists()
+
+
+def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_path: Path) -> None:
+    """Earlier versions kept a value per bucket and recorded no slots: their savepoints fit, as a rescale
+    into this version's entries."""
+    checkpoint = spark_checkpoint(tmp_path / "old", committed=4, layout=LEGACY_LAYOUT)
+    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
+    start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
+    assert (start.how, start.change) == ("rescaled", "card_slots none -> 4096, terminal_slots none -> 4096")
+    assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT

@@ -11,7 +11,9 @@ from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
 
-LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
+LAYOUT = {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 4096, "terminal_slots": 4096}
+#: The layout of checkpoints of earlier versions, which kept a value per bucket and no entries.
+LEGACY_LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 TOPICS = ("transactions", "labels")
 SCHEMA = "0_432b40a5-b4d6-4dfc-b357-231239527084"
 IN_FLIGHT_SCHEMA = "5_9f1e7c52-5cf7-4e1c-9d38-6a1b2c3d4e5f"
@@ -39,7 +41,9 @@ def _write(path: Path, text: str | bytes, crc: bool = True) -> None:
         path.with_name(f".{path.name}.crc").write_bytes(b"crc")
 
 
-def spark_checkpoint(checkpoint: Path, committed: int = 4, in_flight: bool = True) -> Path:
+def spark_checkpoint(
+    checkpoint: Path, committed: int = 4, in_flight: bool = True, layout: dict[str, int] | None = None
+) -> Path:
     """A feature job's checkpoint whose query committed batches 0 to ``committed``; with ``in_flight``, the
     next batch has started (its offsets, operator metadata, schema and some state are written, its commit
     is not). Two stateful operators of two partitions, a RocksDB snapshot at version 1 and changelogs."""
@@ -80,7 +84,7 @@ def spark_checkpoint(checkpoint: Path, committed: int = 4, in_flight: bool = Tru
             for version in range(1, last + 2):  # version v is written by batch v - 1
                 _write(store / f"{version}.changelog", b"changes")
             _write(store / f".{last + 2}.changelog.0e7a.tmp", b"being written", crc=False)
-    _write(checkpoint / LAYOUT_FILE, json.dumps(LAYOUT), crc=False)
+    _write(checkpoint / LAYOUT_FILE, json.dumps(layout or LAYOUT), crc=False)
     _write(checkpoint / SPECS_FILE, json.dumps(spec_record(DEFAULT_PARAMS)), crc=False)
     _write(checkpoint / "model-versions.json", json.dumps({str(b): 1 for b in range(last + 1)}), crc=False)
     _write(checkpoint / "pinned.json", json.dumps({"read_tasks": 2}), crc=False)

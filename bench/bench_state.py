@@ -1,0 +1,302 @@
+"""The stateful stages' state calls alone, in one Python process: what a micro-batch costs as the cards held
+grow, with the state kept in entries (``features.stateful``) against one value per bucket (the layout of
+earlier versions).
+
+1. Simulates ``--days`` of a fixed-seed input (``ingest.simulator``) for each ``--customers`` count; all but
+   the last day is the history the state holds, built in one call per stage and bucket.
+2. Cuts the last day's transactions into micro-batches of ``--batch`` (2,000: a second at 2,000 tx/s) and
+   runs both stages on each, both ways:
+
+   - **entries**: ``card_call`` and ``terminal_call`` with their state in dictionaries that stand for Spark's
+     state variables, counting the requests to the JVM's state server the job would send and the round
+     trips they go in (``infra.spark_state``);
+   - **one value per bucket**: each bucket's history and waiting events decoded from Arrow IPC blobs,
+     ``card_stage`` and ``terminal_stage`` over the whole bucket, the blobs encoded again (what the job did
+     before entries: two state calls per bucket and stage).
+
+3. Prints the median process CPU time per micro-batch (the Python work: decoding, the core, encoding; not
+   the JVM's side of the state calls, which the counts stand for), the state calls per micro-batch and the
+   bytes they move, and writes the ``state`` section of docs/benchmarks.md (unless ``--no-report``).
+
+The end-to-end figures with Spark (the JVM's state server, RocksDB, the changelog) are bench_microbatch.py's.
+
+Run: .venv/bin/python bench/bench_state.py [--customers 5000,50000] [--days 31] [--no-report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import report
+
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS
+from features.buckets import card_buckets, terminal_buckets
+from features.core import CardState, TerminalState, card_step, terminal_step
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
+from features.entries import Layout
+from features.entry_store import EntryStore
+from features.rows import (
+    CARD_BUCKET,
+    KIND,
+    SOURCE_OFFSET,
+    TERMINAL_BUCKET,
+    TX,
+    decoded_fields,
+    frame_of,
+)
+from features.stages import CardBucket, card_stage, terminal_stage
+from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
+from features.transport import from_blob, to_blob
+from infra.timing import Timings
+from ingest.simulator import SimulatorConfig, simulate
+from ingest.tokens import tokenise
+
+DAY_MS = 86_400_000
+
+
+@dataclass
+class Counted:
+    """A state variable as a dictionary, counting what the job would send Spark's state server: requests,
+    exchanges (round trips: a batched call's requests go in one, ``infra.spark_state``) and bytes."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    data: dict[Any, Any] = field(default_factory=dict)
+    value: tuple[Any, ...] | None = None
+
+    def _count(self, requests: int, values: Iterable[tuple[Any, ...] | None]) -> None:
+        if requests:
+            self.calls["requests"] += requests
+            self.calls["exchanges"] += 1
+        self.calls["bytes"] += sum(
+            len(part) for value in values if value for part in value if isinstance(part, bytes)
+        )
+
+    def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]:
+        found = [self.data.get(key) for key in keys]
+        self._count(len(keys), found)
+        return found
+
+    def update_many(self, items: Iterable[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
+        pairs = list(items)
+        self._count(len(pairs), (value for _, value in pairs))
+        self.data.update(pairs)
+
+    def remove_many(self, keys: Iterable[tuple[Any, ...]]) -> None:
+        removed = list(keys)
+        self._count(len(removed), ())
+        for key in removed:
+            del self.data[key]
+
+    def get(self) -> tuple[Any, ...] | None:
+        self._count(1, [self.value])
+        return self.value
+
+    def update(self, newValue: tuple[Any, ...]) -> None:
+        self._count(1, [newValue])
+        self.value = newValue
+
+
+def events(tx: pd.DataFrame, layout: Layout) -> pd.DataFrame:
+    """Decoded transaction rows, as the Kafka source hands them to the card stage."""
+    n = len(tx)
+    return frame_of(
+        decoded_fields(),
+        {
+            CARD_BUCKET: card_buckets(tx["card_id"], layout.card_buckets),
+            KIND: np.full(n, TX, dtype=object),
+            "tx_id": tx["tx_id"].to_numpy(dtype=np.int64),
+            "card_id": tx["card_id"].to_numpy(dtype=object),
+            "terminal_id": tx["terminal_id"].to_numpy(dtype=object),
+            "amount": tx["amount"].to_numpy(dtype=np.float64),
+            EVENT_TIME_MS: tx[EVENT_TIME_MS].to_numpy(dtype=np.int64),
+            SOURCE_OFFSET: np.arange(n, dtype=np.int64),
+        },
+        n,
+    )
+
+
+def tick(frontier: int, buckets: int) -> pd.DataFrame:
+    return frame_of(
+        decoded_fields(),
+        {
+            CARD_BUCKET: np.arange(buckets, dtype=np.int32),
+            KIND: np.full(buckets, "tick", dtype=object),
+            EVENT_TIME_MS: np.full(buckets, frontier, dtype=np.int64),
+        },
+        buckets,
+    )
+
+
+@dataclass
+class Run:
+    cpu_ms: list[float] = field(default_factory=list)
+    calls: Counter[str] = field(default_factory=Counter)
+
+
+def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> dict[str, Run]:
+    params = FeatureParams()
+    layout = Layout(DEFAULT_BUCKETS, DEFAULT_BUCKETS, DEFAULT_SLOTS, DEFAULT_SLOTS)
+    frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
+    tx = pd.DataFrame(
+        {
+            "tx_id": frame["tx_id"],
+            "card_id": tokenise(frame["card_id"], b"bench"),
+            "terminal_id": frame["terminal_id"].astype(str),
+            "amount": frame["amount"],
+            EVENT_TIME_MS: frame["event_time"].astype("datetime64[ms, UTC]").astype("int64"),
+        }
+    ).sort_values([EVENT_TIME_MS, "tx_id"], ignore_index=True)
+    last_day = tx[EVENT_TIME_MS].max() // DAY_MS * DAY_MS
+    history, today = tx[tx[EVENT_TIME_MS] < last_day], tx[tx[EVENT_TIME_MS] >= last_day]
+    card_of = card_buckets(history["card_id"], layout.card_buckets)
+    terminal_of = terminal_buckets(history["terminal_id"], layout.terminal_buckets)
+    frontier = int(history[EVENT_TIME_MS].max()) + 1
+    no_labels = pd.DataFrame(
+        {"tx_id": [], "terminal_id": [], TX_TIME_MS: [], KNOWN_AT_MS: [], "is_fraud": []}
+    )
+
+    # The state after the history, both ways.
+    whole_cards: dict[int, tuple[bytes, bytes, int]] = {}
+    whole_terminals: dict[int, tuple[bytes, bytes]] = {}
+    card_state = {
+        b: BucketState(Counted(), EntryStore(Counted(), Counted())) for b in range(layout.card_buckets)
+    }
+    terminal_state = {
+        b: BucketState(Counted(), EntryStore(Counted(), Counted())) for b in range(layout.terminal_buckets)
+    }
+    for b in range(layout.card_buckets):
+        cards, _ = card_step(CardState.empty(), history[card_of == b], params)
+        bucket = CardBucket(cards, events(history.iloc[:0], layout), frontier)
+        whole_cards[b] = (to_blob(cards.to_frame(), ("card_id",)), to_blob(bucket.pending), frontier)
+        card_start(card_state[b], bucket, layout)
+    for b in range(layout.terminal_buckets):
+        mine = history[terminal_of == b][["tx_id", "terminal_id", EVENT_TIME_MS]]
+        terminals, _ = terminal_step(
+            TerminalState.empty(), mine, no_labels.astype({"tx_id": "int64"}), params
+        )
+        frames = terminals.to_frames()
+        whole_terminals[b] = (to_blob(frames[0], ("terminal_id",)), to_blob(frames[1], ("terminal_id",)))
+        terminal_start(terminal_state[b], terminals, layout)
+    for state in (*card_state.values(), *terminal_state.values()):
+        for variable in (state.value, state.entries.entries, state.entries.index):
+            variable.calls.clear()  # type: ignore[union-attr]
+
+    runs = {"entries": Run(), "one value per bucket": Run()}
+    for index in range(batches):
+        chunk = today.iloc[index * batch : (index + 1) * batch]
+        if len(chunk) < batch:
+            break
+        frontier = int(chunk[EVENT_TIME_MS].max()) + 1
+        rows = pd.concat([events(chunk, layout), tick(frontier, layout.card_buckets)], ignore_index=True)
+
+        started = time.process_time()
+        released = [
+            card_call(card_state[b], part.reset_index(drop=True), params, layout, Timings("bench"))
+            for b, part in rows.groupby(CARD_BUCKET)
+        ]
+        for b, part in pd.concat(released, ignore_index=True).groupby(TERMINAL_BUCKET):
+            terminal_call(terminal_state[b], part.reset_index(drop=True), params, layout, Timings("bench"))
+        runs["entries"].cpu_ms.append((time.process_time() - started) * 1000)
+
+        started = time.process_time()
+        released = []
+        calls = runs["one value per bucket"].calls
+        for b, part in rows.groupby(CARD_BUCKET):
+            history_blob, pending_blob, old_frontier = whole_cards[b]
+            stored = CardBucket(
+                CardState.from_frame(from_blob(history_blob)), from_blob(pending_blob), old_frontier
+            )
+            after, out = card_stage(stored, part.reset_index(drop=True), params, layout.terminal_buckets)
+            whole_cards[b] = (
+                to_blob(after.history.to_frame(), ("card_id",)),
+                to_blob(after.pending),
+                after.frontier_ms,
+            )
+            calls["get"] += 1
+            calls["put"] += 1
+            calls["bytes"] += (
+                len(history_blob) + len(pending_blob) + len(whole_cards[b][0]) + len(whole_cards[b][1])
+            )
+            released.append(out)
+        for b, part in pd.concat(released, ignore_index=True).groupby(TERMINAL_BUCKET):
+            transactions, labels = whole_terminals[b]
+            state = TerminalState.from_frames(from_blob(transactions), from_blob(labels))
+            state, _ = terminal_stage(state, part.reset_index(drop=True), params)
+            frames = state.to_frames()
+            whole_terminals[b] = (to_blob(frames[0], ("terminal_id",)), to_blob(frames[1], ("terminal_id",)))
+            calls["requests"] += 2
+            calls["exchanges"] += 2
+            calls["bytes"] += len(transactions) + len(labels) + sum(len(blob) for blob in whole_terminals[b])
+        runs["one value per bucket"].cpu_ms.append((time.process_time() - started) * 1000)
+    for state in (*card_state.values(), *terminal_state.values()):
+        for variable in (state.value, state.entries.entries, state.entries.index):
+            runs["entries"].calls.update(variable.calls)  # type: ignore[union-attr]
+    runs["held"] = Run(
+        calls=Counter({"transactions": len(history), "cards": int(history["card_id"].nunique())})
+    )
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--customers", default="5000,50000", help="card counts, comma-separated")
+    parser.add_argument(
+        "--days", type=int, default=31, help="days simulated: all but the last are the history"
+    )
+    parser.add_argument("--batch", type=int, default=2000, help="transactions per micro-batch")
+    parser.add_argument("--batches", type=int, default=10, help="micro-batches measured")
+    parser.add_argument("--seed", type=int, default=0)
+    report.add_flag(parser)
+    args = parser.parse_args()
+
+    rows = []
+    for customers in (int(c) for c in args.customers.split(",")):
+        runs = measure(customers, args.days, args.batch, args.batches, args.seed)
+        held = runs.pop("held").calls
+        measured = len(runs["entries"].cpu_ms)
+        for name, run in runs.items():
+            per = {key: value / measured for key, value in run.calls.items()}
+            rows.append(
+                [
+                    f"{held['cards']:,}",
+                    f"{held['transactions'] / 1e6:.2f} M",
+                    name,
+                    f"{statistics.median(run.cpu_ms):,.0f}",
+                    f"{per.get('requests', 0):,.0f}",
+                    f"{per.get('exchanges', 0):,.0f}",
+                    f"{per.get('bytes', 0) / 2**20:,.2f}",
+                ]
+            )
+            print(" | ".join(rows[-1]), flush=True)
+    table = report.Table(
+        [
+            "cards",
+            "transactions held",
+            "state kept as",
+            "CPU ms per micro-batch (median)",
+            "state calls per micro-batch",
+            "MiB moved per micro-batch",
+        ],
+        rows,
+        caption=f"*Both stateful stages on micro-batches of {args.batch:,} transactions of the last simulated day, the state holding the days before*",
+        notes=[
+            "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark_state.py`); MiB moved: the bytes they carry."
+        ],
+    )
+    if args.no_report:
+        return
+    report.write_section("state", script=__file__, tables=[table], settings=report.args_settings(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""The feature job's state as many small entries: which entry holds a card or a terminal, and each entry's
+value as bytes.
+
+Each stateful stage keeps its state per bucket (a Spark grouping key: few, so Python is called a few times
+per micro-batch) and, inside a bucket, as entries of a map keyed by *slot*: a card's or terminal's slot is
+a second hash route, so an entry holds the history of the few cards (terminals) hashed into it. A
+micro-batch reads, steps and writes only the entries of the cards and terminals it has events for, so its
+cost follows the batch, not the number of cards the job holds (``docs/architecture.md``, state layout).
+
+Routing: one 32-bit hash ``h`` per card (the first 8 hex digits of its token, which are uniform) or
+terminal (CRC-32 of its id); the bucket is ``h % buckets`` and the slot ``(h // buckets) % slots``, so the
+slots of one bucket are spread evenly whatever the two counts are.
+
+Values are packed by hand (a short header, then NumPy arrays as raw bytes): a micro-batch decodes
+thousands of entries, and one ``frombuffer`` per array costs microseconds where an Arrow IPC stream costs
+tens. Entries are written in a canonical order (by key, then time), so equal state gives equal bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS
+from features.core import CardState, TerminalState
+from features.entry_store import Written
+
+IntArray = npt.NDArray[np.int64]
+
+#: The hash every route of a card is taken from: its token's first 8 hex digits (tokens are 32 uniform hex
+#: digits, ``contracts.events.CARD_TOKEN_PATTERN``); CRC-32 for an id that is not hex.
+HASH_HEX_DIGITS = 8
+
+
+def card_hash(card_id: str) -> int:
+    """The 32-bit routing hash of a card token."""
+    try:
+        return int(card_id[:HASH_HEX_DIGITS], 16)
+    except ValueError:
+        return zlib.crc32(card_id.encode())
+
+
+def terminal_hash(terminal_id: str) -> int:
+    """The 32-bit routing hash of a terminal id (CRC-32: stable across processes and runs)."""
+    return zlib.crc32(terminal_id.encode())
+
+
+def is_entry_layout(layout: Mapping[str, int]) -> bool:
+    """Whether a recorded layout keeps its state in entries (earlier versions kept one value per bucket and
+    recorded no slots)."""
+    return "card_slots" in layout
+
+
+def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:
+    """The routing hash of each id, hashing each distinct id once."""
+    values = ids.to_numpy() if isinstance(ids, pd.Series) else ids
+    if len(values) == 0:
+        return np.empty(0, dtype=np.int64)
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    table = np.fromiter((hash_of(str(key)) for key in uniques), dtype=np.int64, count=len(uniques))
+    return table[codes]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What routes events to state: the buckets (Spark keys) of each stage and the slots (entries) in each
+    bucket. Fixed for the life of a checkpoint (``infra.checkpoints``); a savepoint moves state between
+    layouts (``features.rescale``)."""
+
+    card_buckets: int = DEFAULT_BUCKETS
+    terminal_buckets: int = DEFAULT_BUCKETS
+    card_slots: int = DEFAULT_SLOTS
+    terminal_slots: int = DEFAULT_SLOTS
+
+    def as_record(self) -> dict[str, int]:
+        """The layout as a checkpoint records it."""
+        return asdict(self)
+
+    def card_slots_of(self, card_ids: pd.Series | npt.NDArray[Any]) -> IntArray:
+        return (route_hashes(card_ids, card_hash) // self.card_buckets) % self.card_slots
+
+    def terminal_slots_of(self, terminal_ids: pd.Series | npt.NDArray[Any]) -> IntArray:
+        return (route_hashes(terminal_ids, terminal_hash) // self.terminal_buckets) % self.terminal_slots
+
+
+# --- packing ------------------------------------------------------------------------------------------
+
+_HEADER = struct.Struct("<IIIq")
+_COUNT = np.dtype("<u4")
+_LENGTH = np.dtype("<u2")
+#: A card history row: time, tx id, amount in cents.
+CARD_ROW = np.dtype([("time", "<i8"), ("tx_id", "<i8"), ("cents", "<i8")])
+#: A terminal transaction row: its time.
+TERMINAL_TX_ROW = np.dtype([("time", "<i8")])
+#: A terminal label row: tx id, tx time, known at, is fraud.
+LABEL_ROW = np.dtype([("tx_id", "<i8"), ("tx_time", "<i8"), ("known_at", "<i8"), ("is_fraud", "u1")])
+_NO_ROW = np.dtype([("time", "<i8")])
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows to pack, each with its slot and key (card or terminal), already in a structured dtype, and the
+    field that dates it (for an entry's newest time)."""
+
+    slots: IntArray
+    keys: npt.NDArray[Any]
+    rows: npt.NDArray[np.void]
+    time_field: str
+
+    @classmethod
+    def none(cls) -> Rows:
+        return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
+
+
+def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int, int]]:
+    """Each slot's entry: its keys, then per key its first and second rows (sorted by key, then by their
+    fields), as bytes; and each slot's newest time. All slots at once: one sort, then a slice per slot.
+
+    Layout of an entry: a header (keys, first rows, second rows: three uint32; the newest time: int64),
+    the keys (uint16 lengths,
+    then their UTF-8 bytes), per key the count of first rows and of second rows (uint32), the first rows,
+    the second rows (raw structured arrays, little-endian)."""
+    codes, keys = pd.factorize(np.concatenate([first.keys, second.keys]).astype(object), sort=True)
+    codes = codes.astype(np.int64)
+    code_a, code_b = codes[: len(first.keys)], codes[len(first.keys) :]
+    sorted_a = _sorted_rows(first, code_a)
+    sorted_b = _sorted_rows(second, code_b)
+    n_keys = len(keys)
+    pairs_a = first.slots[sorted_a] * n_keys + code_a[sorted_a]
+    pairs_b = second.slots[sorted_b] * n_keys + code_b[sorted_b]
+    pairs, inverse = np.unique(np.concatenate([pairs_a, pairs_b]), return_inverse=True)
+    count_a = np.bincount(inverse[: len(pairs_a)], minlength=len(pairs)).astype(_COUNT)
+    count_b = np.bincount(inverse[len(pairs_a) :], minlength=len(pairs)).astype(_COUNT)
+    pair_slot, pair_code = pairs // max(n_keys, 1), pairs % max(n_keys, 1)
+    encoded = [str(key).encode() for key in keys]
+    lengths = np.fromiter((len(e) for e in encoded), dtype=_LENGTH, count=len(encoded))
+    rows_a, rows_b = first.rows[sorted_a], second.rows[sorted_b]
+    slot_a, slot_b = first.slots[sorted_a], second.slots[sorted_b]
+    time_a, time_b = rows_a[first.time_field], rows_b[second.time_field]
+
+    values, newest_times = {}, {}
+    new_slot = np.ones(len(pairs), dtype=bool)
+    new_slot[1:] = pair_slot[1:] != pair_slot[:-1]
+    for start, end in itertools.pairwise([*np.flatnonzero(new_slot).tolist(), len(pairs)]):
+        slot = int(pair_slot[start])
+        a0, a1 = np.searchsorted(slot_a, [slot, slot + 1])
+        b0, b1 = np.searchsorted(slot_b, [slot, slot + 1])
+        mine = pair_code[start:end]
+        newest_times[slot] = max(newest(time_a[a0:a1]), newest(time_b[b0:b1]))
+        values[slot] = b"".join(
+            [
+                _HEADER.pack(end - start, a1 - a0, b1 - b0, newest_times[slot]),
+                lengths[mine].tobytes(),
+                *(encoded[code] for code in mine.tolist()),
+                count_a[start:end].tobytes(),
+                count_b[start:end].tobytes(),
+                rows_a[a0:a1].tobytes(),
+                rows_b[b0:b1].tobytes(),
+            ]
+        )
+    return values, newest_times
+
+
+def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
+    """The order of rows by slot, key, then their fields (the canonical order of an entry)."""
+    fields = [rows.rows[name] for name in reversed(rows.rows.dtype.names or ())]
+    return np.lexsort((*fields, codes, rows.slots))
+
+
+Unpacked = tuple[npt.NDArray[np.object_], npt.NDArray[np.void], npt.NDArray[np.object_], npt.NDArray[np.void]]
+
+
+def unpack_entries(
+    blobs: Iterable[bytes], first: np.dtype[np.void], second: np.dtype[np.void]
+) -> tuple[Unpacked, list[int]]:
+    """The rows of many entries (:func:`pack_entries`): the first rows with their keys, the second rows with
+    theirs; and each entry's newest time."""
+    keys_a: list[npt.NDArray[np.object_]] = []
+    keys_b: list[npt.NDArray[np.object_]] = []
+    rows_a: list[npt.NDArray[np.void]] = []
+    rows_b: list[npt.NDArray[np.void]] = []
+    newest_times = []
+    for blob in blobs:
+        n_keys, n_a, n_b, newest_time = _HEADER.unpack_from(blob)
+        newest_times.append(newest_time)
+        at = _HEADER.size
+        lengths = np.frombuffer(blob, _LENGTH, n_keys, at).tolist()
+        at += n_keys * _LENGTH.itemsize
+        keys = []
+        for length in lengths:
+            keys.append(blob[at : at + length].decode())
+            at += length
+        per_a = np.frombuffer(blob, _COUNT, n_keys, at)
+        per_b = np.frombuffer(blob, _COUNT, n_keys, at + n_keys * _COUNT.itemsize)
+        at += 2 * n_keys * _COUNT.itemsize
+        key_array = np.asarray(keys, dtype=object)
+        keys_a.append(np.repeat(key_array, per_a))
+        keys_b.append(np.repeat(key_array, per_b))
+        rows_a.append(np.frombuffer(blob, first, n_a, at))
+        rows_b.append(np.frombuffer(blob, second, n_b, at + n_a * first.itemsize))
+    if not rows_a:
+        empty = np.empty(0, dtype=object)
+        return (empty, np.empty(0, dtype=first), empty, np.empty(0, dtype=second)), []
+    unpacked = (
+        np.concatenate(keys_a),
+        np.concatenate(rows_a),
+        np.concatenate(keys_b),
+        np.concatenate(rows_b),
+    )
+    return unpacked, newest_times
+
+
+def newest(times: npt.NDArray[np.int64]) -> int:
+    """The newest time of an entry's rows (0 for none)."""
+    return int(times.max()) if len(times) else 0
+
+
+def newest_of_entry(blob: bytes) -> int:
+    """The newest time of one entry (from its header)."""
+    return int(_HEADER.unpack_from(blob)[3])
+
+
+# --- card entries -------------------------------------------------------------------------------------
+
+
+def card_rows(state: CardState, slots: IntArray) -> Rows:
+    rows = np.empty(len(state), dtype=CARD_ROW)
+    rows["time"], rows["tx_id"], rows["cents"] = state.event_time_ms, state.tx_id, state.amount_cents
+    return Rows(slots, state.card_id, rows, "time")
+
+
+def unpack_cards(blobs: Iterable[bytes]) -> tuple[CardState, list[int]]:
+    """The card history of many entries as one state, and each entry's newest event time."""
+    (keys, rows, _, _), newest_times = unpack_entries(blobs, CARD_ROW, _NO_ROW)
+    state = CardState(
+        card_id=keys,
+        event_time_ms=rows["time"].astype(np.int64),
+        tx_id=rows["tx_id"].astype(np.int64),
+        amount_cents=rows["cents"].astype(np.int64),
+    )
+    return state, newest_times
+
+
+# --- terminal entries ---------------------------------------------------------------------------------
+
+
+def terminal_rows(state: TerminalState, tx_slots: IntArray, label_slots: IntArray) -> tuple[Rows, Rows]:
+    tx = np.empty(len(state.event_time_ms), dtype=TERMINAL_TX_ROW)
+    tx["time"] = state.event_time_ms
+    labels = np.empty(len(state.label_tx_id), dtype=LABEL_ROW)
+    labels["tx_id"] = state.label_tx_id
+    labels["tx_time"] = state.label_tx_time_ms
+    labels["known_at"] = state.label_known_at_ms
+    labels["is_fraud"] = state.label_is_fraud
+    return (
+        Rows(tx_slots, state.terminal_id, tx, "time"),
+        Rows(label_slots, state.label_terminal_id, labels, "tx_time"),
+    )
+
+
+def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
+    """The terminal state of many entries as one, and each entry's newest time (of its transactions and its
+    labels' transactions)."""
+    (tx_keys, tx, label_keys, labels), newest_times = unpack_entries(blobs, TERMINAL_TX_ROW, LABEL_ROW)
+    state = TerminalState(
+        terminal_id=tx_keys,
+        event_time_ms=tx["time"].astype(np.int64),
+        label_terminal_id=label_keys,
+        label_tx_id=labels["tx_id"].astype(np.int64),
+        label_tx_time_ms=labels["tx_time"].astype(np.int64),
+        label_known_at_ms=labels["known_at"].astype(np.int64),
+        label_is_fraud=labels["is_fraud"].astype(bool),
+    )
+    return state, newest_times
+
+
+# --- what a call writes -------------------------------------------------------------------------------
+
+
+def card_entries(
+    history: CardState, layout: Layout, horizon: int | None, read: Mapping[int, bytes]
+) -> Written:
+    """The entries of a card history after a call: each slot's rows newer than ``horizon`` (None: all),
+    packed; the slots ``read`` that hold none any more, removed."""
+    if horizon is not None:
+        keep = history.event_time_ms > horizon
+        history = CardState(
+            history.card_id[keep],
+            history.event_time_ms[keep],
+            history.tx_id[keep],
+            history.amount_cents[keep],
+        )
+    packed, newest_times = pack_entries(
+        card_rows(history, layout.card_slots_of(history.card_id)), Rows.none()
+    )
+    values: dict[int, bytes | None] = dict.fromkeys(read)
+    values.update(packed)
+    return Written(values, newest_times)
+
+
+def terminal_entries(
+    state: TerminalState, layout: Layout, horizon: int | None, read: Mapping[int, bytes]
+) -> Written:
+    """The entries of a terminal state after a call: each slot's transactions and labels (by their
+    transaction's time) newer than ``horizon`` (None: all), packed; the slots ``read`` that hold none any
+    more, removed."""
+    tx = np.ones(len(state.event_time_ms), dtype=bool)
+    labels = np.ones(len(state.label_tx_id), dtype=bool)
+    if horizon is not None:
+        tx, labels = state.event_time_ms > horizon, state.label_tx_time_ms > horizon
+    kept = TerminalState(
+        state.terminal_id[tx],
+        state.event_time_ms[tx],
+        state.label_terminal_id[labels],
+        state.label_tx_id[labels],
+        state.label_tx_time_ms[labels],
+        state.label_known_at_ms[labels],
+        state.label_is_fraud[labels],
+    )
+    rows = terminal_rows(
+        kept, layout.terminal_slots_of(kept.terminal_id), layout.terminal_slots_of(kept.label_terminal_id)
+    )
+    packed, newest_times = pack_entries(*rows)
+    values: dict[int, bytes | None] = dict.fromkeys(read)
+    values.update(packed)
+    return Written(values, newest_times)

@@ -1,0 +1,157 @@
+"""One bucket's state entries in a stateful stage: the entries a call touches, read and written one by one,
+and the removal of entries whose history has ended.
+
+A stage keeps, per bucket (its Spark grouping key), a map of entries (slot -> packed value,
+``features.entries``) and an expiry index (hour -> the slots whose newest event time falls in it). A call
+reads the entries of the slots it has events for, writes them back, and appends a slot to the index of its
+newest hour when that hour changes. Once the bucket's clock (the newest event time it has processed) is
+more than the stage's history past an hour, every entry listed under it whose newest time is still that
+old holds nothing a future event can see: it is removed, with the hour's index. So idle cards and
+terminals leave the state by event time, as a replay of the same events removes them.
+
+The store is Spark's ``MapState`` behind a protocol of batched gets, puts and removes: a call's requests to
+the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark_state``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from features.definitions import HOUR_MS
+
+#: Schemas of the two maps (Spark DDL): slot -> packed entry, hour -> the slots listed under it.
+ENTRY_KEY, ENTRY_VALUE = "slot bigint", "value binary"
+INDEX_KEY, INDEX_VALUE = "hour bigint", "slots binary"
+_SLOTS = np.dtype("<i8")
+
+
+class MapLike(Protocol):
+    """What the store uses of a map state: gets, puts and removes of many keys at once
+    (``infra.spark_state.PipelinedMap`` for Spark's ``MapState``)."""
+
+    def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]: ...
+
+    def update_many(self, items: Iterable[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None: ...
+
+    def remove_many(self, keys: Iterable[tuple[Any, ...]]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A bucket's event-time clock: the newest event time it has processed (None: none yet) and the hours
+    its expiry index lists entries under."""
+
+    newest_ms: int | None
+    hours: npt.NDArray[np.int64]
+
+    @classmethod
+    def start(cls) -> Clock:
+        return cls(None, np.empty(0, dtype=np.int64))
+
+    def advanced(self, times: npt.NDArray[np.int64]) -> Clock:
+        """The clock after processing events at ``times``."""
+        if len(times) == 0:
+            return self
+        newest = int(times.max())
+        return Clock(newest if self.newest_ms is None else max(self.newest_ms, newest), self.hours)
+
+    def horizon(self, history_ms: int) -> int | None:
+        """Event times at or below this are behind every window a future event can have (None: no clock)."""
+        return None if self.newest_ms is None else self.newest_ms - history_ms
+
+    def hours_bytes(self) -> bytes:
+        return self.hours.astype(_SLOTS).tobytes()
+
+    @classmethod
+    def of(cls, newest_ms: int | None, hours: bytes | None) -> Clock:
+        return cls(newest_ms, np.frombuffer(hours or b"", dtype=_SLOTS).astype(np.int64))
+
+
+@dataclass
+class Written:
+    """What a call wrote: each slot's packed value (None: removed) and its newest event time."""
+
+    values: dict[int, bytes | None]
+    newest: dict[int, int]
+
+
+class EntryStore:
+    """A bucket's entries and expiry index (see the module docstring)."""
+
+    def __init__(self, entries: MapLike, index: MapLike) -> None:
+        self.entries = entries
+        self.index = index
+
+    def read(self, slots: Iterable[int]) -> dict[int, bytes]:
+        """The stored values of ``slots`` (slots without an entry are left out)."""
+        keys = [int(slot) for slot in slots]
+        values = self.entries.get_many([(slot,) for slot in keys])
+        return {slot: value[0] for slot, value in zip(keys, values, strict=True) if value is not None}
+
+    def write(self, clock: Clock, written: Written, newest_before: Mapping[int, int]) -> Clock:
+        """Store ``written`` (``newest_before``: the newest time of each slot's value as it was read; a slot
+        not there had no entry) and list each slot whose newest hour changed under its new hour."""
+        listed: dict[int, list[int]] = defaultdict(list)
+        updates, removed = [], []
+        for slot, value in written.values.items():
+            if value is None:
+                if slot in newest_before:
+                    removed.append((slot,))
+                continue
+            updates.append(((slot,), (value,)))
+            hour = written.newest[slot] // HOUR_MS
+            before = newest_before.get(slot)
+            if before is None or before // HOUR_MS != hour:
+                listed[hour].append(slot)
+        self.entries.update_many(updates)
+        self.entries.remove_many(removed)
+        hours = sorted(listed)
+        stored = self.index.get_many([(hour,) for hour in hours])
+        self.index.update_many(
+            ((hour,), (np.concatenate([_slots_of(old), np.asarray(listed[hour], dtype=_SLOTS)]).tobytes(),))
+            for hour, old in zip(hours, stored, strict=True)
+        )
+        merged = np.union1d(clock.hours, np.asarray(hours, dtype=np.int64))
+        return Clock(clock.newest_ms, merged.astype(np.int64))
+
+    def expire(
+        self,
+        clock: Clock,
+        horizon: int | None,
+        newest_of: Callable[[bytes], int],
+        written: Iterable[int] = (),
+    ) -> tuple[Clock, int]:
+        """Remove the entries whose newest event time is at or below ``horizon``, found through the index
+        hours wholly at or below it (``written``: slots this call wrote, which hold newer events).
+
+        Returns:
+            The clock without those hours, and how many entries were removed.
+        """
+        if horizon is None:
+            return clock, 0
+        due = clock.hours[(clock.hours + 1) * HOUR_MS - 1 <= horizon].tolist()
+        if not due:
+            return clock, 0
+        fresh = set(written)
+        listed = self.index.get_many([(hour,) for hour in due])
+        candidates = sorted({slot for value in listed for slot in _slots_of(value).tolist()} - fresh)
+        values = self.entries.get_many([(slot,) for slot in candidates])
+        expired = [
+            (slot,)
+            for slot, value in zip(candidates, values, strict=True)
+            if value is not None and newest_of(value[0]) <= horizon
+        ]
+        self.entries.remove_many(expired)
+        self.index.remove_many([(hour,) for hour in due])
+        return Clock(clock.newest_ms, np.setdiff1d(clock.hours, due).astype(np.int64)), len(expired)
+
+
+def _slots_of(value: tuple[Any, ...] | None) -> npt.NDArray[np.int64]:
+    """The slots an index value lists."""
+    return np.frombuffer(value[0], dtype=_SLOTS) if value is not None else np.empty(0, dtype=_SLOTS)

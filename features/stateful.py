@@ -1,0 +1,142 @@
+"""One state call of each stateful stage: a bucket's state in, the pure stage in the middle, the state out.
+
+The Spark job (``features.job``) calls these from ``transformWithStateInPandas`` with Spark's state
+variables; the tests call them with dictionaries. Per bucket, a stage keeps a value (the card stage: its
+waiting events, frontier and clock; the terminal stage: its clock) and its entries (``features.entries``)
+with their expiry index (``features.entry_store``). A call reads the entries of the cards (terminals) it
+has events for, no others: the card stage first releases the events the frontier has passed
+(``features.stages.release``), then reads the entries of the released transactions' cards.
+
+Delivery guarantee: none of its own; the same state and rows give the same state and rows, so Spark's
+checkpointed state and replayable input make the job exactly-once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from contracts.events import TxColumns
+from features.core import TerminalState
+from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.entries import (
+    Layout,
+    card_entries,
+    newest_of_entry,
+    terminal_entries,
+    unpack_cards,
+    unpack_terminals,
+)
+from features.entry_store import Clock, EntryStore
+from features.rows import KIND, LABEL, TX, empty_events
+from features.stages import CardBucket, Waiting, card_features, release, terminal_stage
+from features.transport import from_blob, to_blob
+from infra.kafka_source.splits import NO_FRONTIER
+from infra.timing import Timings
+
+C = TxColumns
+
+#: The card stage's value per card bucket: the events waiting for the frontier (an Arrow IPC blob), the
+#: frontier, and the bucket's clock (``features.entry_store.Clock``: its newest released event time and the
+#: hours its expiry index lists). Spark DDL.
+CARD_BUCKET_STATE = "pending binary, frontier bigint, newest bigint, hours binary"
+#: The terminal stage's value per terminal bucket: its clock.
+TERMINAL_BUCKET_STATE = "newest bigint, hours binary"
+
+
+class ValueLike(Protocol):
+    """What a call uses of Spark's ``ValueState``."""
+
+    def get(self) -> tuple[Any, ...] | None: ...
+
+    def update(self, newValue: tuple[Any, ...]) -> None: ...
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """One bucket's state variables: its value and its entries."""
+
+    value: ValueLike
+    entries: EntryStore
+
+
+# --- card stage ---------------------------------------------------------------------------------------
+
+
+def card_call(
+    state: BucketState, rows: pd.DataFrame, params: FeatureParams, layout: Layout, timings: Timings
+) -> pd.DataFrame:
+    """One card bucket's call: release what the frontier passed, read the released cards' entries, compute
+    their card features, write the entries back and expire idle ones. Returns the terminal stage's rows."""
+    with timings.phase("state-get"):
+        waiting, clock = _card_bucket(state.value.get())
+    with timings.phase("core"):
+        waiting, released = release(waiting, rows)
+        tx = released.transactions
+        slots = np.unique(layout.card_slots_of(tx[C.CARD_ID]))
+    with timings.phase("state-get"):
+        stored = state.entries.read(slots)
+        history, newest = unpack_cards(stored.values())
+    with timings.phase("core"):
+        history, out = card_features(history, released, params, layout.terminal_buckets)
+        clock = clock.advanced(tx[EVENT_TIME_MS].to_numpy(dtype=np.int64))
+        horizon = clock.horizon(params.card_history_ms)
+        written = card_entries(history, layout, horizon, stored)
+    with timings.phase("state-put"):
+        clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
+        clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)
+        state.value.update(
+            (to_blob(waiting.pending), waiting.frontier_ms, clock.newest_ms, clock.hours_bytes())
+        )
+    return out
+
+
+def _card_bucket(stored: tuple[Any, ...] | None) -> tuple[Waiting, Clock]:
+    if stored is None:
+        return Waiting(empty_events(), NO_FRONTIER), Clock.start()
+    pending, frontier, newest, hours = stored
+    return Waiting(from_blob(pending), int(frontier)), Clock.of(newest, hours)
+
+
+def card_start(state: BucketState, bucket: CardBucket, layout: Layout) -> None:
+    """Store a whole card bucket (a rescaled start: ``features.rescale``) in an empty bucket's state."""
+    clock = Clock.start().advanced(bucket.history.event_time_ms)
+    clock = state.entries.write(clock, card_entries(bucket.history, layout, None, {}), {})
+    state.value.update((to_blob(bucket.pending), bucket.frontier_ms, clock.newest_ms, clock.hours_bytes()))
+
+
+# --- terminal stage -----------------------------------------------------------------------------------
+
+
+def terminal_call(
+    state: BucketState, rows: pd.DataFrame, params: FeatureParams, layout: Layout, timings: Timings
+) -> pd.DataFrame:
+    """One terminal bucket's call: read the entries of the terminals of its transactions and labels, compute
+    the terminal and time features, write the entries back and expire idle ones. Returns the feature rows
+    and dead rows (``features.stages.terminal_stage``)."""
+    with timings.phase("state-get"):
+        stored_clock = state.value.get()
+        clock = Clock.start() if stored_clock is None else Clock.of(*stored_clock)
+        events = rows[rows[KIND].isin([TX, LABEL])]
+        stored = state.entries.read(np.unique(layout.terminal_slots_of(events[C.TERMINAL_ID])))
+        terminals, newest = unpack_terminals(stored.values())
+    with timings.phase("core"):
+        terminals, out = terminal_stage(terminals, rows, params)
+        clock = clock.advanced(rows.loc[rows[KIND] == TX, EVENT_TIME_MS].to_numpy(dtype=np.int64))
+        horizon = clock.horizon(params.terminal_history_ms)
+        written = terminal_entries(terminals, layout, horizon, stored)
+    with timings.phase("state-put"):
+        clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
+        clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)
+        state.value.update((clock.newest_ms, clock.hours_bytes()))
+    return out
+
+
+def terminal_start(state: BucketState, terminals: TerminalState, layout: Layout) -> None:
+    """Store a whole terminal bucket (a rescaled start) in an empty bucket's state."""
+    clock = Clock.start().advanced(terminals.event_time_ms)
+    clock = state.entries.write(clock, terminal_entries(terminals, layout, None, {}), {})
+    state.value.update((clock.newest_ms, clock.hours_bytes()))
