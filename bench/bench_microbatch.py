@@ -304,8 +304,9 @@ def main() -> None:
         SimulatorConfig(customers=args.customers, terminals=args.terminals, days=days, seed=args.seed)
     )
     cut = frame[TxColumns.EVENT_TIME].min().normalize() + pd.Timedelta(days=args.backlog_days)
-    first, later = frame[frame[TxColumns.EVENT_TIME] < cut], frame[frame[TxColumns.EVENT_TIME] >= cut]
-    backlog, later_events = events_of(first), events_of(later)
+    first = frame[frame[TxColumns.EVENT_TIME] < cut]
+    # Each event at its own time: the backlog's labels known after its end belong to the later load.
+    backlog, later_events = events_of(frame).split_at(int(cut.timestamp() * 1000))
     later_ids = [orjson.loads(value)[TxColumns.TX_ID] for value in later_events.tx_values]
 
     LOGS.mkdir(parents=True, exist_ok=True)

@@ -682,7 +682,8 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     cards = rng.choice(frame[TxColumns.CARD_ID].unique(), size=args.check_cards, replace=False)
     reference = reference_features(frame, cards)
-    backlog, later_events = events_of(first), events_of(later)
+    # Each event at its own time: the backlog's labels known after its end belong to the later load.
+    backlog, later_events = events_of(frame).split_at(int(cut.timestamp() * 1000))
     later_ids = [orjson.loads(value)[TxColumns.TX_ID] for value in later_events.tx_values]
     print(
         f"input: {len(first):,} transactions in the backlog ({args.backlog_days} days), {len(later):,} after it "
