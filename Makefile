@@ -34,7 +34,7 @@ test: lint  ## lint, types, and every test tier (unit, integration, chaos) again
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 -m "not integration and not chaos"
 
-bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, upgrade, scaling: into docs/benchmarks.md (under 20 min on 2 cores)
+bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, the state calls against the cards held, upgrade, scaling: into docs/benchmarks.md (under 20 min on 2 cores)
 	@started=$$(date +%s) && \
 	$(BIN)/python bench/bench_simulator.py && \
 	$(BIN)/python bench/bench_ingest.py && \
@@ -42,6 +42,7 @@ bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the job
 	$(BIN)/python bench/bench_scoring.py && \
 	$(BIN)/python bench/bench_peers.py && \
 	$(BIN)/python bench/bench_microbatch.py && \
+	$(BIN)/python bench/bench_state.py && \
 	$(BIN)/python bench/bench_upgrade.py && \
 	$(BIN)/python bench/bench_scaling.py && \
 	echo "make bench took $$(( ($$(date +%s) - started) / 60 )) min $$(( ($$(date +%s) - started) % 60 )) s"
