@@ -45,7 +45,10 @@ def test_create_list_inspect_delete(home: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made))
     assert code == 0 and "2 (a job started from it in its layout runs 3 next)" in out
     assert "transactions/1: 300" in out
-    assert "card_buckets 6; terminal_buckets 6; shuffle partitions 2" in out
+    assert (
+        "card_buckets 6; terminal_buckets 6; card_slots 4096; terminal_slots 4096; shuffle partitions 2"
+        in out
+    )
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made), "--json")
     assert code == 0 and json.loads(out)["batch"] == 2
     code, out, _ = fraud(capsys, "savepoint", "delete", str(made), "--yes")
