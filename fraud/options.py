@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -100,6 +101,21 @@ def check_namespace(value: str) -> str:
     if value and not re.match(NAMESPACE_PATTERN, value):
         raise typer.BadParameter("a namespace is 1 to 40 lower-case letters, digits and dashes")
     return value
+
+
+def check_output_file(path: Path | None) -> Path | None:
+    """Typer callback of an option naming a file to write: it can be written, checked before the work that
+    fills it (a long simulation must not end in a missing directory)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory: give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise typer.BadParameter(f"{folder} is not a directory: create it first, or give another path")
+    if not os.access(folder, os.W_OK):
+        raise typer.BadParameter(f"{folder} is not writable: give another path")
+    return path
 
 
 def time_range(from_time: str | None, to_time: str | None) -> tuple[int | None, int | None]:

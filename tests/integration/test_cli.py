@@ -108,7 +108,7 @@ def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> N
         check=False,
     )
     assert result.returncode == 2
-    assert "unknown setting(s) FRAUD_BOOTSTRAP_SERVER" in result.stderr
+    assert "unknown setting FRAUD_BOOTSTRAP_SERVER (did you mean FRAUD_BOOTSTRAP_SERVERS?)" in result.stderr
 
 
 def test_without_stack_or_settings_says_how_to_start(tmp_path: Path) -> None:
