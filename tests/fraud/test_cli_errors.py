@@ -3,7 +3,10 @@ never a traceback: each case runs the installed console script in a process of i
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
+import re
 import socket
 import subprocess
 from importlib.metadata import version
@@ -11,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts.errors import FraudError
+from fraud import cli
 from tests.support.scripts import FRAUD
 
 
@@ -124,3 +129,32 @@ def test_version() -> None:
     result = subprocess.run([FRAUD, "--version"], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"fraud (kappa-fraud) {version('kappa-fraud')}"
+
+
+def documented_exit_codes() -> set[int]:
+    """The codes of the README's exit-code table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.partition("| exit code | meaning |")[2].partition("\n\n")[0]
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+
+
+def test_every_exit_code_is_in_the_readmes_table() -> None:
+    """Each error kind the project raises (every FraudError subclass of every module), and the codes the
+    entry point sets itself, has a row in the README's table."""
+    for package in ("contracts", "infra", "ingest", "features", "models", "scoring", "fraud"):
+        for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
+            importlib.import_module(module.name)
+    kinds, pending = set(), [FraudError]
+    while pending:
+        kind = pending.pop()
+        kinds.add(kind)
+        pending.extend(kind.__subclasses__())
+    codes = {kind.exit_code: kind for kind in kinds} | {
+        cli.USAGE_EXIT: "usage",
+        130: "interrupted",
+        0: "done",
+    }
+    documented = documented_exit_codes()
+    assert documented >= {0, 1, 2, 3, 4, 5}
+    undocumented = {code: kind for code, kind in codes.items() if code not in documented}
+    assert not undocumented, f"exit codes missing from the README's table: {undocumented}"
