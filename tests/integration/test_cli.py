@@ -62,11 +62,11 @@ def test_simulate_to_file_and_kafka_then_ingest_handbook_csv(
 def test_simulate_if_empty_produces_once(settings: Settings, clients: Clients) -> None:
     """The compose simulator's command run twice, as a second `docker compose up` does: the second run
     produces nothing."""
-    args = ("simulate", "--customers", "20", "--terminals", "40", "--days", "3", "--produce", "--if-empty")
+    args = ("simulate", "--customers", "100", "--terminals", "200", "--days", "3", "--produce", "--if-empty")
     first = run_fraud(settings, *args)
     assert first.returncode == 0, first.stderr
     produced = topic_counts(clients, [settings.topics.transactions])[settings.topics.transactions]
-    assert produced > 0
+    assert produced > 0, first.stdout
     again = run_fraud(settings, *args)
     assert again.returncode == 0, again.stderr
     assert "holds records already: nothing produced (--if-empty)" in again.stdout
