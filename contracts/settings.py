@@ -7,11 +7,22 @@ time: the CLI entry point calls :func:`load_settings` and passes the result down
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.errors import ConfigError
@@ -45,6 +56,12 @@ DEFAULT_EXECUTOR_MEMORY = "2g"
 #: executors lack) before it stops, saying what an executor needs, unless
 #: ``FRAUD_SPARK_EXECUTOR_START_TIMEOUT_S`` says.
 DEFAULT_EXECUTOR_START_TIMEOUT_S = 120.0
+#: The URL schemes of FRAUD_REDIS_URL (redis-py's): plain, TLS, a Unix socket.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: The settings that hold secrets a service must not run with when empty or a placeholder.
+SECRETS = ("token_key", "api_token", "redis_password", "sasl_password")
+#: What a placeholder secret looks like (case-insensitive): change-me, changeme, change_me...
+PLACEHOLDER_SECRET = r"(?i)^change[-_ ]?me"  # noqa: S105 - a pattern that refuses secrets
 #: Spark's notation of a JVM heap: a whole number and a unit (512m, 2g).
 SPARK_MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$"
 
@@ -298,6 +315,39 @@ class Settings(BaseSettings):
         "an address other than loopback.",
     )
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_is_a_redis_url(cls, url: str | None) -> str | None:
+        """A Redis URL that redis-py can use: redis://, rediss:// (TLS) or unix://, with a host or a path."""
+        if url is None:
+            return url
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"not a URL: {exc}") from None
+        if parts.scheme.lower() not in REDIS_SCHEMES:
+            raise ValueError("give redis://[user:password@]host:port/db (rediss:// for TLS, or unix://path)")
+        if not (parts.hostname or parts.path):
+            raise ValueError("the URL names no host")
+        return url
+
+    @model_validator(mode="after")
+    def _secrets_are_secret(self) -> Settings:
+        """No secret is empty or a placeholder (``change-me...``, as an example file might hold): a service
+        started with one would run with a secret everyone knows."""
+        for name in SECRETS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            text = value.get_secret_value()
+            if not text.strip() or re.match(PLACEHOLDER_SECRET, text):
+                raise ValueError(
+                    f"{env_name((name,))} is empty or a placeholder: set a secret of your own "
+                    "(for example `openssl rand -hex 32`)"
+                )
+        return self
+
     @model_validator(mode="after")
     def _connections_are_whole(self) -> Settings:
         """A client certificate comes with its key; Redis credentials come from the URL or the settings, not
@@ -369,6 +419,17 @@ def known_env_names() -> set[str]:
     return names
 
 
+def unknown_names_message(unknown: list[str], known: set[str]) -> str:
+    """What to say about ``FRAUD_*`` variables that name no setting: the closest known name of each (a
+    typo, most likely), else every known name."""
+    guesses = {name: difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.75) for name in unknown}
+    if all(guesses.values()):
+        return "unknown setting " + "; ".join(
+            f"{name} (did you mean {guess[0]}?)" for name, guess in guesses.items()
+        )
+    return f"unknown setting(s) {', '.join(unknown)}; known ones are: {', '.join(sorted(known))}"
+
+
 def env_name(location: tuple[int | str, ...]) -> str:
     """The environment variable of a setting's location (``("topics", "alerts")`` -> ``FRAUD_TOPICS__ALERTS``)."""
     return ENV_PREFIX + NESTED_DELIMITER.join(str(part) for part in location).upper()
@@ -384,9 +445,7 @@ def load_settings() -> Settings:
     known = known_env_names()
     unknown = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
     if unknown:
-        raise SettingsError(
-            f"unknown setting(s) {', '.join(unknown)}; known ones are: {', '.join(sorted(known))}"
-        )
+        raise SettingsError(unknown_names_message(unknown, known))
     try:
         return Settings()
     except ValidationError as exc:
@@ -397,6 +456,9 @@ def load_settings() -> Settings:
                 continue
             name = env_name(error["loc"])
             secret = any(word in name for word in ("PASSWORD", "KEY", "SECRET", "TOKEN"))
-            shown = "***" if secret else repr(os.environ.get(name, error.get("input")))
+            value = os.environ.get(name, error.get("input"))
+            if isinstance(value, str) and name.endswith(("_URL", "_URI")):
+                value = redact_url(value)
+            shown = "***" if secret else repr(value)
             problems.append(f"{name}={shown}: {error['msg']}")
         raise SettingsError("invalid setting: " + "; ".join(problems)) from None

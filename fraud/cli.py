@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from importlib.metadata import version
 from typing import Annotated
 
 import typer
 from confluent_kafka import KafkaException
 from redis.exceptions import RedisError
+from rich.markup import escape
 
 # Typer ships its own copy of click; these two are not re-exported (typer.TyperException is their base).
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
+from contracts import DISTRIBUTION
 from contracts.errors import FraudError, ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
 from contracts.settings import LOG_FORMATS, LOG_LEVELS, load_settings
@@ -70,9 +73,20 @@ LogFormatChoice = StrEnum("LogFormatChoice", {form: form for form in LOG_FORMATS
 USAGE_EXIT = 2
 
 
+def show_version(shown: bool) -> None:
+    """``--version``: the installed version, then exit (before the settings are read)."""
+    if shown:
+        typer.echo(f"fraud ({DISTRIBUTION}) {version(DISTRIBUTION)}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
     log_level: Annotated[
         LogLevelChoice | None,
         typer.Option(help="Least severe log lines shown (default: FRAUD_LOG_LEVEL, else warning)."),
@@ -100,7 +114,9 @@ def _one_line(text: object) -> str:
 
 def fail(message: object, code: int) -> None:
     """End the command: ``error: <message>`` on one line of stderr, exit ``code``."""
-    err_console.print(f"[bold red]error:[/bold red] {_one_line(message)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/bold red] {escape(_one_line(message))}", highlight=False, soft_wrap=True
+    )
     raise SystemExit(code)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -110,6 +111,21 @@ def check_namespace(value: str) -> str:
     return value
 
 
+def check_output_file(path: Path | None) -> Path | None:
+    """Typer callback of an option naming a file to write: it can be written, checked before the work that
+    fills it (a long simulation must not end in a missing directory)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory: give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise typer.BadParameter(f"{folder} is not a directory: create it first, or give another path")
+    if not os.access(folder, os.W_OK):
+        raise typer.BadParameter(f"{folder} is not writable: give another path")
+    return path
+
+
 def time_range(from_time: str | None, to_time: str | None) -> tuple[int | None, int | None]:
     """``--from`` and ``--to`` in UTC milliseconds (either may be missing); ``--from`` before ``--to``."""
     start = parse_time(from_time) if from_time else None
@@ -145,13 +161,43 @@ def feature_params(
         raise typer.BadParameter(f"{windows!r}: {reasons}", param_hint="--windows") from None
 
 
-NamespaceOption = Annotated[
+#: What every job in a namespace keeps apart from the live pipeline's, besides its topics.
+_NAMESPACE_KEEPS = (
+    "Redis keys under <namespace>: and its checkpoint under FRAUD_HOME/checkpoints/<namespace>/"
+)
+
+
+def _namespace(help_text: str) -> Any:
+    return typer.Option(
+        "--namespace", callback=check_namespace, help=f"{help_text} Default: the live pipeline."
+    )
+
+
+FeaturesNamespaceOption = Annotated[
     str,
-    typer.Option(
-        callback=check_namespace,
-        help="Write under this namespace: its own topics (<namespace>.features, ...), Redis keys and "
-        "checkpoints, never the live pipeline's; it reads the live transactions and labels. "
-        "Default: the live pipeline.",
+    _namespace(
+        "Run in this namespace (a replay, a second version): features to <namespace>.features, dead letters "
+        f"to <namespace>.dead-letter, {_NAMESPACE_KEEPS}; it reads the live transactions and labels."
+    ),
+]
+ScoringNamespaceOption = Annotated[
+    str,
+    _namespace(
+        "Run in this namespace: score <namespace>.features (what a feature job of the namespace writes) into "
+        f"<namespace>.scores and <namespace>.alerts, {_NAMESPACE_KEEPS}."
+    ),
+]
+PipelineNamespaceOption = Annotated[
+    str,
+    _namespace(
+        "Run in this namespace (a replay, a second version): scores and alerts to <namespace>.scores and "
+        f"<namespace>.alerts, {_NAMESPACE_KEEPS}; it reads the live transactions and labels."
+    ),
+]
+StateNamespaceOption = Annotated[
+    str,
+    _namespace(
+        "Read the state of the job run in this namespace: its checkpoint under FRAUD_HOME/checkpoints/<namespace>/."
     ),
 ]
 ShadowOption = Annotated[

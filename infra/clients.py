@@ -424,6 +424,19 @@ def offset_bounds(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> di
     }
 
 
+def holds_records(consumer: Consumer, topic: str) -> bool:
+    """Whether anything was ever written to ``topic`` (a high watermark above 0, deleted records included);
+    False for a topic that does not exist."""
+    try:
+        partitions = partitions_of(consumer, topic)
+    except NotFoundError:
+        return False
+    return any(
+        consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] > 0
+        for p in partitions
+    )
+
+
 def time_span(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> tuple[int, int] | None:
     """The Kafka timestamps of the first and the last record of ``topic`` (the earliest first record and
     the latest last record over its partitions); None while it is empty. Reads two records a partition.

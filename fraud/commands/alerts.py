@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterator
 from typing import Annotated
 
 import typer
 from confluent_kafka import Message, TopicPartition
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
@@ -63,9 +65,10 @@ def _parse_alert(message: Message) -> AlertRecord | None:
     try:
         return AlertRecord.model_validate_json(message.value() or b"")
     except ValidationError as exc:
+        where = f"{message.topic()}/{message.partition()}@{message.offset()}"
         err_console.print(
-            f"[yellow]skipped a malformed alert at {message.topic()}/{message.partition()}@{message.offset()}: "
-            f"{exc.errors()[0]['msg']}[/yellow]"
+            f"[yellow]skipped a malformed alert at {escape(where)}: {escape(exc.errors()[0]['msg'])}[/yellow]",
+            highlight=False,
         )
         return None
 
@@ -96,12 +99,12 @@ def _alerts_table(alerts: list[AlertRecord], title: str) -> Table:
         table.add_row(
             format_ms(a.event_time_ms),
             str(a.tx_id),
-            a.card_id,
-            a.terminal_id,
+            escape(a.card_id),
+            escape(a.terminal_id),
             f"{a.amount:,.2f}",
             f"{a.score:.3f}",
-            f"{a.model_name} v{a.model_version}",
-            ", ".join(a.top_features),
+            escape(f"{a.model_name} v{a.model_version}"),
+            escape(", ".join(a.top_features)),
         )
     return table
 
@@ -131,7 +134,7 @@ def tail_command(
             for message in follow_topic(clients, topic, from_ms):
                 alert = _parse_alert(message) if _at_or_after(message, from_ms) else None
                 if alert is not None:
-                    console.print(_alert_line(alert), highlight=False, soft_wrap=True)
+                    console.print(_alert_line(alert), markup=False, highlight=False, soft_wrap=True)
         except KeyboardInterrupt:
             return
         return
@@ -150,21 +153,25 @@ def get_command(
     tx_id: Annotated[int, typer.Argument(min=0, help="Transaction id.")],
     prefix: PrefixOption = "",
 ) -> None:
-    """Show the alert of one transaction from Redis (exit 1 if there is none)."""
+    """Show the alert of one transaction from Redis (exit 4 if there is none)."""
     redis = Clients.from_settings(settings_of(ctx)).redis()
     alert = get_alert(redis, tx_id, prefix)
     if alert is None:
-        err_console.print(f"No alert stored for transaction {tx_id}.")
-        raise typer.Exit(1)
+        raise NotFoundError(f"no alert stored for transaction {tx_id}{_under(prefix)}")
     table = Table(title=f"Alert for transaction {tx_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
     for name, value in alert.model_dump(exclude={"features", "top_features"}).items():
         shown = format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
-        table.add_row(name, shown)
-    table.add_row("top_features", ", ".join(alert.top_features) or "-")
+        table.add_row(name, escape(shown))
+    table.add_row("top_features", escape(", ".join(alert.top_features)) or "-")
     console.print(table)
     console.print(_values_table("Features", alert.features))
+
+
+def _under(prefix: str) -> str:
+    """`` under the Redis key prefix P`` for a message, nothing for the live pipeline's keys."""
+    return f" under the Redis key prefix {prefix!r}" if prefix else ""
 
 
 def _values_table(title: str, values: dict[str, float | None]) -> Table:
@@ -172,7 +179,7 @@ def _values_table(title: str, values: dict[str, float | None]) -> Table:
     table.add_column("feature")
     table.add_column("value", justify="right")
     for name, value in values.items():
-        table.add_row(name, "-" if value is None else f"{value:,.4f}")
+        table.add_row(escape(name), "-" if value is None else f"{value:,.4f}")
     return table
 
 
@@ -182,13 +189,12 @@ def card_command(
     prefix: PrefixOption = "",
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many alerts, newest first.")] = 20,
 ) -> None:
-    """Show a card's latest features, latest score and alerts from Redis (exit 1 if nothing is stored)."""
+    """Show a card's latest features, latest score and alerts from Redis (exit 4 if nothing is stored)."""
     if not re.match(CARD_TOKEN_PATTERN, card_id):
         raise typer.BadParameter("a card token is 32 lower-case hex digits", param_hint="CARD_ID")
     redis = Clients.from_settings(settings_of(ctx)).redis()
     if not card_known(redis, card_id, prefix):
-        err_console.print(f"Nothing stored for card {card_id}.")
-        raise typer.Exit(1)
+        raise NotFoundError(f"nothing stored for card {card_id}{_under(prefix)}")
     summary = card_summary(redis, card_id, prefix, limit)
     console.print(f"[bold]Card {card_id}[/bold]")
     features = summary["features"]
@@ -197,7 +203,7 @@ def card_command(
     else:
         title = (
             f"Latest features: tx {features['tx_id']} at {format_ms(features['event_time_ms'])} UTC, "
-            f"terminal {features['terminal_id']}, amount {features['amount']}"
+            f"terminal {escape(str(features['terminal_id']))}, amount {features['amount']}"
         )
         console.print(_values_table(title, features["values"]))
     score = summary["score"]
@@ -205,7 +211,7 @@ def card_command(
         console.print("No score stored.")
     else:
         console.print(
-            f"Latest score: {score.score:.3f} (threshold {score.threshold:.3f}, {score.model_name} "
+            f"Latest score: {score.score:.3f} (threshold {score.threshold:.3f}, {escape(score.model_name)} "
             f"v{score.model_version}) for tx {score.tx_id} at {format_ms(score.event_time_ms)} UTC"
             + ("  [bold red]ALERT[/bold red]" if score.alert else "")
         )
@@ -220,6 +226,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to any address
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Raise a ``ConfigError`` unless ``host:port`` can be listened on now (a port in use, an address not
+    of this machine): said before the page's address is printed, not as a server's traceback after it."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind((host, port))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {reason}; give another --port (or --host), or stop what uses it"
+        ) from None
 
 
 def serve_command(
@@ -245,6 +266,7 @@ def serve_command(
             f"--host {host} serves the alerts beyond this machine: set FRAUD_API_TOKEN (clients then send "
             "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
         )
+    check_can_listen(host, port)
     states = StateService(settings)
     app_ = create_app(
         Clients.from_settings(settings).redis(),

@@ -16,14 +16,15 @@ from fraud.options import (
     DEFAULT_WINDOWS,
     AllowedLatenessOption,
     FeatureDelayOption,
+    FeaturesNamespaceOption,
     FromOption,
     FromSavepointOption,
     MaxRecordsOption,
-    NamespaceOption,
     OnceOption,
     ToOption,
     TriggerIntervalOption,
     WindowsOption,
+    check_output_file,
     check_start,
     checkpoint_dir,
     feature_params,
@@ -42,7 +43,9 @@ def batch_command(
     input_file: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, help="CSV or Parquet of transactions.")
     ],
-    out: Annotated[Path, typer.Option(help="Parquet file: tx_id and the feature columns.")],
+    out: Annotated[
+        Path, typer.Option(callback=check_output_file, help="Parquet file: tx_id and the feature columns.")
+    ],
     mapping: Annotated[
         str,
         typer.Option(help="Column mapping, as for `fraud ingest`: canonical, handbook, or SRC=DST pairs."),
@@ -96,7 +99,7 @@ def run_command(
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
     ] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
-    namespace: NamespaceOption = "",
+    namespace: FeaturesNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
     from_savepoint: FromSavepointOption = None,

@@ -8,10 +8,12 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+from rich.markup import escape
 
 from contracts.settings import Settings
 from fraud.console import console, dead_letter_table, progress_bar, settings_of
-from infra.clients import Clients, create_project_topics
+from fraud.options import check_output_file
+from infra.clients import Clients, create_project_topics, holds_records
 from ingest.files import CleanTable, clean_table, parse_mapping
 from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet
@@ -54,7 +56,8 @@ def produce_batch(
     print_summary(settings, result)
     if result.delivery_errors:
         console.print(
-            f"[bold red]{len(result.delivery_errors)} delivery errors[/bold red], first: {result.delivery_errors[0]}"
+            f"[bold red]{len(result.delivery_errors)} delivery errors[/bold red], first: "
+            f"{escape(str(result.delivery_errors[0]))}"
         )
         raise typer.Exit(1)
     return result
@@ -92,7 +95,10 @@ def simulate_command(
     radius: Annotated[
         float, typer.Option(min=0.0, help="Terminals within this distance serve a customer.")
     ] = 5.0,
-    out: Annotated[Path | None, typer.Option(help="Write the transactions to this Parquet file.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(callback=check_output_file, help="Write the transactions to this Parquet file."),
+    ] = None,
     produce: Annotated[
         bool, typer.Option("--produce", help="Produce the transactions and labels to Kafka.")
     ] = False,
@@ -105,6 +111,14 @@ def simulate_command(
             help="With --speedup: produce the first days as fast as possible (history), then pace the rest.",
         ),
     ] = 0,
+    if_empty: Annotated[
+        bool,
+        typer.Option(
+            "--if-empty",
+            help="With --produce: produce only if nothing was ever written to the transactions topic (a "
+            "one-shot service started again adds nothing).",
+        ),
+    ] = False,
 ) -> None:
     """Simulate card transactions with the fraud-detection handbook's generative process."""
     if out is None and not produce:
@@ -112,6 +126,18 @@ def simulate_command(
     if backfill_days and speedup is None:
         raise typer.BadParameter("--backfill-days paces what follows the backfill: give --speedup too")
     settings = settings_of(ctx)
+    if (
+        produce
+        and if_empty
+        and holds_records(Clients.from_settings(settings).consumer(), settings.topics.transactions)
+    ):
+        console.print(
+            f"{escape(settings.topics.transactions)!r} holds records already: nothing produced (--if-empty).",
+            highlight=False,
+        )
+        if out is None:
+            return
+        produce = False
     try:
         first_day = dt.date.fromisoformat(start)
     except ValueError as exc:
@@ -124,7 +150,7 @@ def simulate_command(
     print_simulation(frame, config)
     if out is not None:
         write_parquet(frame, out)
-        console.print(f"Wrote {out}")
+        console.print(f"Wrote {escape(str(out))}", highlight=False)
     if produce:
         source = f"simulator:seed={seed}"
         batch = table_batch(settings, clean_table(frame, source), source, label_delay_days)
@@ -167,7 +193,7 @@ def ingest_command(
     FRAUD_MAX_CLOCK_SKEW_S.
     """
     settings = settings_of(ctx)
-    with console.status(f"Reading and validating {file}..."):
+    with console.status(f"Reading and validating {escape(str(file))}..."):
         batch = events_from_file(
             file,
             parse_mapping(mapping),

@@ -17,7 +17,16 @@ from fraud.options import FeatureDelayOption, feature_params
 from infra.clients import mlflow_store
 from models.estimators import CLASS_WEIGHTS, FEATURE_SETS, MODEL_KINDS, ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
-from models.registry import ALIASES, CHAMPION, MODEL_NAME, list_versions, promote, promotion_evidence
+from models.registry import (
+    ALIASES,
+    CHAMPION,
+    MODEL_NAME,
+    ModelNotFoundError,
+    list_versions,
+    promote,
+    promotion_evidence,
+    resolve_version,
+)
 
 app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
 
@@ -92,6 +101,14 @@ def train_command(
             "--register/--no-register", help="Register the model as a new version of fraud-detector."
         ),
     ] = True,
+    if_no_champion: Annotated[
+        bool,
+        typer.Option(
+            "--if-no-champion",
+            help="Train only if fraud-detector has no champion yet (a one-shot service started again "
+            "registers nothing).",
+        ),
+    ] = False,
 ) -> None:
     """Train a model on an honest split, evaluate it as fraud teams do, and log it to MLflow.
 
@@ -109,6 +126,16 @@ def train_command(
         if value not in allowed:
             raise typer.BadParameter(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     tracking_uri, artifacts = training.tracking_target(settings)
+    if if_no_champion:
+        try:
+            version = resolve_version(tracking_uri, CHAMPION)
+        except ModelNotFoundError:
+            pass
+        else:
+            console.print(
+                f"{MODEL_NAME}@{CHAMPION} is version {version}: nothing trained (--if-no-champion)."
+            )
+            return
     if wait_s and input_file is None:
         history = train_days + delay_days + test_days + DEFAULT_PARAMS.window_days[-1]
         training.wait_for_history(settings, history, wait_s)

@@ -18,8 +18,9 @@ from fraud.options import (
     FromSavepointOption,
     MaxRecordsOption,
     ModelCheckOption,
-    NamespaceOption,
     OnceOption,
+    PipelineNamespaceOption,
+    ScoringNamespaceOption,
     ShadowOption,
     ToOption,
     TriggerIntervalOption,
@@ -51,7 +52,7 @@ def run_command(
     checkpoint: Annotated[
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/scoring).")
     ] = None,
-    namespace: NamespaceOption = "",
+    namespace: ScoringNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
     shadow: ShadowOption = None,
@@ -92,7 +93,7 @@ def pipeline_command(
         Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/pipeline).")
     ] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
-    namespace: NamespaceOption = "",
+    namespace: PipelineNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
     shadow: ShadowOption = None,

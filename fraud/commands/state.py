@@ -23,7 +23,7 @@ from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
 from features.definitions import DEFAULT_PARAMS, FeatureParams
 from fraud.console import console, err_console, format_ms, settings_of
-from fraud.options import NamespaceOption, checkpoint_dir, feature_params
+from fraud.options import StateNamespaceOption, checkpoint_dir, feature_params
 from fraud.state import state_session
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def card_command(
     ctx: typer.Context,
     card_id: Annotated[str, typer.Argument(help="Card token (32 hex digits).")],
     job: JobOption = StatefulJob.FEATURES,
-    namespace: NamespaceOption = "",
+    namespace: StateNamespaceOption = "",
     checkpoint: CheckpointOption = None,
     savepoint: SavepointOption = None,
     feature_delay_days: StateDelayOption = None,
@@ -242,7 +242,7 @@ def terminal_command(
     ctx: typer.Context,
     terminal_id: Annotated[str, typer.Argument(help="Terminal id.")],
     job: JobOption = StatefulJob.FEATURES,
-    namespace: NamespaceOption = "",
+    namespace: StateNamespaceOption = "",
     checkpoint: CheckpointOption = None,
     savepoint: SavepointOption = None,
     feature_delay_days: StateDelayOption = None,

@@ -54,6 +54,39 @@ def test_mistyped_variable_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None
         load_settings()
 
 
+def test_a_mistyped_name_gets_a_did_you_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_PARTITONS", "4")
+    monkeypatch.setenv("fraud_redis_ulr", "redis://x")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "FRAUD_PARTITONS (did you mean FRAUD_PARTITIONS?)" in message
+    assert "fraud_redis_ulr (did you mean FRAUD_REDIS_URL?)" in message
+    assert "known ones are" not in message
+
+
+def test_a_name_like_no_setting_lists_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_COLOUR", "blue")
+    with pytest.raises(
+        SettingsError, match=r"unknown setting\(s\) FRAUD_COLOUR; known ones are: .*FRAUD_HOME"
+    ):
+        load_settings()
+
+
+@pytest.mark.parametrize("name", ["FRAUD_TOKEN_KEY", "FRAUD_API_TOKEN", "FRAUD_REDIS_PASSWORD"])
+@pytest.mark.parametrize("value", ["change-me", "CHANGE_ME-api-token", "changeme", " "])
+def test_a_placeholder_secret_is_refused(name: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=f"{name} is empty or a placeholder") as caught:
+        load_settings()
+    assert value.strip() not in str(caught.value) or not value.strip()
+
+
+def test_a_secret_of_ones_own_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAUD_API_TOKEN", "p@ss/w#rd:?&$x-change-me-later")
+    assert load_settings().bearer_token() == "p@ss/w#rd:?&$x-change-me-later"
+
+
 def test_mistyped_topic_name_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FRAUD_TOPICS__ALERT", "x")
     with pytest.raises(SettingsError, match="FRAUD_TOPICS__ALERT"):

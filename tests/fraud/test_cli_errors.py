@@ -3,13 +3,19 @@ never a traceback: each case runs the installed console script in a process of i
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
+import re
 import socket
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
+from contracts.errors import FraudError
+from fraud import cli
 from tests.support.scripts import FRAUD
 
 
@@ -31,7 +37,37 @@ def unreachable_services() -> dict[str, str]:
 CASES = {
     "invalid number": ({"FRAUD_PARTITIONS": "0"}, ["topics", "list"], 2, "FRAUD_PARTITIONS='0'"),
     "not a number": ({"FRAUD_PARTITIONS": "four"}, ["topics", "list"], 2, "FRAUD_PARTITIONS='four'"),
-    "mistyped setting": ({"FRAUD_PARTITONS": "4"}, ["topics", "list"], 2, "FRAUD_PARTITONS"),
+    "mistyped setting": (
+        {"FRAUD_PARTITONS": "4"},
+        ["topics", "list"],
+        2,
+        "unknown setting FRAUD_PARTITONS (did you mean FRAUD_PARTITIONS?)",
+    ),
+    "a Redis URL that is not one": (
+        {"FRAUD_REDIS_URL": "http://user:secret-pw@redis:6379/0"},
+        ["alerts", "get", "5"],
+        2,
+        "FRAUD_REDIS_URL='http://user:***@redis:6379/0': Value error, give redis://",
+    ),
+    "brackets in a setting's message": (
+        {"FRAUD_SPARK_DRIVER_MEMORY": "lots"},
+        ["topics", "list"],
+        2,
+        "should match pattern '^[1-9][0-9]*([kKmMgGtT][bB]?)?$'",
+    ),
+    "brackets in a file name": ({}, ["ingest", "[red]x[/red].csv"], 2, "'[red]x[/red].csv' does not exist"),
+    "simulating into a missing directory": (
+        {},
+        ["simulate", "--days", "1", "--out", "no-such-dir/sim.parquet"],
+        2,
+        "no-such-dir is not a directory",
+    ),
+    "a gate on a volume": (
+        {},
+        ["ab", "run", "--from", "2018-05-01", "--to", "2018-05-08", "--promote-if-better", "alerts_per_day"],
+        2,
+        "--promote-if-better: one of roc_auc, average_precision",
+    ),
     "unknown choice": ({"FRAUD_SECURITY_PROTOCOL": "TLS"}, ["status"], 2, "FRAUD_SECURITY_PROTOCOL"),
     "port out of range": ({}, ["serve", "--port", "99999"], 2, "--port"),
     "public address without a token": ({}, ["serve", "--host", "0.0.0.0"], 2, "set FRAUD_API_TOKEN"),  # noqa: S104
@@ -65,3 +101,60 @@ def test_one_line_of_error_and_an_exit_code(case: str, tmp_path: Path) -> None:
     assert expected in lines[0]
     assert "Traceback" not in result.stdout + result.stderr
     assert "secret-pw" not in result.stdout + result.stderr
+
+
+def test_serve_on_a_port_in_use_says_so_before_serving(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FRAUD_")}
+    env |= {"FRAUD_HOME": str(tmp_path), "COLUMNS": "200"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [FRAUD, "serve", "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""  # no page address of a server that never listened
+    assert result.stderr.strip().startswith(
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+
+
+def test_version() -> None:
+    result = subprocess.run([FRAUD, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"fraud (kappa-fraud) {version('kappa-fraud')}"
+
+
+def documented_exit_codes() -> set[int]:
+    """The codes of the README's exit-code table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.partition("| exit code | meaning |")[2].partition("\n\n")[0]
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+
+
+def test_every_exit_code_is_in_the_readmes_table() -> None:
+    """Each error kind the project raises (every FraudError subclass of every module), and the codes the
+    entry point sets itself, has a row in the README's table."""
+    for package in ("contracts", "infra", "ingest", "features", "models", "scoring", "fraud"):
+        for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
+            importlib.import_module(module.name)
+    kinds, pending = set(), [FraudError]
+    while pending:
+        kind = pending.pop()
+        kinds.add(kind)
+        pending.extend(kind.__subclasses__())
+    codes = {kind.exit_code: kind for kind in kinds} | {
+        cli.USAGE_EXIT: "usage",
+        130: "interrupted",
+        0: "done",
+    }
+    documented = documented_exit_codes()
+    assert documented >= {0, 1, 2, 3, 4, 5}
+    undocumented = {code: kind for code, kind in codes.items() if code not in documented}
+    assert not undocumented, f"exit codes missing from the README's table: {undocumented}"

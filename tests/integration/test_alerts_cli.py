@@ -63,6 +63,16 @@ def store(settings: Settings) -> Iterator[tuple[Any, str]]:
     client.close()
 
 
+def run_fraud_cli(store: tuple[Any, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed `fraud ARGS` (its entry point maps errors to exit codes) on the store's Redis only."""
+    client, _ = store
+    address = client.connection_pool.connection_kwargs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
+    env |= {"FRAUD_REDIS_URL": f"redis://{address['host']}:{address['port']}/0", "COLUMNS": "250"}
+    env |= {"FRAUD_BOOTSTRAP_SERVERS": "127.0.0.1:1", "FRAUD_MLFLOW_TRACKING_URI": "http://127.0.0.1:1"}
+    return subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
 def produce_alerts(clients: Clients, topic: str, alerts: list[AlertRecord], garbage: bool = False) -> None:
     producer = clients.producer()
     for alert in alerts:
@@ -86,8 +96,12 @@ def test_alerts_get(fraud: Any, store: tuple[Any, str]) -> None:
         "2018-04-01 00:00:41 UTC",
     ):
         assert text in result.output
-    missing = fraud("alerts", "get", "42", "--prefix", prefix)
-    assert missing.exit_code == 1 and "No alert stored for transaction 42" in missing.output
+    missing = run_fraud_cli(store, "alerts", "get", "42", "--prefix", prefix)
+    assert missing.returncode == 4, missing.stderr
+    assert (
+        missing.stderr.strip()
+        == f"error: no alert stored for transaction 42 under the Redis key prefix {prefix!r}"
+    )
     assert fraud("alerts", "get", "-3").exit_code == 2
 
 
@@ -117,8 +131,9 @@ def test_card(fraud: Any, store: tuple[Any, str]) -> None:
     assert "Alerts: 2 shown" in result.output
     assert result.output.index("00:00:52") < result.output.index("00:00:51")  # newest first
 
-    unknown = fraud("card", "b" * 32, "--prefix", prefix)
-    assert unknown.exit_code == 1 and "Nothing stored for card" in unknown.output
+    unknown = run_fraud_cli(store, "card", "b" * 32)
+    assert unknown.returncode == 4, unknown.stderr
+    assert unknown.stderr.strip() == f"error: nothing stored for card {'b' * 32}"
     assert fraud("card", "not-a-token").exit_code == 2
 
 
@@ -161,7 +176,7 @@ def test_alerts_tail_follow_prints_new_alerts(settings: Settings, clients: Clien
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or []], daemon=True).start()
 
-    def wait_for(text: str, timeout_s: float = 60) -> None:
+    def wait_for(text: str, timeout_s: float = 60) -> str:
         deadline = time.monotonic() + timeout_s
         seen = []
         while time.monotonic() < deadline:
@@ -172,13 +187,17 @@ def test_alerts_tail_follow_prints_new_alerts(settings: Settings, clients: Clien
                 continue
             seen.append(line)
             if text in line:
-                return
+                return line
         raise AssertionError(f"{text!r} not printed within {timeout_s} s:\n{''.join(seen)}")
 
     try:
         wait_for("tx 1 ")
         produce_alerts(clients, settings.topics.alerts, [make_alert(2, card_id=CARD_B)])
-        wait_for(f"tx 2  card {CARD_B}")
+        line = wait_for(f"tx 2  card {CARD_B}")
+        assert line.rstrip().endswith("  [card_amount_ratio_30d, card_nb_tx_1d]"), line  # its top features
+        produce_alerts(clients, settings.topics.alerts, [make_alert(3, top_features=["[b]x[/b]", "y"])])
+        line = wait_for("tx 3 ")
+        assert line.rstrip().endswith("  [[b]x[/b], y]"), line  # as they are, not read as markup
     finally:
         process.terminate()
         process.wait(timeout=10)

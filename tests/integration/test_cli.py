@@ -59,6 +59,20 @@ def test_simulate_to_file_and_kafka_then_ingest_handbook_csv(
     assert f"{2 * len(simulated):,}" in status.stdout
 
 
+def test_simulate_if_empty_produces_once(settings: Settings, clients: Clients) -> None:
+    """The compose simulator's command run twice, as a second `docker compose up` does: the second run
+    produces nothing."""
+    args = ("simulate", "--customers", "100", "--terminals", "200", "--days", "3", "--produce", "--if-empty")
+    first = run_fraud(settings, *args)
+    assert first.returncode == 0, first.stderr
+    produced = topic_counts(clients, [settings.topics.transactions])[settings.topics.transactions]
+    assert produced > 0, first.stdout
+    again = run_fraud(settings, *args)
+    assert again.returncode == 0, again.stderr
+    assert "holds records already: nothing produced (--if-empty)" in again.stdout
+    assert topic_counts(clients, [settings.topics.transactions])[settings.topics.transactions] == produced
+
+
 def test_the_public_demo_token_key_is_refused_with_a_kafka_of_ones_own(
     settings: Settings, clients: Clients
 ) -> None:
@@ -108,7 +122,7 @@ def test_user_errors_are_one_clear_line(settings: Settings, tmp_path: Path) -> N
         check=False,
     )
     assert result.returncode == 2
-    assert "unknown setting(s) FRAUD_BOOTSTRAP_SERVER" in result.stderr
+    assert "unknown setting FRAUD_BOOTSTRAP_SERVER (did you mean FRAUD_BOOTSTRAP_SERVERS?)" in result.stderr
 
 
 def test_without_stack_or_settings_says_how_to_start(tmp_path: Path) -> None:

