@@ -6,8 +6,13 @@ deliberately broken events to show the dead-letter topic, run the streaming feat
 transactions and labels topics (honest split, metrics, registered in MLflow: the first version of an empty
 registry becomes the champion), score every transaction with the champion (scores and alerts to Kafka,
 alerts to Redis), then print topic counts, the dead-letter summary, the alerts and their precision against
-the labels, and one card from Redis. The embedded stack is started for the run and stopped after it; with
-a stack already running (or your own services), the demo uses fresh ``demo-…`` topics of its own.
+the labels, and one card from Redis. The embedded stack is started for the run (in memory) and stopped
+after it; a stack already running (``fraud up``) or your own services are used and left running.
+
+Wherever it runs, the demo is isolated in a namespace of its own, ``demo-<run>``: its topics
+(``demo-<run>.transactions``, ...), Redis keys (``demo-<run>:...``), checkpoints and observer groups, and a
+model registry of its own (a SQLite MLflow store under ``FRAUD_HOME/demos/demo-<run>``), so it never
+writes into live outputs nor scores with a live model. It ends with the commands that show its results.
 
 ``--follow`` then keeps the pipeline live until Ctrl-C: both jobs run continuously, a week more of
 simulated transactions streams in at a steady rate, and the live alerts page is served. Ctrl-C stops the
@@ -33,7 +38,7 @@ from rich.table import Table
 
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
-from contracts.settings import Settings
+from contracts.settings import Settings, redis_prefix
 from features.definitions import FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
@@ -108,9 +113,13 @@ def demo_command(
         seed=seed,
     )
     with stack_for_run(settings) as started_here:
-        run = uuid.uuid4().hex[:6]
-        if not started_here:
-            settings = settings.model_copy(update={"topics": settings.topics.with_prefix(f"demo-{run}-")})
+        namespace = f"demo-{uuid.uuid4().hex[:6]}"
+        settings = isolated(settings, namespace)
+        scope = jobs.Scope(namespace)
+        console.print(
+            f"This demo runs in namespace [bold]{namespace}[/bold]: topics {namespace}.*, Redis keys "
+            f"{redis_prefix(namespace)}*, a model registry of its own ({settings.mlflow_tracking_uri})."
+        )
         clients = Clients.from_settings(settings)
         create_project_topics(clients.admin(), settings)
 
@@ -130,11 +139,11 @@ def demo_command(
         produce_batch(settings, events_from_jsonl(BAD_EVENTS_FILE, settings.max_event_bytes), speedup=None)
 
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
-        checkpoints = (settings.home / "checkpoints" / f"demo-{run}").resolve()
+        checkpoints = (settings.home / "checkpoints" / namespace).resolve()
         features = jobs.feature_job_config(
-            settings, settings.topics, checkpoints / "features", FeatureParams()
+            settings, settings.topics, checkpoints / "features", FeatureParams(), scope=scope
         )
-        jobs.run_job(settings, features, once=True, trigger_interval_s=0.0)
+        jobs.run_job(settings, features, once=True, trigger_interval_s=0.0, namespace=namespace)
 
         console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
         train_demo_model(settings)
@@ -142,18 +151,18 @@ def demo_command(
         console.rule(
             "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
         )
-        scoring = jobs.scoring_job_config(settings, settings.topics, checkpoints / "scoring")
-        jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0)
+        scoring = jobs.scoring_job_config(settings, settings.topics, checkpoints / "scoring", scope=scope)
+        jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
 
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
         console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
         console.print(alerts_table(clients, settings, frame))
-        show_card(clients, frame, settings)
+        card = show_card(clients, frame, settings, namespace)
         if follow:
-            follow_live(settings, live, checkpoints, rate)
+            follow_live(settings, live, checkpoints, rate, namespace)
         else:
-            where_to_look(settings, started_here)
+            where_to_look(settings, namespace, card, first_alert(clients, settings), started_here)
 
 
 #: Days of simulated transactions ``--follow`` streams in after the batch part of the demo.
@@ -182,22 +191,60 @@ def alerts_table(clients: Clients, settings: Settings, frame: pd.DataFrame) -> T
     return table
 
 
-def where_to_look(settings: Settings, started_here: bool) -> None:
-    """The commands that show the results (with a running stack) and how to keep one running."""
-    commands = (
-        "`fraud alerts tail`, `fraud alerts get TX_ID`, `fraud card CARD_ID`, `fraud models list`, "
-        f"`fraud serve` (live page at http://{settings.api_host}:{settings.api_port}/)"
+def isolated(settings: Settings, namespace: str) -> Settings:
+    """The settings of a demo in ``namespace``: every topic its own (``<namespace>.<topic>``, the names
+    ``--namespace`` gives a command), and a SQLite MLflow store of its own under ``FRAUD_HOME/demos``."""
+    store = (settings.home / "demos" / namespace / "mlflow").resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    return settings.model_copy(
+        update={
+            "topics": settings.topics.with_prefix(f"{namespace}."),
+            "mlflow_tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
+        }
     )
+
+
+def first_alert(clients: Clients, settings: Settings) -> int | None:
+    """The transaction id of the demo's first alert (to show a lookup with), if it raised any."""
+    for message in read_topic(clients, settings.topics.alerts):
+        return AlertRecord.model_validate_json(message.value() or b"").tx_id
+    return None
+
+
+def result_commands(settings: Settings, namespace: str, card: str, tx_id: int | None) -> list[str]:
+    """The exact commands that show a demo's results: its alerts, one alert and card, its model, its page."""
+    prefix = redis_prefix(namespace)
+    return [
+        f"fraud alerts tail --namespace {namespace}",
+        *([f"fraud alerts get {tx_id} --prefix {prefix}"] if tx_id is not None else []),
+        f"fraud card {card} --prefix {prefix}",
+        f"FRAUD_MLFLOW_TRACKING_URI={settings.mlflow_tracking_uri} fraud models list",
+        f"fraud serve --prefix {prefix}    # the live page at http://{settings.api_host}:{settings.api_port}/",
+    ]
+
+
+def where_to_look(
+    settings: Settings, namespace: str, card: str, tx_id: int | None, started_here: bool
+) -> None:
+    """The commands that show the demo's results (with the stack still running), or how to keep one."""
     if started_here:
         console.print(
-            "The embedded stack stops now and its data with it. To explore the results, start one first "
-            f"(`fraud up`), run `fraud demo` on it, then use {commands}; or run `fraud demo --follow`."
+            "The embedded stack stops now, and this demo's topics and Redis keys with it. To explore a demo's "
+            "results afterwards, start a stack first (`fraud up`) and run `fraud demo` on it; or run "
+            "`fraud demo --follow`."
         )
-    else:
-        console.print(f"Explore the results: {commands}.")
+        return
+    console.print(
+        f"This demo's results stay in namespace {namespace}; the live topics, Redis keys and registry are "
+        "untouched. To explore them:"
+    )
+    for command in result_commands(settings, namespace, card, tx_id):
+        console.print(f"  {command}", highlight=False, soft_wrap=True)
 
 
-def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate: float) -> None:
+def follow_live(
+    settings: Settings, live: pd.DataFrame, checkpoints: Path, rate: float, namespace: str
+) -> None:
     """Keep both jobs running on new transactions streamed in at ``rate`` per second, serve the page,
     until Ctrl-C; then stop what was started here."""
     import uvicorn
@@ -212,7 +259,7 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
     live_jobs = QueryJobs()  # the page's status strip: the two jobs below, as they start
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(clients.redis(), token=settings.bearer_token(), jobs=live_jobs),
+            create_app(clients.redis(), redis_prefix(namespace), token=settings.bearer_token(), jobs=live_jobs),
             host=settings.api_host,
             port=settings.api_port,
             log_level="warning",
@@ -232,11 +279,17 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
         # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
         # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        scope = jobs.Scope(namespace)
         features = jobs.feature_job_config(
-            settings, settings.topics, checkpoints / "features", FeatureParams(), max_records=20_000
+            settings,
+            settings.topics,
+            checkpoints / "features",
+            FeatureParams(),
+            max_records=20_000,
+            scope=scope,
         )
         scoring = jobs.scoring_job_config(
-            settings, settings.topics, checkpoints / "scoring", max_records=20_000
+            settings, settings.topics, checkpoints / "scoring", max_records=20_000, scope=scope
         )
         queries = jobs.start_live_jobs(spark, features, scoring, trigger_interval_s=0.5)
         names = (jobs.describe(features)[0], jobs.describe(scoring)[0])
@@ -283,14 +336,14 @@ def train_demo_model(settings: Settings) -> None:
     console.print(f"Replay, features, training and logging took {time.monotonic() - started:,.0f} s.")
 
 
-def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings) -> None:
-    """The latest features in Redis of the card with the most simulated frauds."""
+def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings, namespace: str) -> str:
+    """The latest features in Redis of the card with the most simulated frauds; its token."""
     frauds = frame[frame[TxColumns.IS_FRAUD] == 1]
     busiest = (
         frauds[TxColumns.CARD_ID].value_counts().index[0] if len(frauds) else frame[TxColumns.CARD_ID].iloc[0]
     )
     token = card_token(str(busiest), settings.card_token_key())
-    key = card_features_key(token)
+    key = card_features_key(token, redis_prefix(namespace))
     values = {k.decode(): v.decode() for k, v in clients.redis().hgetall(key).items()}
     table = Table(title=f"Redis {key}", title_justify="left")
     table.add_column("field")
@@ -298,3 +351,4 @@ def show_card(clients: Clients, frame: pd.DataFrame, settings: Settings) -> None
     for name, value in values.items():
         table.add_row(name, value)
     console.print(table)
+    return token

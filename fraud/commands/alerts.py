@@ -24,7 +24,7 @@ from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
-from fraud.options import MetricsUrlsOption, PrefixOption, parse_time
+from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, get_alert
@@ -123,11 +123,19 @@ def tail_command(
             "or relative to now (-30m, -1h, -2d). Default: the beginning of the topic.",
         ),
     ] = None,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            callback=check_namespace,
+            help="Read the alerts topic of this namespace (<namespace>.alerts: a replay's, a demo's) instead "
+            "of the live one.",
+        ),
+    ] = "",
 ) -> None:
     """Print the alerts of the alerts topic (read_committed); without --follow, stop at its end."""
     settings = settings_of(ctx)
     clients = Clients.from_settings(settings)
-    topic = settings.topics.alerts
+    topic = settings.topics.in_namespace(namespace).alerts
     from_ms = parse_time(from_time) if from_time else None
     if follow:
         try:

@@ -19,9 +19,13 @@ from contracts.settings import Settings
 from fraud.commands.stack import stack_table
 from fraud.console import console, settings_of
 from fraud.running import running_jobs
-from infra.clients import Clients, NotConfiguredError, existing_topics, log_bounds, partitions_of
+from infra.clients import Clients, NotConfiguredError, cluster_metadata, log_bounds
 from infra.embedded import EmbeddedStack
 from infra.metrics import OBSERVER_GROUP_PREFIX, Samples, scrape
+
+#: The consumer that finds the logs' bounds: a fetch of an empty or fully read partition answers at once
+#: instead of after librdkafka's default 500 ms wait, and one consumer reads every partition together.
+BOUNDS_CONSUMER = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
 
 
 def status(
@@ -112,7 +116,7 @@ def groups_table(clients: Clients) -> Table:
     table = Table(title="Processed offsets (consumer groups)", title_justify="left")
     for column in ("group", "topic", "committed", "log end", "lag"):
         table.add_column(column, justify="left" if column in ("group", "topic") else "right")
-    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    consumer = clients.consumer(overrides=BOUNDS_CONSUMER)
     try:
         for group in groups:
             future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
@@ -145,13 +149,17 @@ def offsets_table(clients: Clients, settings: Settings) -> Table:
     table = Table(title="Topics (offsets)", title_justify="left")
     for column in ("topic", "partitions", "first", "end"):
         table.add_column(column, justify="left" if column == "topic" else "right")
-    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    consumer = clients.consumer(overrides=BOUNDS_CONSUMER)
     try:
-        for topic in existing_topics(clients.admin(), settings.topics.all()):
-            partitions = partitions_of(consumer, topic)
-            bounds = log_bounds(consumer, [(topic, p) for p in partitions]).values()
-            firsts, ends = sum(first for first, _ in bounds), sum(end for _, end in bounds)
-            table.add_row(topic, str(len(partitions)), f"{firsts:,}", f"{ends:,}")
+        found = cluster_metadata(consumer).topics
+        partitions = {
+            topic: sorted(found[topic].partitions) for topic in settings.topics.all() if topic in found
+        }
+        bounds = log_bounds(consumer, [(topic, p) for topic, ps in partitions.items() for p in ps])
     finally:
         consumer.close()
+    for topic, numbers in partitions.items():
+        spans = [bounds[f"{topic}/{p}"] for p in numbers]
+        firsts, ends = sum(first for first, _ in spans), sum(end for _, end in spans)
+        table.add_row(topic, str(len(numbers)), f"{firsts:,}", f"{ends:,}")
     return table

@@ -5,13 +5,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
+from infra.clients import ensure_topics, log_bounds
 from infra.embedded import EmbeddedStack, StackError, StackInfo, pid_runs
 
 
 def test_session_stack_serves_kafka_and_redis(stack: StackInfo) -> None:
-    from confluent_kafka.admin import AdminClient
-
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
     assert admin.list_topics(timeout=10).brokers
     client = redis.Redis.from_url(stack.redis_url)
@@ -46,3 +47,38 @@ def test_taken_port_is_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(StackError, match=f"port {port} on 127.0.0.1 is already in use"):
             EmbeddedStack(tmp_path).start(broker_port=port)
     assert EmbeddedStack(tmp_path).running() is None
+
+
+def test_a_durable_stack_keeps_topics_records_and_redis_keys_across_down_and_up(tmp_path: Path) -> None:
+    """`fraud up`, records produced and a Redis key set, `fraud down`, `fraud up` again: the topic, every
+    record and the key are back (the broker's topics live in the object store, Valkey appends to a file)."""
+    from confluent_kafka import Consumer
+
+    embedded = EmbeddedStack(tmp_path)
+    info = embedded.start(durable=True)
+    try:
+        assert info.durable and info.objects is not None
+        ensure_topics(AdminClient({"bootstrap.servers": info.bootstrap_servers}), ["kept"], 2, 1)
+        producer = Producer({"bootstrap.servers": info.bootstrap_servers, "enable.idempotence": True})
+        for i in range(500):
+            producer.produce("kept", key=str(i % 7), value=f"record {i}")
+        assert producer.flush(30) == 0
+        redis.Redis.from_url(info.redis_url).set("kept-key", "yes")
+    finally:
+        stopped = embedded.stop()
+    assert sorted(stopped) == ["broker", "objects", "redis"]
+    assert not pid_runs(info.objects.pid, info.objects.binary)
+
+    again = embedded.start(durable=True)
+    try:
+        consumer = Consumer(
+            {"bootstrap.servers": again.bootstrap_servers, "group.id": "t", "enable.partition.eof": True}
+        )
+        try:
+            bounds = log_bounds(consumer, [("kept", 0), ("kept", 1)], timeout_s=30)
+        finally:
+            consumer.close()
+        assert sum(end - first for first, end in bounds.values()) == 500
+        assert redis.Redis.from_url(again.redis_url).get("kept-key") == b"yes"
+    finally:
+        embedded.stop()
