@@ -45,7 +45,7 @@ from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
-from models.estimators import ModelSpec
+from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from scoring.api import create_app
 
@@ -271,7 +271,7 @@ def train_demo_model(settings: Settings) -> None:
     params = FeatureParams()
     tracking_uri, artifacts = training.tracking_target(settings)
     dataset, plans = training.topics_training_set(settings, params, training.Periods())
-    spec = ModelSpec("hist_gradient_boosting")
+    spec = DEFAULT_SPEC
     options = training.TrainOptions(spec, "all", params, plans, DEFAULT_ALERTS_PER_DAY)
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
     training.print_result(result, logged, tracking_uri)

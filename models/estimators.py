@@ -60,6 +60,12 @@ class ModelSpec:
         }
 
 
+#: The default model of `fraud train` and the demo.
+DEFAULT_SPEC = ModelSpec("hist_gradient_boosting")
+#: Days of training data of the default model.
+DEFAULT_TRAIN_DAYS = 7
+
+
 def build_pipeline(spec: ModelSpec) -> Pipeline:
     """An unfitted pipeline: scaling, then the classifier of ``spec``."""
     from sklearn.base import ClassifierMixin
