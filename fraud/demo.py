@@ -34,7 +34,7 @@ from rich.table import Table
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings
-from features.definitions import FeatureParams
+from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from infra.clients import Clients, create_project_topics, read_topic, topic_counts
@@ -47,6 +47,7 @@ from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
 from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
+from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
@@ -264,15 +265,16 @@ def follow_live(settings: Settings, live: pd.DataFrame, checkpoints: Path, rate:
 
 
 def train_demo_model(settings: Settings) -> None:
-    """Gradient boosting on every feature, trained on the latest week the replayed topics allow."""
+    """The default model (``models.estimators.DEFAULT_SPEC``) on every feature, trained on the latest
+    period the replayed topics allow, its test week judged as `fraud train` and `fraud ab run` judge it."""
     from fraud import training  # heavy: scikit-learn and MLflow
 
     started = time.monotonic()
     params = FeatureParams()
     tracking_uri, artifacts = training.tracking_target(settings)
     dataset, plans = training.topics_training_set(settings, params, training.Periods())
-    spec = DEFAULT_SPEC
-    options = training.TrainOptions(spec, "all", params, plans, DEFAULT_ALERTS_PER_DAY)
+    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, round(settings.label_delay_days * DAY_MS))
+    options = training.TrainOptions(DEFAULT_SPEC, "all", params, plans, DEFAULT_ALERTS_PER_DAY, protocol)
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
     training.print_result(result, logged, tracking_uri)
     console.print(f"Replay, features, training and logging took {time.monotonic() - started:,.0f} s.")
