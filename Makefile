@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint unit integration bench compose-check clean
+.PHONY: install demo test lint unit integration bench eval compose-check clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=...)")'
@@ -45,6 +45,9 @@ bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the job
 	$(BIN)/python bench/bench_upgrade.py && \
 	$(BIN)/python bench/bench_scaling.py && \
 	echo "make bench took $$(( ($$(date +%s) - started) / 60 )) min $$(( ($$(date +%s) - started) % 60 )) s"
+
+eval: $(STAMP)  ## the model report: baselines and the default on the handbook's splits of the simulator's 183 days, how validation chose the default, feature importances, into docs/models.md
+	$(BIN)/python bench/eval_models.py
 
 compose-check: $(STAMP)  ## validate docker-compose.yml without a Docker engine
 	$(BIN)/docker-compose -f docker-compose.yml config -q

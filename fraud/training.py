@@ -9,14 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from contracts.settings import Settings
-from features.definitions import DAY_MS, FeatureParams
+from features.definitions import DAY_MS, EVENT_TIME_MS, FeatureParams
 from fraud.console import console, fmt_metric, progress_bar
 from infra.clients import Clients, mlflow_store, time_span
 from ingest.files import parse_mapping, read_table
@@ -52,32 +52,46 @@ def tracking_target(settings: Settings) -> tuple[str, str | None]:
 @dataclass(frozen=True)
 class Periods:
     """The split options: a first training day or a first test day (neither: the latest the data allows)
-    and period lengths."""
+    and period lengths; ``train_days`` None is the default model's (``DEFAULT_TRAIN_DAYS``), fewer when
+    the data holds fewer days before the latest test period."""
 
     train_start: str | None = None
-    train_days: int = DEFAULT_TRAIN_DAYS
+    train_days: int | None = None
     delay_days: int = 7
     test_days: int = 7
     folds: int = 1
     test_start: str | None = None
 
-    def plans(self, last_ms: int) -> list[SplitPlan]:
-        """One plan per fold, oldest first, for data whose last event time is ``last_ms``."""
+    @property
+    def history_days(self) -> int:
+        """Days the split spans: training (the default's, unless given), delay and test."""
+        return (self.train_days or DEFAULT_TRAIN_DAYS) + self.delay_days + self.test_days
+
+    def plans(self, last_ms: int, first_ms: int | None = None) -> list[SplitPlan]:
+        """One plan per fold, oldest first, for data whose event times run from ``first_ms`` (None: any)
+        to ``last_ms``. Without --train-days and --train-start, the default's training length is cut to
+        the data when the data starts later."""
         if self.train_start is not None and self.test_start is not None:
             raise typer.BadParameter("give --train-start or --test-start, not both")
+        train_days = self.train_days or DEFAULT_TRAIN_DAYS
         if self.train_start is None and self.test_start is None:
-            latest = latest_plan(last_ms, self.train_days, self.delay_days, self.test_days)
-            return fold_plans(latest, self.folds)
-        option, text = (
-            ("--train-start", self.train_start) if self.train_start else ("--test-start", self.test_start)
-        )
-        try:
-            day = dt.date.fromisoformat(str(text))
-            back = 0 if self.train_start else self.train_days + self.delay_days
-            first = SplitPlan(day - dt.timedelta(days=back), self.train_days, self.delay_days, self.test_days)
-        except ValueError as exc:
-            raise typer.BadParameter(f"{option} {text!r}: {exc}") from exc
-        return fold_plans(first.shifted((self.folds - 1) * self.test_days), self.folds)
+            latest = latest_plan(last_ms, train_days, self.delay_days, self.test_days)
+            oldest = fold_plans(latest, self.folds)[0]
+        else:
+            option, text = (
+                ("--train-start", self.train_start) if self.train_start else ("--test-start", self.test_start)
+            )
+            try:
+                day = dt.date.fromisoformat(str(text))
+                back = 0 if self.train_start else train_days + self.delay_days
+                oldest = SplitPlan(day - dt.timedelta(days=back), train_days, self.delay_days, self.test_days)
+            except ValueError as exc:
+                raise typer.BadParameter(f"{option} {text!r}: {exc}") from exc
+        if self.train_days is None and self.train_start is None and first_ms is not None:
+            short = (day_of(first_ms) - oldest.train_start).days
+            if 0 < short < train_days:
+                oldest = replace(oldest, train_start=day_of(first_ms), train_days=train_days - short)
+        return fold_plans(oldest.shifted((self.folds - 1) * self.test_days), self.folds)
 
 
 def file_training_set(
@@ -92,7 +106,8 @@ def file_training_set(
     counts: ``protocol.known_frauds == "all"``)."""
     with console.status(f"Reading {path}..."):
         table = read_table(path, parse_mapping(mapping))
-        plans = periods.plans(int(event_times_ms(table).max()))
+        times = event_times_ms(table)
+        plans = periods.plans(int(times.max()), int(times.min()))
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = file_dataset(
             table,
@@ -113,7 +128,7 @@ def topics_training_set(
     events = replay_topics(
         Clients.from_settings(settings), settings.topics, settings.max_event_bytes, progress_bar
     )
-    plans = periods.plans(events.last_ms)
+    plans = periods.plans(events.last_ms, int(events.transactions[EVENT_TIME_MS].min()))
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
     return dataset, plans

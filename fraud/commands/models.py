@@ -76,7 +76,14 @@ def train_command(
             "it, so a fixed test week can be compared across --train-days.",
         ),
     ] = None,
-    train_days: Annotated[int, typer.Option(min=1, help="Days of training data.")] = DEFAULT_TRAIN_DAYS,
+    train_days: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Days of training data. Default: the default model's, {DEFAULT_TRAIN_DAYS} (chosen on "
+            "validation, docs/models.md), fewer when the data is shorter.",
+        ),
+    ] = None,
     delay_days: Annotated[
         int, typer.Option(min=0, help="Gap between training and test: the label delay.")
     ] = 7,
@@ -130,12 +137,12 @@ def train_command(
         if value not in allowed:
             raise typer.BadParameter(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     tracking_uri, artifacts = training.tracking_target(settings)
+    periods = training.Periods(train_start, train_days, delay_days, test_days, folds, test_start)
     if wait_s and input_file is None:
-        history = train_days + delay_days + test_days + DEFAULT_PARAMS.window_days[-1]
+        history = periods.history_days + DEFAULT_PARAMS.window_days[-1]
         training.wait_for_history(settings, history, wait_s)
     spec = ModelSpec(model, max_depth, n_estimators, class_weight, seed)  # type: ignore[arg-type]
     params = feature_params(feature_delay_days)
-    periods = training.Periods(train_start, train_days, delay_days, test_days, folds, test_start)
     protocol = EvalProtocol(known_frauds, round(settings.label_delay_days * DAY_MS))  # type: ignore[arg-type]
     if input_file is not None:
         dataset, plans = training.file_training_set(settings, input_file, mapping, params, periods, protocol)

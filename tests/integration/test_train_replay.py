@@ -103,7 +103,7 @@ def test_the_ab_figures_of_a_model_on_its_test_week_are_its_training_figures(
         out = tmp_path / f"{rule}.json"
         result = CliRunner().invoke(
             app,
-            ["train", "--model", "logistic_regression", "--test-start", week[0], "--known-frauds", rule,
+            ["train", "--model", "logistic_regression", "--test-start", week[0], "--train-days", "7", "--known-frauds", rule,
              "--metrics-out", str(out)],
             catch_exceptions=False,
         )  # fmt: skip
