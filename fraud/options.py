@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from contracts.settings import NAMESPACE_PATTERN, Settings
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from models.registry import ALIASES
+from models.splits import KNOWN_FRAUDS, RECENT_FRAUD_DAYS
 
 #: Records per micro-batch unless a command says otherwise (admission control).
 DEFAULT_MAX_RECORDS = 100_000
@@ -228,6 +229,23 @@ def check_start(from_time: str | None, from_savepoint: Path | None) -> None:
     """``--from`` and ``--from-savepoint`` both say where a job starts: one at most."""
     if from_time is not None and from_savepoint is not None:
         raise typer.BadParameter("--from and --from-savepoint both say where to start: give one")
+
+
+def _check_known_frauds(value: str) -> str:
+    if value not in KNOWN_FRAUDS:
+        raise typer.BadParameter(f"one of {', '.join(KNOWN_FRAUDS)}, not {value!r}")
+    return value
+
+
+KnownFraudsOption = Annotated[
+    str,
+    typer.Option(
+        callback=_check_known_frauds,
+        help="Which cards each test day leaves out, as already known compromised: 'recent' (a fraud on a "
+        f"transaction of the {RECENT_FRAUD_DAYS} days before the test period or since, known before the day: "
+        "the handbook's protocol) or 'all' (any fraud of the history known before the day).",
+    ),
+]
 
 
 class FeatureSource(StrEnum):

@@ -9,23 +9,23 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from contracts.settings import Settings
-from features.definitions import DAY_MS, FeatureParams
+from features.definitions import DAY_MS, EVENT_TIME_MS, FeatureParams
 from fraud.console import console, fmt_metric, progress_bar
 from infra.clients import Clients, mlflow_store, time_span
 from ingest.files import parse_mapping, read_table
 from models.dataset import Dataset, DatasetError, event_times_ms, file_dataset
-from models.estimators import FeatureSet, ModelSpec, feature_set
+from models.estimators import DEFAULT_TRAIN_DAYS, FeatureSet, ModelSpec, feature_set
 from models.metrics import card_precision_key
 from models.registry import MODEL_NAME
 from models.replay import replay_dataset, replay_topics
-from models.splits import SplitPlan, day_of, fold_plans, latest_plan
+from models.splits import DEFAULT_PROTOCOL, EvalProtocol, SplitPlan, day_of, fold_plans, latest_plan
 from models.tracking import LoggedRun, default_artifact_location, log_training
 from models.training import TrainingResult, train_and_evaluate
 
@@ -39,6 +39,7 @@ class TrainOptions:
     params: FeatureParams
     plans: list[SplitPlan]
     alerts_per_day: float
+    protocol: EvalProtocol = DEFAULT_PROTOCOL
 
 
 def tracking_target(settings: Settings) -> tuple[str, str | None]:
@@ -50,36 +51,63 @@ def tracking_target(settings: Settings) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class Periods:
-    """The split options: a first training day (None: the latest the data allows) and period lengths."""
+    """The split options: a first training day or a first test day (neither: the latest the data allows)
+    and period lengths; ``train_days`` None is the default model's (``DEFAULT_TRAIN_DAYS``), fewer when
+    the data holds fewer days before the latest test period."""
 
     train_start: str | None = None
-    train_days: int = 7
+    train_days: int | None = None
     delay_days: int = 7
     test_days: int = 7
     folds: int = 1
+    test_start: str | None = None
 
-    def plans(self, last_ms: int) -> list[SplitPlan]:
-        """One plan per fold, oldest first, for data whose last event time is ``last_ms``."""
-        if self.train_start is None:
-            latest = latest_plan(last_ms, self.train_days, self.delay_days, self.test_days)
+    @property
+    def history_days(self) -> int:
+        """Days the split spans: training (the default's, unless given), delay and test."""
+        return (self.train_days or DEFAULT_TRAIN_DAYS) + self.delay_days + self.test_days
+
+    def plans(self, last_ms: int, first_ms: int | None = None) -> list[SplitPlan]:
+        """One plan per fold, oldest first, for data whose event times run from ``first_ms`` (None: any)
+        to ``last_ms``. Without --train-days and --train-start, the default's training length is cut to
+        the data when the data starts later."""
+        if self.train_start is not None and self.test_start is not None:
+            raise typer.BadParameter("give --train-start or --test-start, not both")
+        train_days = self.train_days or DEFAULT_TRAIN_DAYS
+        if self.train_start is None and self.test_start is None:
+            latest = latest_plan(last_ms, train_days, self.delay_days, self.test_days)
+            oldest = fold_plans(latest, self.folds)[0]
         else:
+            option, text = (
+                ("--train-start", self.train_start) if self.train_start else ("--test-start", self.test_start)
+            )
             try:
-                first = SplitPlan(
-                    dt.date.fromisoformat(self.train_start), self.train_days, self.delay_days, self.test_days
-                )
+                day = dt.date.fromisoformat(str(text))
+                back = 0 if self.train_start else train_days + self.delay_days
+                oldest = SplitPlan(day - dt.timedelta(days=back), train_days, self.delay_days, self.test_days)
             except ValueError as exc:
-                raise typer.BadParameter(f"--train-start {self.train_start!r}: {exc}") from exc
-            latest = first.shifted((self.folds - 1) * self.test_days)
-        return fold_plans(latest, self.folds)
+                raise typer.BadParameter(f"{option} {text!r}: {exc}") from exc
+        if self.train_days is None and self.train_start is None and first_ms is not None:
+            short = (day_of(first_ms) - oldest.train_start).days
+            if 0 < short < train_days:
+                oldest = replace(oldest, train_start=day_of(first_ms), train_days=train_days - short)
+        return fold_plans(oldest.shifted((self.folds - 1) * self.test_days), self.folds)
 
 
 def file_training_set(
-    settings: Settings, path: Path, mapping: str, params: FeatureParams, periods: Periods
+    settings: Settings,
+    path: Path,
+    mapping: str,
+    params: FeatureParams,
+    periods: Periods,
+    protocol: EvalProtocol = DEFAULT_PROTOCOL,
 ) -> tuple[Dataset, list[SplitPlan]]:
-    """The dataset of a labelled file, for the rows the plans need."""
+    """The dataset of a labelled file, for the rows the plans need (all of them when any known fraud
+    counts: ``protocol.known_frauds == "all"``)."""
     with console.status(f"Reading {path}..."):
         table = read_table(path, parse_mapping(mapping))
-        plans = periods.plans(int(event_times_ms(table).max()))
+        times = event_times_ms(table)
+        plans = periods.plans(int(times.max()), int(times.min()))
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = file_dataset(
             table,
@@ -87,7 +115,7 @@ def file_training_set(
             params,
             round(settings.label_delay_days * DAY_MS),
             settings.max_event_bytes,
-            plans[0].train_start_ms,
+            None if protocol.frauds_since_ms(plans[0].test_start_ms) is None else plans[0].train_start_ms,
             plans[-1].test_end_ms,
         )
     return dataset, plans
@@ -100,7 +128,7 @@ def topics_training_set(
     events = replay_topics(
         Clients.from_settings(settings), settings.topics, settings.max_event_bytes, progress_bar
     )
-    plans = periods.plans(events.last_ms)
+    plans = periods.plans(events.last_ms, int(events.transactions[EVENT_TIME_MS].min()))
     with console.status(f"Computing features ({plans[0].train_start}..{plans[-1].test_start})..."):
         dataset = replay_dataset(events, params, plans[0].train_start_ms, plans[-1].test_end_ms)
     return dataset, plans
@@ -141,7 +169,9 @@ def run_training(
     """Train and evaluate on every fold, log the run to MLflow and (optionally) register the model."""
     columns = feature_set(options.features, options.params)
     with console.status(f"Training {options.spec.kind} on {len(options.plans)} fold(s)..."):
-        result = train_and_evaluate(dataset, options.plans, options.spec, columns, options.alerts_per_day)
+        result = train_and_evaluate(
+            dataset, options.plans, options.spec, columns, options.alerts_per_day, protocol=options.protocol
+        )
     latest = options.plans[-1]
     run_params = {
         "features": options.features,
@@ -153,6 +183,7 @@ def run_training(
         "test_days": latest.test_days,
         "folds": len(options.plans),
         "alerts_per_day_budget": options.alerts_per_day,
+        "known_frauds": options.protocol.known_frauds,
         "data_source": dataset.source,
         "data_first_day": day_of(dataset.first_ms),
         "data_last_day": day_of(dataset.last_ms),

@@ -17,7 +17,7 @@ from contracts.errors import FraudError
 from contracts.events import TxColumns
 from features.batch import transactions_features
 from features.core import compute_features, labels_from_fraud_flags
-from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, LABEL_COLUMNS, TX_TIME_MS, FeatureParams
+from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, LABEL_COLUMNS, FeatureParams
 from ingest.files import _to_event_time_ms
 
 C = TxColumns
@@ -137,10 +137,3 @@ def fraud_known(labels: pd.DataFrame, tx_ids: pd.Series, before_ms: int | None =
     latest = known.sort_values(KNOWN_AT_MS, kind="stable").drop_duplicates(C.TX_ID, keep="last")
     frauds = latest.loc[latest[C.IS_FRAUD].astype(bool), C.TX_ID]
     return tx_ids.isin(frauds).to_numpy(dtype=np.int64)
-
-
-def cards_with_known_fraud(labels: pd.DataFrame, since_tx_ms: int, before_ms: int) -> set[object]:
-    """Cards with a fraud on a transaction at or after ``since_tx_ms`` whose label was known before ``before_ms``."""
-    recent = labels[labels[TX_TIME_MS] >= since_tx_ms]
-    fraud = fraud_known(recent, recent[C.TX_ID], before_ms).astype(bool)
-    return set(recent.loc[fraud, C.CARD_ID])

@@ -47,6 +47,12 @@ class ModelSpec:
     seed: int = 0
     n_jobs: int = 2
 
+    def describe(self, train_days: int) -> str:
+        """The spec and its training length in words, as the model report names it."""
+        depth = "unlimited depth" if self.max_depth is None else f"depth {self.max_depth}"
+        weights = "balanced class weights" if self.class_weight == "balanced" else "no class weights"
+        return f"{self.kind.replace('_', ' ')}, {depth}, {weights}, {train_days} training days"
+
     def params(self) -> dict[str, str | int | None]:
         """The spec as MLflow run parameters."""
         return {
@@ -58,6 +64,12 @@ class ModelSpec:
             "class_weight": self.class_weight,
             "seed": self.seed,
         }
+
+
+#: The default model of `fraud train` and the demo, and its days of training data: the candidate that
+#: validation chose in the model report (docs/models.md, `make eval`; a test checks they agree).
+DEFAULT_SPEC = ModelSpec("hist_gradient_boosting")
+DEFAULT_TRAIN_DAYS = 56
 
 
 def build_pipeline(spec: ModelSpec) -> Pipeline:

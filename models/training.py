@@ -29,7 +29,7 @@ from models.metrics import (
     roc_auc,
     threshold_for_budget,
 )
-from models.splits import TARGET, TEST_DAY, Split, SplitPlan, split, split_counts
+from models.splits import TARGET, TEST_DAY, EvalProtocol, Split, SplitPlan, split, split_counts
 
 
 @dataclass
@@ -116,10 +116,13 @@ def train_and_evaluate(
     feature_columns: tuple[str, ...],
     alerts_per_day: float = DEFAULT_ALERTS_PER_DAY,
     top_k: int = DEFAULT_TOP_K,
+    protocol: EvalProtocol | None = None,
 ) -> TrainingResult:
-    """Evaluate ``spec`` on every plan (oldest first); summary metrics are means over the folds."""
+    """Evaluate ``spec`` on every plan (oldest first), the test days under ``protocol`` (default: the
+    default ``EvalProtocol``); summary metrics are means over the folds."""
     folds = [
-        evaluate_fold(split(dataset, plan), spec, feature_columns, alerts_per_day, top_k) for plan in plans
+        evaluate_fold(split(dataset, plan, protocol), spec, feature_columns, alerts_per_day, top_k)
+        for plan in plans
     ]
     result = TrainingResult(spec, feature_columns, folds)
     result.metrics = summarise(folds)

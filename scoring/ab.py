@@ -8,9 +8,10 @@ older feature job), the features are recomputed from the transactions and labels
 of the same definitions (``recomputed_pairs``). Or, in shadow mode, the live job has scored every
 transaction with both already (its scores and shadow scores topics), and the replay only pairs them.
 
-The test protocol is the training's (``models.splits``): each day, the cards with a fraud already known
-before the day are left out (they would be blocked, not scored), and a transaction's label is whether a
-fraud label for it was known by the end of the range plus the label delay.
+The test protocol is the training's, from one function (``models.splits.evaluation_days``): each day, the
+cards with a fraud already known before the day are left out (they would be blocked, not scored; which
+frauds count is the protocol's ``known_frauds`` rule), and a transaction's label is whether a fraud label
+for it was known by the end of the range plus the label delay.
 
 Delivery guarantee: none needed; a replay only reads, and writes nothing to any topic, Redis key or
 checkpoint.
@@ -29,15 +30,15 @@ from pyspark.sql import SparkSession
 from contracts.events import TxColumns
 from contracts.records import ScoreRecord
 from contracts.settings import Topics
-from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, FeatureParams
+from features.definitions import EVENT_TIME_MS, FeatureParams
 from infra.kafka_sink.records import SinkRows
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_batch
 from infra.schemas import spark_ddl
 from models.comparison import CARD_ID, DAY, LABEL, SCORE_A, SCORE_B, TX_ID
-from models.dataset import cards_with_known_fraud, fraud_known
 from models.registry import LoadedModel
 from models.replay import ReplayedEvents, replay_dataset
+from models.splits import TARGET, EvalProtocol, evaluation_days
 from scoring.job import Scorer, score_each, worker_model
 
 C = TxColumns
@@ -151,34 +152,19 @@ def shadow_pairs(scores: list[ScoreRecord], shadow_scores: list[ScoreRecord]) ->
 
 
 def evaluation_frame(
-    pairs: pd.DataFrame,
-    labels: pd.DataFrame,
-    start_ms: int,
-    end_ms: int,
-    label_delay_ms: int,
-    history_ms: int,
+    pairs: pd.DataFrame, labels: pd.DataFrame, start_ms: int, end_ms: int, protocol: EvalProtocol
 ) -> pd.DataFrame:
-    """The comparison's frame (``models.comparison.COLUMNS``) of scored transactions in [start_ms, end_ms).
+    """The comparison's frame (``models.comparison.COLUMNS``) of scored transactions in [start_ms, end_ms),
+    under the test protocol of training (``models.splits.evaluation_days``).
 
     Args:
         pairs: ``PAIR_FIELDS`` rows; rows either model could not score are dropped.
         labels: the label table (``models.dataset.LABEL_TABLE_COLUMNS``) of the labels topic.
         start_ms: the range's start; days count from it.
-        end_ms: the range's end: labels known before ``end_ms + label_delay_ms`` count.
-        label_delay_ms: how long after a transaction its label is known.
-        history_ms: how far before the range frauds known before a day still exclude their card.
+        end_ms: the range's end.
+        protocol: which known frauds remove a card, and the label delay.
     """
-    in_range = pairs[(pairs[EVENT_TIME_MS] >= start_ms) & (pairs[EVENT_TIME_MS] < end_ms)]
-    scored = in_range[np.isfinite(in_range[SCORE_A]) & np.isfinite(in_range[SCORE_B])]
-    days = ((scored[EVENT_TIME_MS] - start_ms) // DAY_MS).astype(np.int64)
-    kept = []
-    for day in sorted(days.unique()):
-        of_day = scored[days == day]
-        known = cards_with_known_fraud(
-            labels, since_tx_ms=start_ms - history_ms, before_ms=start_ms + day * DAY_MS
-        )
-        kept.append(of_day[~of_day[CARD_ID].isin(known)].assign(**{DAY: int(day)}))
-    frame = pd.concat(kept, ignore_index=True) if kept else scored.assign(**{DAY: 0}).iloc[0:0]
-    by_end = labels[labels[KNOWN_AT_MS] < end_ms + label_delay_ms]
-    frame[LABEL] = fraud_known(by_end, frame[TX_ID])
+    scored = pairs[np.isfinite(pairs[SCORE_A]) & np.isfinite(pairs[SCORE_B])]
+    frame = evaluation_days(scored, labels, start_ms, end_ms, protocol, day_column=DAY).rows
+    frame = frame.rename(columns={TARGET: LABEL})
     return frame[[TX_ID, CARD_ID, DAY, LABEL, SCORE_A, SCORE_B]].sort_values([DAY, TX_ID], ignore_index=True)

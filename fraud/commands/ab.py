@@ -12,10 +12,18 @@ from rich.table import Table
 
 from contracts.errors import ConfigError
 from fraud.console import console, settings_of
-from fraud.options import FeatureSource, FromOption, ToOption, check_namespace, time_range
+from fraud.options import (
+    FeatureSource,
+    FromOption,
+    KnownFraudsOption,
+    ToOption,
+    check_namespace,
+    time_range,
+)
 from models.ab_report import METRICS_TABLE_HEADER, metrics_table_rows
 from models.comparison import DEFAULT_N_BOOT, gate_metric_names
 from models.registry import CHALLENGER, CHAMPION
+from models.splits import DEFAULT_KNOWN_FRAUDS
 
 app = typer.Typer(help="A/B tests of models by replaying history.", no_args_is_help=True)
 
@@ -43,6 +51,7 @@ def run_command(
             "labels topics, or auto (the topic, unless it lacks a feature a model needs)."
         ),
     ] = FeatureSource.AUTO,
+    known_frauds: KnownFraudsOption = DEFAULT_KNOWN_FRAUDS,
     namespace: Annotated[
         str,
         typer.Option(
@@ -76,8 +85,9 @@ def run_command(
         bool, typer.Option("--json", help="Print the comparison as JSON (for scripts).")
     ] = False,
 ) -> None:
-    """Score every transaction of --from..--to with both models and compare them as the training does:
-    cards already known compromised left out each day, labels known by --to plus the label delay."""
+    """Score every transaction of --from..--to with both models and compare them as `fraud train` measures
+    its test days: cards already known compromised left out each day (--known-frauds), labels known by
+    --to plus the label delay."""
     if promote_if_better is not None and promote_if_better not in gate_metric_names():
         raise ConfigError(
             f"--promote-if-better: one of {', '.join(gate_metric_names())}, not {promote_if_better!r}"
@@ -102,6 +112,7 @@ def run_command(
         promote_if_better,
         max_precision_drop,
         features,
+        known_frauds,  # type: ignore[arg-type]
     )
     settings = settings_of(ctx)
     settings = settings.model_copy(update={"topics": settings.topics.in_namespace(namespace)})

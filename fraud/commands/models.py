@@ -11,11 +11,18 @@ import typer
 from rich.table import Table
 
 from contracts.errors import ConfigError
-from features.definitions import DEFAULT_PARAMS
+from features.definitions import DAY_MS, DEFAULT_PARAMS
 from fraud.console import console, fmt_metric, settings_of
-from fraud.options import FeatureDelayOption, feature_params
+from fraud.options import FeatureDelayOption, KnownFraudsOption, feature_params
 from infra.clients import mlflow_store
-from models.estimators import CLASS_WEIGHTS, FEATURE_SETS, MODEL_KINDS, ModelSpec
+from models.estimators import (
+    CLASS_WEIGHTS,
+    DEFAULT_SPEC,
+    DEFAULT_TRAIN_DAYS,
+    FEATURE_SETS,
+    MODEL_KINDS,
+    ModelSpec,
+)
 from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
 from models.registry import (
     ALIASES,
@@ -27,6 +34,7 @@ from models.registry import (
     promotion_evidence,
     resolve_version,
 )
+from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 
 app = typer.Typer(help="The model registry: versions, aliases, promotion.", no_args_is_help=True)
 
@@ -46,17 +54,17 @@ def train_command(
         str,
         typer.Option(help="Column mapping of --input, as for `fraud ingest`: canonical, handbook, SRC=DST."),
     ] = "canonical",
-    model: Annotated[
-        str, typer.Option(help=f"Classifier: {', '.join(MODEL_KINDS)}.")
-    ] = "hist_gradient_boosting",
-    max_depth: Annotated[int | None, typer.Option(min=1, help="Maximum tree depth (trees only).")] = None,
+    model: Annotated[str, typer.Option(help=f"Classifier: {', '.join(MODEL_KINDS)}.")] = DEFAULT_SPEC.kind,
+    max_depth: Annotated[
+        int | None, typer.Option(min=1, help="Maximum tree depth (trees only).")
+    ] = DEFAULT_SPEC.max_depth,
     n_estimators: Annotated[
         int,
         typer.Option(min=1, help="Trees (random_forest) or boosting iterations (hist_gradient_boosting)."),
-    ] = 100,
+    ] = DEFAULT_SPEC.n_estimators,
     class_weight: Annotated[
         str, typer.Option(help="Class imbalance: 'balanced' (inverse class frequency) or 'none'.")
-    ] = "balanced",
+    ] = DEFAULT_SPEC.class_weight,
     seed: Annotated[int, typer.Option(min=0, help="Random seed of the classifier.")] = 0,
     features: Annotated[
         str,
@@ -70,14 +78,32 @@ def train_command(
             help="First training day (YYYY-MM-DD) of the first fold. Default: the latest period the data allows."
         ),
     ] = None,
-    train_days: Annotated[int, typer.Option(min=1, help="Days of training data.")] = 7,
+    test_start: Annotated[
+        str | None,
+        typer.Option(
+            help="First test day (YYYY-MM-DD) of the first fold instead: training ends --delay-days before "
+            "it, so a fixed test week can be compared across --train-days.",
+        ),
+    ] = None,
+    train_days: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Days of training data. Default: the default model's, {DEFAULT_TRAIN_DAYS} (chosen on "
+            "validation, docs/models.md), fewer when the data is shorter.",
+        ),
+    ] = None,
     delay_days: Annotated[
         int, typer.Option(min=0, help="Gap between training and test: the label delay.")
     ] = 7,
     test_days: Annotated[int, typer.Option(min=1, help="Test days after the gap.")] = 7,
     folds: Annotated[
         int,
-        typer.Option(min=1, help="Consecutive folds, each test-days later than the previous: mean and std."),
+        typer.Option(
+            min=1,
+            help="Consecutive folds, each --test-days later than the previous (counted forward from "
+            "--train-start or --test-start, else back from the latest): mean and std.",
+        ),
     ] = 1,
     alerts_per_day: Annotated[
         float,
@@ -86,6 +112,7 @@ def train_command(
         ),
     ] = DEFAULT_ALERTS_PER_DAY,
     feature_delay_days: FeatureDelayOption = 7.0,
+    known_frauds: KnownFraudsOption = DEFAULT_KNOWN_FRAUDS,
     metrics_out: Annotated[Path | None, typer.Option(help="Write the metrics to this JSON file.")] = None,
     wait_s: Annotated[
         float,
@@ -113,7 +140,8 @@ def train_command(
     """Train a model on an honest split, evaluate it as fraud teams do, and log it to MLflow.
 
     Train on --train-days, skip --delay-days (labels of the training period arrive during it), test on
-    --test-days; on each test day, cards with a fraud known before that day are left out.
+    --test-days; on each test day, cards with a fraud known before that day are left out (--known-frauds),
+    as `fraud ab run` does.
     """
     from fraud import training  # heavy: scikit-learn and MLflow, imported only when training
 
@@ -136,17 +164,18 @@ def train_command(
                 f"{MODEL_NAME}@{CHAMPION} is version {version}: nothing trained (--if-no-champion)."
             )
             return
+    periods = training.Periods(train_start, train_days, delay_days, test_days, folds, test_start)
     if wait_s and input_file is None:
-        history = train_days + delay_days + test_days + DEFAULT_PARAMS.window_days[-1]
+        history = periods.history_days + DEFAULT_PARAMS.window_days[-1]
         training.wait_for_history(settings, history, wait_s)
     spec = ModelSpec(model, max_depth, n_estimators, class_weight, seed)  # type: ignore[arg-type]
     params = feature_params(feature_delay_days)
-    periods = training.Periods(train_start, train_days, delay_days, test_days, folds)
+    protocol = EvalProtocol(known_frauds, round(settings.label_delay_days * DAY_MS))  # type: ignore[arg-type]
     if input_file is not None:
-        dataset, plans = training.file_training_set(settings, input_file, mapping, params, periods)
+        dataset, plans = training.file_training_set(settings, input_file, mapping, params, periods, protocol)
     else:
         dataset, plans = training.topics_training_set(settings, params, periods)
-    options = training.TrainOptions(spec, features, params, plans, alerts_per_day)  # type: ignore[arg-type]
+    options = training.TrainOptions(spec, features, params, plans, alerts_per_day, protocol)  # type: ignore[arg-type]
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register)
     training.print_result(result, logged, tracking_uri)
     if metrics_out is not None:

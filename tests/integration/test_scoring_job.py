@@ -104,7 +104,7 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
     artifacts = default_artifact_location(tracking_uri, str(home / "artifacts"))
     frame = simulate(SIMULATION)
     dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-    plans = Periods().plans(dataset.last_ms)
+    plans = Periods(train_days=7).plans(dataset.last_ms)
     for spec in (ModelSpec("decision_tree", max_depth=2), ModelSpec("random_forest", n_estimators=30)):
         options = TrainOptions(spec, "handbook", params, plans, DEFAULT_ALERTS_PER_DAY)
         run_training(dataset, options, tracking_uri, artifacts, register=True)

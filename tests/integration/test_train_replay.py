@@ -23,6 +23,7 @@ from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import simulate
 from models.dataset import file_dataset
+from models.metrics import card_precision_key
 from models.registry import load_model
 from models.replay import replay_dataset, replay_topics
 from tests.support.samples import SMALL
@@ -54,9 +55,8 @@ def test_replayed_dataset_equals_the_file_path(
     assert replayed.rejected == 0
 
 
-def test_train_from_the_topics(
-    settings: Settings, small_ingested: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _on_the_topics(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point the CLI at the test's topics and a fresh MLflow store; returns the store's URI."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {
         "FRAUD_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -64,10 +64,18 @@ def test_train_from_the_topics(
         "FRAUD_MLFLOW_TRACKING_URI": uri,
         "FRAUD_TOPICS__TRANSACTIONS": settings.topics.transactions,
         "FRAUD_TOPICS__LABELS": settings.topics.labels,
+        "FRAUD_TOPICS__FEATURES": f"{settings.topics.transactions}-features",
         "FRAUD_HOME": str(tmp_path / "home"),
     }
     for name, value in env.items():
         monkeypatch.setenv(name, str(value))
+    return uri
+
+
+def test_train_from_the_topics(
+    settings: Settings, small_ingested: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = _on_the_topics(settings, tmp_path, monkeypatch)
     out = tmp_path / "metrics.json"
     result = CliRunner().invoke(
         app, ["train", "--model", "logistic_regression", "--metrics-out", str(out)], catch_exceptions=False
@@ -78,3 +86,45 @@ def test_train_from_the_topics(
     assert metrics["version"] == 1
     assert metrics["aliases"] == ["champion"]
     assert load_model(uri).version == 1
+
+
+def test_the_ab_figures_of_a_model_on_its_test_week_are_its_training_figures(
+    settings: Settings, small_ingested: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fraud train --test-start` over the topics registers a model with its test week's metrics; `fraud ab
+    run` over that week, the model as champion, judges the same transactions and frauds and gives the same
+    AUC, AP and card precision: one protocol, under the default known-frauds rule and under `all`. (The
+    features are recomputed from the topics; that the features topic gives the same figures is
+    test_ab.py's.)"""
+    _on_the_topics(settings, tmp_path, monkeypatch)
+    week = ("2018-05-04", "2018-05-11")
+    rows = {}
+    for rule in ("recent", "all"):
+        out = tmp_path / f"{rule}.json"
+        result = CliRunner().invoke(
+            app,
+            ["train", "--model", "logistic_regression", "--test-start", week[0], "--train-days", "7", "--known-frauds", rule,
+             "--metrics-out", str(out)],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        trained = json.loads(out.read_text())
+        fold = trained["folds"][0]
+        assert (fold["test"], fold["train"]) == (week[0], "2018-04-20")
+        result = CliRunner().invoke(
+            app,
+            ["ab", "run", "--from", week[0], "--to", week[1], "--champion", str(trained["version"]),
+             "--challenger", "1", "--features", "recompute", "--known-frauds", rule, "--n-boot", "10",
+             "--report", str(tmp_path / "ab.html"), "--json"],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        replayed = json.loads(result.stdout[result.stdout.index("{") :])
+        assert (replayed["rows"], replayed["frauds"]) == (fold["test_rows"], fold["test_frauds"]), rule
+        for metric in ("roc_auc", "average_precision", card_precision_key(100)):  # the A/B's JSON: 6 digits
+            assert replayed["differences"][metric]["a"] == pytest.approx(fold[metric], abs=1e-6), (
+                rule,
+                metric,
+            )
+        rows[rule] = replayed["rows"]
+    assert rows["all"] < rows["recent"], "the two rules give different frames here"

@@ -11,7 +11,16 @@ import pytest
 from contracts.events import TxColumns
 from features.definitions import DAY_MS, DEFAULT_PARAMS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
 from models.dataset import Dataset, DatasetError, build_dataset
-from models.splits import TARGET, TEST_DAY, SplitPlan, fold_plans, latest_plan, split
+from models.splits import (
+    RECENT_FRAUD_DAYS,
+    TARGET,
+    TEST_DAY,
+    EvalProtocol,
+    SplitPlan,
+    fold_plans,
+    latest_plan,
+    split,
+)
 
 C = TxColumns
 PLAN = SplitPlan(dt.date(2018, 4, 20), train_days=7, delay_days=7, test_days=7)
@@ -109,3 +118,37 @@ def test_folds_and_latest_plan(small_dataset: Dataset) -> None:
     with pytest.raises(DatasetError):
         split(small_dataset, latest.shifted(1))  # test period past the data
     assert np.all(np.diff([p.test_start_ms for p in plans]) == 7 * DAY_MS)
+
+
+def test_the_known_frauds_rule_is_anchored_at_the_test_period_not_the_training(
+    small_dataset: Dataset,
+) -> None:
+    """``recent`` looks back RECENT_FRAUD_DAYS from the test start whatever the training period (a test
+    week's frame is the same for every model on it); ``all`` also removes cards of older known frauds."""
+    long = SplitPlan(PLAN.train_start - dt.timedelta(days=14), train_days=21)
+    assert long.test_start == PLAN.test_start
+    handbook, longer = split(small_dataset, PLAN), split(small_dataset, long)
+    assert PLAN.test_start_ms - PLAN.train_start_ms == RECENT_FRAUD_DAYS * DAY_MS
+    pd.testing.assert_frame_equal(handbook.test, longer.test)
+
+    everything = split(small_dataset, PLAN, EvalProtocol("all"))
+    labels = small_dataset.labels
+    old = labels[labels[TX_TIME_MS] < PLAN.train_start_ms]
+    old_cards = set(old[C.CARD_ID]) - set(labels.loc[labels[TX_TIME_MS] >= PLAN.train_start_ms, C.CARD_ID])
+    assert old_cards & set(handbook.test[C.CARD_ID]), (
+        "the sample has cards of old frauds to tell the rules apart"
+    )
+    assert not old_cards & set(everything.test[C.CARD_ID])
+    assert set(everything.test[C.TX_ID]) < set(handbook.test[C.TX_ID])
+    assert everything.removed_test_rows > handbook.removed_test_rows
+
+
+def test_test_targets_are_the_labels_known_by_the_end_plus_the_label_delay(small_dataset: Dataset) -> None:
+    labels = small_dataset.labels.copy()
+    test = split(small_dataset, PLAN).test
+    late = test.loc[test[TARGET] == 1, C.TX_ID].iloc[:3]
+    labels.loc[labels[C.TX_ID].isin(late), KNOWN_AT_MS] = PLAN.test_end_ms + 7 * DAY_MS
+    relabelled = split(_with_labels(small_dataset, labels), PLAN, EvalProtocol()).test
+    assert relabelled.set_index(C.TX_ID).loc[late, TARGET].tolist() == [0, 0, 0]
+    waited = split(_with_labels(small_dataset, labels), PLAN, EvalProtocol(label_delay_ms=8 * DAY_MS)).test
+    assert waited.set_index(C.TX_ID).loc[late, TARGET].tolist() == [1, 1, 1]

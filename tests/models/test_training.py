@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +11,14 @@ import pytest
 from contracts.events import TxColumns
 from features.definitions import CARD_AMOUNT_RATIO_30D, DEFAULT_PARAMS, HANDBOOK_FEATURES
 from models.dataset import Dataset
-from models.estimators import MODEL_KINDS, ModelSpec, build_pipeline, feature_set
+from models.estimators import (
+    DEFAULT_SPEC,
+    DEFAULT_TRAIN_DAYS,
+    MODEL_KINDS,
+    ModelSpec,
+    build_pipeline,
+    feature_set,
+)
 from models.splits import TARGET, SplitPlan, split
 from models.training import train_and_evaluate
 
@@ -59,3 +67,12 @@ def test_a_much_larger_amount_raises_the_score(small_dataset: Dataset) -> None:
     base = result.pipeline.predict_proba(rows[columns])[:, 1]
     inflated = result.pipeline.predict_proba(rows[columns].assign(**{C.AMOUNT: rows[C.AMOUNT] * 10}))[:, 1]
     assert (inflated >= base).mean() > 0.95
+
+
+def test_the_default_model_is_the_one_the_model_report_chose_on_validation() -> None:
+    """docs/models.md (written by `make eval`) names the candidate validation chose; `fraud train`'s
+    default is that one."""
+    report = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    chosen = [line for line in report.splitlines() if line.startswith("Chosen on validation: ")]
+    assert len(chosen) == 1, "run `make eval`: docs/models.md names no chosen model"
+    assert chosen[0].startswith(f"Chosen on validation: {DEFAULT_SPEC.describe(DEFAULT_TRAIN_DAYS)}.")

@@ -62,7 +62,7 @@ def train_champion(dataset: Dataset, params: FeatureParams, tracking_uri: str, a
         ModelSpec("decision_tree", max_depth=4),
         "handbook",
         params,
-        Periods().plans(dataset.last_ms),
+        Periods(train_days=7).plans(dataset.last_ms),
         DEFAULT_ALERTS_PER_DAY,
     )
     run_training(
