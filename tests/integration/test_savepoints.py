@@ -145,7 +145,12 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
         f"{t}/{p}" for t in (topics.transactions, topics.labels) for p in range(3)
     }
     assert saved["frontier_ms"] is not None and saved["frontier_ms"] <= cut
-    assert saved["layout"] == {"card_buckets": 6, "terminal_buckets": 6}
+    assert saved["layout"] == {
+        "card_buckets": 6,
+        "terminal_buckets": 6,
+        "card_slots": 4096,
+        "terminal_slots": 4096,
+    }
     resumed_output = resumed_log.read_text()
     assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_output
     added = [name for name in UPGRADED.feature_columns if name not in params.feature_columns]
@@ -197,7 +202,11 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     )
     assert code == 5 and f"checkpoint {used} is not empty" in error
     code, error = run_in_process({**env, "FRAUD_CARD_BUCKETS": "12"}, "features", "run", "--once")
-    assert code == 5 and "'card_buckets': 6, 'terminal_buckets': 6}, this run asks for" in error
+    assert (
+        code == 5
+        and "'card_buckets': 6, 'card_slots': 4096, 'terminal_buckets': 6, 'terminal_slots': 4096}, this run asks for"
+        in error
+    )
     assert "rescale it through a savepoint" in error
 
     # Rescaled: 6 buckets (the savepoint) to 12 to 3, then a restart, each job on from where the last stopped.
@@ -251,7 +260,12 @@ def rescale_runs(
         return checkpoint
 
     twelve = run("twelve", 12, 3, cuts[0], savepoint)
-    assert json.loads((twelve / LAYOUT_FILE).read_text()) == {"card_buckets": 12, "terminal_buckets": 12}
+    assert json.loads((twelve / LAYOUT_FILE).read_text()) == {
+        "card_buckets": 12,
+        "terminal_buckets": 12,
+        "card_slots": 4096,
+        "terminal_slots": 4096,
+    }
     origin = json.loads((twelve / savepoints.RESTORED_FILE).read_text())
     assert origin["rescaled"] == "card_buckets 6 -> 12, terminal_buckets 6 -> 12, shuffle partitions 2 -> 3"
     saved = savepoints.take("features", "twelve", twelve, home / "rescaled" / "savepoint-twelve")
