@@ -37,10 +37,9 @@ import numpy as np
 import pandas as pd
 import report
 
-from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS
 from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState, card_step, terminal_step
-from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
+from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
 from features.entries import Layout
 from features.entry_store import EntryStore
 from features.rows import (
@@ -58,8 +57,6 @@ from features.transport import from_blob, to_blob
 from infra.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
-
-DAY_MS = 86_400_000
 
 
 @dataclass
@@ -143,7 +140,7 @@ class Run:
 
 def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> dict[str, Run]:
     params = FeatureParams()
-    layout = Layout(DEFAULT_BUCKETS, DEFAULT_BUCKETS, DEFAULT_SLOTS, DEFAULT_SLOTS)
+    layout = Layout()
     frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
     tx = pd.DataFrame(
         {

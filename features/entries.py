@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -30,27 +29,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS
+from features.buckets import card_hash, terminal_hash
 from features.core import CardState, TerminalState
 from features.entry_store import Written
 
 IntArray = npt.NDArray[np.int64]
-
-#: The hash every route of a card is taken from: its token's first 8 hex digits (tokens are 32 uniform hex
-#: digits, ``contracts.events.CARD_TOKEN_PATTERN``); CRC-32 for an id that is not hex.
-HASH_HEX_DIGITS = 8
-
-
-def card_hash(card_id: str) -> int:
-    """The 32-bit routing hash of a card token."""
-    try:
-        return int(card_id[:HASH_HEX_DIGITS], 16)
-    except ValueError:
-        return zlib.crc32(card_id.encode())
-
-
-def terminal_hash(terminal_id: str) -> int:
-    """The 32-bit routing hash of a terminal id (CRC-32: stable across processes and runs)."""
-    return zlib.crc32(terminal_id.encode())
 
 
 def is_entry_layout(layout: Mapping[str, int]) -> bool:
