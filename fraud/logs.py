@@ -26,11 +26,22 @@ JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 
 class InterruptedCalls(logging.Filter):
     """Drops Py4J's report of a Ctrl-C that landed in one of its calls to Spark's JVM: it logs the
-    interrupt with a traceback, then raises it, and the command stops the job as asked."""
+    interrupt with a traceback (or what closing the interrupted connection then raised), then raises it,
+    and the command stops the job as asked."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        interrupted = record.exc_info is not None and isinstance(record.exc_info[1], KeyboardInterrupt)
+        interrupted = record.exc_info is not None and _caused_by_interrupt(record.exc_info[1])
         return not (interrupted and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
+def _caused_by_interrupt(exc: BaseException | None) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def configure_logging(level: str, log_format: str) -> None:

@@ -63,6 +63,22 @@ def test_py4j_reporting_a_ctrl_c_in_its_call_is_not_shown(capsys: pytest.Capture
         (KeyboardInterrupt, KeyboardInterrupt(), None),
     )
     py4j.handle(record)
+    try:  # closing the interrupted connection then fails too: logged with the interrupt as its context
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise BrokenPipeError(32, "Broken pipe")  # noqa: B904 - as Py4J does
+    except BrokenPipeError as exc:
+        closing = py4j.makeRecord(
+            "py4j.clientserver",
+            logging.ERROR,
+            "/venv/site-packages/py4j/clientserver.py",
+            504,
+            "Exception occurred while shutting down connection",
+            (),
+            (BrokenPipeError, exc, exc.__traceback__),
+        )
+    py4j.handle(closing)
     other = py4j.makeRecord(
         "root",
         logging.ERROR,
