@@ -8,10 +8,19 @@ time: the CLI entry point calls :func:`load_settings` and passes the result down
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.errors import ConfigError
@@ -94,6 +103,28 @@ NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 def redis_prefix(namespace: str) -> str:
     """The Redis key prefix of a namespace (none for the live pipeline)."""
     return f"{namespace}:" if namespace else ""
+
+
+#: What a bearer token may hold: visible ASCII, no spaces (what an ``Authorization`` header carries as it is).
+BEARER_TOKEN_PATTERN = r"^[\x21-\x7e]+$"  # noqa: S105 - a format, not a secret
+
+
+def check_bearer_token(token: str) -> str:
+    """``token`` if an API can require it; a blank one would let an absent header in.
+
+    Raises:
+        ValueError: the token is empty or blank, or holds characters a header cannot carry as they are.
+    """
+    if not token.strip():
+        raise ValueError(
+            "the API token is empty: set a secret of your own (`openssl rand -hex 32`) or unset it"
+        )
+    if not re.match(BEARER_TOKEN_PATTERN, token):
+        raise ValueError(
+            "the API token holds spaces or characters a header cannot carry: use visible ASCII "
+            "(`openssl rand -hex 32`)"
+        )
+    return token
 
 
 #: The token key of demos on the embedded stack: public, so refused with a Kafka of one's own.
@@ -278,9 +309,17 @@ class Settings(BaseSettings):
     )
     api_token: SecretStr | None = Field(
         None,
-        description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "
-        "an address other than loopback.",
+        description="Bearer token the API requires (`Authorization: Bearer <token>`): visible ASCII, never "
+        "empty; required to listen on an address other than loopback.",
     )
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_can_guard(cls, token: SecretStr | None) -> SecretStr | None:
+        """An empty token is a mistake, never "no authentication": unset the variable for that."""
+        if token is not None:
+            check_bearer_token(token.get_secret_value())
+        return token
 
     @model_validator(mode="after")
     def _connections_are_whole(self) -> Settings:
@@ -382,5 +421,5 @@ def load_settings() -> Settings:
             name = env_name(error["loc"])
             secret = any(word in name for word in ("PASSWORD", "KEY", "SECRET", "TOKEN"))
             shown = "***" if secret else repr(os.environ.get(name, error.get("input")))
-            problems.append(f"{name}={shown}: {error['msg']}")
+            problems.append(f"{name}={shown}: {str(error['msg']).removeprefix('Value error, ')}")
         raise SettingsError("invalid setting: " + "; ".join(problems)) from None
