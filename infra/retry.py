@@ -36,8 +36,11 @@ def wait_out(
     backoff: Backoff = Backoff(),
     sleep: Callable[[float], None] = time.sleep,
     on_recovered: Callable[[int], None] | None = None,
+    permanent: tuple[type[BaseException], ...] = (),
 ) -> T:
-    """``call()``, retried while it raises one of ``transient`` (the service is away); other errors raise.
+    """``call()``, retried while it raises one of ``transient`` (the service is away); other errors raise,
+    and so do those of ``permanent`` even where they are of a transient kind (redis-py's refused password
+    is a connection error: waiting never makes it right).
 
     Logs a warning when the outage starts (``what`` unreachable, and why) and an info line when it ends
     (after how long and how many attempts). ``on_recovered(failures)`` is called once the call succeeded
@@ -49,6 +52,8 @@ def wait_out(
         try:
             result = call()
         except transient as error:
+            if isinstance(error, permanent):
+                raise
             failures += 1
             if failures == 1:
                 since = time.monotonic()

@@ -24,7 +24,7 @@ from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import PrefixOption, parse_time
 from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
-from infra.redis_store import card_known, card_summary, get_alert
+from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
 from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
@@ -242,8 +242,11 @@ def serve_command(
             f"--host {host} serves the alerts beyond this machine: set FRAUD_API_TOKEN (clients then send "
             "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
         )
+    clients = Clients.from_settings(settings)
+    url, options = clients.endpoints.redis_url, clients.redis_options()
+    check_access(client_for(url, options), url)  # refused credentials: one line now, not 503s later
     states = StateService(settings)
-    app_ = create_app(Clients.from_settings(settings).redis(), prefix, token, states)
+    app_ = create_app(clients.redis(), prefix, token, states)
     page = f"http://{host}:{port}/" + ("#token=<FRAUD_API_TOKEN>" if token else "")
     console.print(f"Live alerts page: {page}   API docs: http://{host}:{port}/docs")
     try:

@@ -47,3 +47,17 @@ def test_passwords_are_kept_out_of_urls_that_are_logged() -> None:
     assert redact_url("redis://default:hunter2@cache:6379/0") == "redis://default:***@cache:6379/0"
     assert redact_url("rediss://:hunter2@cache:6380") == "rediss://***@cache:6380"
     assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_a_permanent_error_of_a_transient_kind_is_not_retried() -> None:
+    class Refused(ConnectionError):
+        """A refused password, which redis-py makes a connection error."""
+
+    waits: list[float] = []
+
+    def call() -> None:
+        raise Refused("WRONGPASS")
+
+    with pytest.raises(Refused):
+        wait_out(call, "Redis at x", (ConnectionError,), sleep=waits.append, permanent=(Refused,))
+    assert waits == [], "no wait: waiting never makes a password right"
