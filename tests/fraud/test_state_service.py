@@ -94,7 +94,7 @@ def test_any_job_and_namespace_is_a_checkpoint_inside_fraud_home_or_refused(
     assert checkpoint.is_relative_to(root)
 
 
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None, max_examples=60)
 @given(job=NAMES, namespace=NAMES, route=st.sampled_from([f"/state/cards/{CARD}", "/state/terminals/T-1"]))
 def test_the_api_answers_any_job_and_namespace_with_a_422_or_a_404_that_names_no_path(
     api: TestClient, home: Path, job: str, namespace: str, route: str

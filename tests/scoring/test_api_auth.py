@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
 
@@ -51,6 +51,7 @@ def data_paths(api: TestClient) -> list[str]:
     return paths
 
 
+@settings(max_examples=60)
 @given(token=st.sampled_from(TOKENS), data=st.data())
 def test_only_the_token_as_a_bearer_lets_a_request_in(token: str, data: st.DataObject) -> None:
     header = data.draw(authorization(token))
