@@ -38,3 +38,10 @@ class StateError(FraudError):
     """Stored state (a checkpoint, a sink's commit markers) does not fit the run that wants to use it."""
 
     exit_code = 5
+
+
+class RecordsRejectedError(FraudError):
+    """The command did its work, but some input records went to the dead-letter topic instead of being
+    used: the others are in, and the dead letters say why each was refused."""
+
+    exit_code = 6

@@ -115,6 +115,28 @@ def redis_prefix(namespace: str) -> str:
     return f"{namespace}:" if namespace else ""
 
 
+#: What a bearer token may hold: visible ASCII, no spaces (what an ``Authorization`` header carries as it is).
+BEARER_TOKEN_PATTERN = r"^[\x21-\x7e]+$"  # noqa: S105 - a format, not a secret
+
+
+def check_bearer_token(token: str) -> str:
+    """``token`` if an API can require it; a blank one would let an absent header in.
+
+    Raises:
+        ValueError: the token is empty or blank, or holds characters a header cannot carry as they are.
+    """
+    if not token.strip():
+        raise ValueError(
+            "the API token is empty: set a secret of your own (`openssl rand -hex 32`) or unset it"
+        )
+    if not re.match(BEARER_TOKEN_PATTERN, token):
+        raise ValueError(
+            "the API token holds spaces or characters a header cannot carry: use visible ASCII "
+            "(`openssl rand -hex 32`)"
+        )
+    return token
+
+
 #: The token key of demos on the embedded stack: public, so refused with a Kafka of one's own.
 DEMO_TOKEN_KEY = "demo-card-token-key"  # noqa: S105 - public on purpose, refused outside demos
 
@@ -311,8 +333,8 @@ class Settings(BaseSettings):
     )
     api_token: SecretStr | None = Field(
         None,
-        description="Bearer token the API requires (`Authorization: Bearer <token>`); required to listen on "
-        "an address other than loopback.",
+        description="Bearer token the API requires (`Authorization: Bearer <token>`): visible ASCII, never "
+        "empty; required to listen on an address other than loopback.",
     )
 
     @field_validator("redis_url")
@@ -347,6 +369,20 @@ class Settings(BaseSettings):
                     "(for example `openssl rand -hex 32`)"
                 )
         return self
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_can_guard(cls, token: SecretStr | None) -> SecretStr | None:
+        """An empty token is a mistake, never "no authentication": unset the variable for that."""
+        if token is not None:
+            if not token.get_secret_value().strip():  # said as of the other secrets (_secrets_are_secret)
+                raise ValueError(
+                    "FRAUD_API_TOKEN is empty or a placeholder: set a secret of your own (for example "
+                    "`openssl rand -hex 32`), or unset it (a blank API token would let requests without "
+                    "the header in)"
+                )
+            check_bearer_token(token.get_secret_value())
+        return token
 
     @model_validator(mode="after")
     def _connections_are_whole(self) -> Settings:
@@ -460,5 +496,5 @@ def load_settings() -> Settings:
             if isinstance(value, str) and name.endswith(("_URL", "_URI")):
                 value = redact_url(value)
             shown = "***" if secret else repr(value)
-            problems.append(f"{name}={shown}: {error['msg']}")
+            problems.append(f"{name}={shown}: {str(error['msg']).removeprefix('Value error, ')}")
         raise SettingsError("invalid setting: " + "; ".join(problems)) from None

@@ -97,10 +97,13 @@ class Scope:
 
 
 def redis_target(settings: Settings, clients: Clients, prefix: str = "", writer: str = "") -> RedisTarget:
-    """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention."""
-    return RedisTarget(
+    """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention;
+    a Redis that refuses the credentials stops the job here, before Spark starts (``RedisAccessError``)."""
+    target = RedisTarget(
         clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options(), writer
     )
+    target.check_access()
+    return target
 
 
 def feature_job_config(

@@ -20,18 +20,31 @@ from fraud.console import GrowingBar, console
 from infra.metrics import records_behind, records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
-_PYTHON_ERROR = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): (?P<message>.+)$")
+_PYTHON_ERROR = re.compile(
+    r"^\s*(?P<name>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$"
+)
+
+
+def _project_errors(kind: type[FraudError] = FraudError) -> dict[str, type[FraudError]]:
+    """The project's error classes by their qualified name (``infra.redis_store.RedisAccessError``)."""
+    found = {f"{kind.__module__}.{kind.__qualname__}": kind}
+    for sub in kind.__subclasses__():
+        found |= _project_errors(sub)
+    return found
 
 
 class JobFailedError(FraudError):
     """A streaming query stopped with an error. Spark wraps a Python error in pages of its own report; the
-    message is the Python error's own line when there is one, else the report's first line."""
+    message is the Python error's own line when there is one, else the report's first line. A project
+    error raised in a task (Redis refusing the credentials, say) keeps its exit code."""
 
     def __init__(self, failure: object) -> None:
         lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
-        python = [match["message"] for line in lines if (match := _PYTHON_ERROR.match(line))]
-        reason = python[-1] if python else lines[0] if lines else str(failure)
+        python = [match for line in lines if (match := _PYTHON_ERROR.match(line))]
+        reason = python[-1]["message"] if python else lines[0] if lines else str(failure)
         super().__init__(f"the streaming query failed: {reason}")
+        if python and (kind := _project_errors().get(python[-1]["name"])) is not None:
+            self.exit_code = kind.exit_code
 
 
 @dataclass

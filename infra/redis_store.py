@@ -13,7 +13,7 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -21,6 +21,7 @@ import orjson
 import pyarrow as pa
 from pydantic import BaseModel
 
+from contracts.errors import ServiceUnavailableError
 from contracts.privacy import redact_url
 from contracts.records import AlertRecord, ScoreRecord
 from infra.arrow_json import newest_rows, read_records, text_arrays
@@ -112,6 +113,47 @@ def redis_client(url: str, options: RedisOptions = URL_ONLY, **kwargs: Any) -> A
     return redis.Redis.from_url(url, **options.client_kwargs(), **kwargs)
 
 
+class RedisAccessError(ServiceUnavailableError):
+    """Redis answers, but refuses the credentials (a wrong password or user) or a command (an ACL user
+    without it): a setting to correct, not an outage to wait out."""
+
+
+@contextlib.contextmanager
+def refused_access(url: str) -> Iterator[None]:
+    """Redis's refusals inside the block as :class:`RedisAccessError` (one line: server, what it said,
+    what to check)."""
+    import redis
+
+    try:
+        yield
+    except redis.AuthenticationError as exc:
+        raise RedisAccessError(
+            f"Redis at {redact_url(url)} refused the credentials ({exc}): check FRAUD_REDIS_USERNAME and "
+            "FRAUD_REDIS_PASSWORD (or the user and password of FRAUD_REDIS_URL)"
+        ) from None
+    except redis.exceptions.NoPermissionError as exc:
+        raise RedisAccessError(
+            f"Redis at {redact_url(url)} refused a command ({exc}): its ACL user needs the commands the "
+            "jobs run on their keys (docs/operations.md)"
+        ) from None
+
+
+def check_access(client: Any, url: str) -> None:
+    """A PING with ``client``'s credentials: refused credentials raise :class:`RedisAccessError`; a Redis
+    that does not answer passes (an outage: the writes wait it out).
+
+    Raises:
+        RedisAccessError: Redis refused the credentials.
+    """
+    import redis
+
+    with contextlib.suppress(redis.ConnectionError, redis.TimeoutError), refused_access(url):
+        try:
+            client.ping()
+        except redis.exceptions.NoPermissionError:
+            return  # an ACL user may be denied PING and still write: its writes will tell
+
+
 @dataclass(frozen=True)
 class RedisTarget:
     """Where a job keeps its lookups: the server, the key prefix of its namespace (empty for the live
@@ -136,15 +178,26 @@ class RedisTarget:
 
     def write(self, operation: Callable[[Any], T]) -> T:
         """``operation(client)``, waiting out a Redis outage (a restart, a failover, a network cut): the
-        writes are idempotent and must not be lost, so they are retried until Redis answers."""
+        writes are idempotent and must not be lost, so they are retried until Redis answers.
+
+        Raises:
+            RedisAccessError: Redis refused the credentials or the command (no outage: waiting would
+                never end).
+        """
         import redis
 
-        return wait_out(
-            lambda: operation(self.client()),
-            f"Redis at {redact_url(self.url)}",
-            (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
-            on_recovered=self._count_failures,
-        )
+        with refused_access(self.url):
+            return wait_out(
+                lambda: operation(self.client()),
+                f"Redis at {redact_url(self.url)}",
+                (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
+                on_recovered=self._count_failures,
+                permanent=(redis.AuthenticationError,),
+            )
+
+    def check_access(self) -> None:
+        """Fail now if Redis refuses the credentials (:func:`check_access`), before a job starts."""
+        check_access(self.client(), self.url)
 
     def _count_failures(self, failures: int) -> None:
         """Add an outage's failed attempts to the writer's count, in Redis (write tasks may run on any

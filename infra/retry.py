@@ -82,14 +82,17 @@ def wait_out(
     sleep: Callable[[float], None] = time.sleep,
     on_recovered: Callable[[int], None] | None = None,
     describe: Callable[[BaseException], str] = _said,
+    permanent: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``call()``, retried while it raises an error ``transient`` says is an outage (error types, or a
-    test of the error); other errors raise.
+    test of the error); other errors raise, and so do those of ``permanent`` even where ``transient``
+    calls them an outage (redis-py's refused password is a connection error: waiting never makes it
+    right).
 
     Logs a warning when the outage starts (``what`` unreachable, and why: ``describe(error)``) and one when
-    it ends (how long since the first failed call began, and how many attempts failed), once per process and ``what`` however many calls
-    wait. ``on_recovered(failures)`` is called once the call succeeded after failures (to count them where
-    it can be seen).
+    it ends (how long since the first failed call began, and how many attempts failed), once per process
+    and ``what`` however many calls wait. ``on_recovered(failures)`` is called once the call succeeded
+    after failures (to count them where it can be seen).
     """
     failures = 0
     since = 0.0
@@ -99,7 +102,7 @@ def wait_out(
             try:
                 result = call()
             except BaseException as error:
-                if not _is_transient(transient, error):
+                if isinstance(error, permanent) or not _is_transient(transient, error):
                     raise
                 failures += 1
                 if failures == 1:

@@ -33,9 +33,9 @@ from contracts.events import (
 )
 from contracts.settings import Topics
 from ingest.deadletter import DeadLetterSummary
-from ingest.files import JSONL_SUFFIXES, CleanTable, clean_table, read_jsonl, read_table
+from ingest.files import JSONL_SUFFIXES, CleanTable, load_table, read_jsonl
 from ingest.tokens import tokenise
-from ingest.validation import Clock, parse_transaction
+from ingest.validation import Clock, event_bytes, parse_transaction
 
 C = TxColumns
 DAY_MS = 86_400_000
@@ -134,7 +134,8 @@ def events_from_table(
     max_bytes: int,
     clock: Clock | None = None,
 ) -> EventBatch:
-    """Tokenise, build and validate the events of a clean table; labels for rows flagged as fraud.
+    """Tokenise (card ids, and terminal ids a card number could be read in), build and validate the events
+    of a clean table; labels for rows flagged as fraud.
 
     With a ``clock``, events dated too far ahead of it are dead letters (``future_event_time``)."""
     batch = EventBatch(dead_letters=list(clean.dead_letters))
@@ -144,7 +145,7 @@ def events_from_table(
     rows = frame["source_row"].tolist()
     for position, (raw, flag, row) in enumerate(zip(_json_rows(frame, tokens), flags, rows, strict=True)):
         where = f"{source}:row {row}"
-        parsed = parse_transaction(raw, where, max_bytes, clock)
+        parsed = parse_transaction(raw, where, max_bytes, clock, token_key)
         if isinstance(parsed, DeadLetter):
             batch.dead_letters.append(parsed)
         elif flag not in (0, 1):
@@ -154,22 +155,26 @@ def events_from_table(
                 )
             )
         else:
-            batch.add_transaction(parsed, raw)
+            batch.add_transaction(parsed, event_bytes(parsed, raw))
             batch.accepted.append(position)
             if flag == 1:
                 batch.add_label(label_for(parsed, label_delay_ms))
     return batch
 
 
-def events_from_jsonl(path: Path, max_bytes: int, clock: Clock | None = None) -> EventBatch:
-    """Validate each line of a JSON-lines file of transaction events (already tokenised wire format)."""
+def events_from_jsonl(
+    path: Path, max_bytes: int, clock: Clock | None = None, token_key: bytes | None = None
+) -> EventBatch:
+    """Validate each line of a JSON-lines file of transaction events (wire format: card ids already
+    tokens); with ``token_key``, terminal ids a card number could be read in become terminal tokens
+    (without, such events are dead letters)."""
     batch = EventBatch()
     for line_number, raw in read_jsonl(path):
-        parsed = parse_transaction(raw, f"file:{path}:line {line_number}", max_bytes, clock)
+        parsed = parse_transaction(raw, f"file:{path}:line {line_number}", max_bytes, clock, token_key)
         if isinstance(parsed, DeadLetter):
             batch.dead_letters.append(parsed)
         else:
-            batch.add_transaction(parsed, raw)
+            batch.add_transaction(parsed, event_bytes(parsed, raw))
     return batch
 
 
@@ -183,10 +188,10 @@ def events_from_file(
 ) -> EventBatch:
     """Events of a CSV, Parquet or JSON-lines file (checked against ``clock``, if given)."""
     if path.suffix.lower() in JSONL_SUFFIXES:
-        return events_from_jsonl(path, max_bytes, clock)
+        return events_from_jsonl(path, max_bytes, clock, token_key)
     source = f"file:{path}"
     return events_from_table(
-        clean_table(read_table(path, mapping), source), source, token_key, label_delay_ms, max_bytes, clock
+        load_table(path, mapping, source), source, token_key, label_delay_ms, max_bytes, clock
     )
 
 

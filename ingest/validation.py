@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from contracts.events import (
@@ -21,6 +22,7 @@ from contracts.events import (
     future_detail,
 )
 from contracts.privacy import mask_card_numbers
+from ingest.tokens import TERMINAL_TOKEN_PREFIX, terminal_token
 
 EventT = TypeVar("EventT", bound=BaseModel)
 
@@ -82,23 +84,27 @@ def parse_event(
         )
 
 
-#: Detail of the dead letter of a transaction whose terminal id looks like a card number.
+#: Detail of the dead letter of a transaction whose terminal id looks like a card number (no token key).
 CARD_NUMBER_IN_TERMINAL_ID = "terminal_id: looks like a card number (13-19 digits, Luhn-valid); never stored"
 
 
 def parse_transaction(
-    raw: bytes, source: str, max_bytes: int, clock: Clock | None = None
+    raw: bytes, source: str, max_bytes: int, clock: Clock | None = None, token_key: bytes | None = None
 ) -> TransactionEvent | DeadLetter:
     """A transaction event, or the reason it is not one; with a ``clock``, an event dated further ahead
-    of it than its skew is a ``future_event_time`` dead letter. A terminal id that looks like a card
-    number (``contracts.privacy``) is an ``invalid_value``: ingest is where card numbers stop."""
+    of it than its skew is a ``future_event_time`` dead letter. Ingest is where card numbers stop: a
+    terminal id a card number could be read in (``contracts.privacy``) becomes its terminal token with
+    ``token_key`` (``ingest.tokens``; the event is then not ``raw``: :func:`event_bytes`), and without a
+    key the event is an ``invalid_value``."""
     event = parse_event(TransactionEvent, raw, source, max_bytes)
     if isinstance(event, TransactionEvent) and mask_card_numbers(event.terminal_id) != event.terminal_id:
         # The terminal id is the event's one free text that is stored as it is (topics, job state, Redis):
-        # a card number there would be kept everywhere, so the event stops here, masked in its dead letter.
-        return DeadLetter(
-            raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=CARD_NUMBER_IN_TERMINAL_ID
-        )
+        # a card number there would be kept everywhere.
+        if token_key is None:
+            return DeadLetter(
+                raw=raw, source=source, reason=Reason.INVALID_VALUE, detail=CARD_NUMBER_IN_TERMINAL_ID
+            )
+        event = event.model_copy(update={"terminal_id": terminal_token(event.terminal_id, token_key)})
     if clock is not None and isinstance(event, TransactionEvent) and clock.too_far_ahead(event.event_time_ms):
         return DeadLetter(
             raw=raw,
@@ -107,6 +113,15 @@ def parse_transaction(
             detail=future_detail(event.event_time_ms, clock.now_ms, "the clock of ingest"),
         )
     return event
+
+
+def event_bytes(event: TransactionEvent, raw: bytes) -> bytes:
+    """What to produce of an event :func:`parse_transaction` accepted from ``raw``: ``raw`` itself, or the
+    event written anew when its terminal id is a token (``raw``'s may hold a card number; a token given as
+    the terminal id is written anew too, the same event)."""
+    if not event.terminal_id.startswith(TERMINAL_TOKEN_PREFIX):
+        return raw
+    return orjson.dumps(event.model_dump(exclude_none=True))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol, get_args
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -25,9 +25,10 @@ from redis import RedisError
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
-from contracts.errors import FraudError, NotFoundError
+from contracts.errors import ConfigError, FraudError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.settings import NAMESPACE_PATTERN, check_bearer_token
 from infra.metrics import ApiMetrics
 from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
 from scoring.live import JobsView, add_live_routes
@@ -57,12 +58,16 @@ class CardSummary(BaseModel):
     alerts: list[AlertRecord] = Field(description="Newest alerts first.")
 
 
-JobParam = Annotated[
-    str,
-    Query(pattern="^(features|pipeline)$", description="Whose state: the feature job's or the pipeline's."),
-]
+#: The jobs that keep state: the feature job, and the pipeline (features and scoring in one query).
+StateJobName = Literal["features", "pipeline"]
+STATE_JOBS: tuple[str, ...] = get_args(StateJobName)
+JobParam = Annotated[StateJobName, Query(description="Whose state: the feature job's or the pipeline's.")]
 NamespaceParam = Annotated[
-    str, Query(max_length=40, description="The job's namespace (empty: the live one).")
+    str,
+    Query(
+        pattern=f"^$|{NAMESPACE_PATTERN}",
+        description="The job's namespace, as its run was given it (empty: the live one).",
+    ),
 ]
 
 
@@ -132,6 +137,10 @@ class Health(BaseModel):
     redis: bool
 
 
+#: What answers without the token: liveness, the page (it holds no data) and the API's description.
+OPEN_PATHS = frozenset({"/healthz", "/", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+
+
 def create_app(
     redis: Any,
     prefix: str = "",
@@ -142,20 +151,31 @@ def create_app(
     """The API and page over the Redis store behind this redis-py client.
 
     ``prefix`` selects the key space (empty for the live pipeline; an A/B run's own prefix). With a
-    ``token``, every data endpoint requires ``Authorization: Bearer <token>`` (401 otherwise); the page
-    itself holds no data and sends the token it is given in its URL fragment (``/#token=...``);
-    ``/healthz`` stays open. With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}``
-    answer from the jobs' checkpoints (:func:`add_state_routes`). The live page's figures
-    (``scoring.live``) show ``jobs``, when given.
+    ``token``, every data endpoint and ``/metrics`` require ``Authorization: Bearer <token>`` (401
+    otherwise); what holds no data stays open (:data:`OPEN_PATHS`): ``/healthz``, the page (it sends the
+    token it is given in its URL fragment, ``/#token=...``) and the API's description (``/docs``,
+    ``/openapi.json``). With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}`` answer
+    from the jobs' checkpoints (:func:`add_state_routes`). The live page's figures (``scoring.live``) show
+    ``jobs``, when given.
+
+    Raises:
+        ConfigError: ``token`` is empty or blank, or holds what a header cannot carry
+            (``contracts.settings.check_bearer_token``): None, not an empty token, means no token.
     """
+    if token is not None:
+        try:
+            check_bearer_token(token)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     bearer = HTTPBearer(auto_error=False, description="FRAUD_API_TOKEN, when the server has one.")
 
     # The default-value form: the dependency is a local name, which string annotations cannot reach.
     def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         if token is None:
             return
-        given = "" if credentials is None else credentials.credentials
-        if not secrets.compare_digest(given.encode(), token.encode()):
+        if credentials is None or not secrets.compare_digest(
+            credentials.credentials.encode(), token.encode()
+        ):
             raise HTTPException(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
 
     guarded = [Depends(authorised)]
@@ -184,9 +204,10 @@ def create_app(
         metrics.observe(template, request.method, response.status_code, time.perf_counter() - started)
         return response
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get("/metrics", include_in_schema=False, dependencies=guarded)
     def prometheus_metrics() -> Response:
-        """The API's Prometheus metrics (open, as /healthz: counts and durations, no data)."""
+        """The API's Prometheus metrics: counts and durations by route, behind the token (they tell who
+        looks at what, and how often)."""
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
@@ -267,6 +288,8 @@ def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> Non
     def job_state(read: Callable[[JobStates], dict[str, Any]]) -> dict[str, Any]:
         try:
             return read(states)
+        except ConfigError as exc:  # a job or namespace the query's own checks let through
+            raise HTTPException(422, str(exc)) from None
         except NotFoundError as exc:
             raise HTTPException(404, str(exc)) from None
         except FraudError as exc:

@@ -27,7 +27,7 @@ from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
-from infra.redis_store import card_known, card_summary, get_alert
+from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
 from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
@@ -275,9 +275,12 @@ def serve_command(
             "`Authorization: Bearer <token>`; the page takes it as /#token=<token>)"
         )
     check_can_listen(host, port)
+    clients = Clients.from_settings(settings)
+    url, options = clients.endpoints.redis_url, clients.redis_options()
+    check_access(client_for(url, options), url)  # refused credentials: one line now, not 503s later
     states = StateService(settings)
     app_ = create_app(
-        Clients.from_settings(settings).redis(),
+        clients.redis(),
         prefix,
         token,
         states,

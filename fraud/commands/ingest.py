@@ -10,6 +10,7 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
+from contracts.errors import RecordsRejectedError
 from contracts.settings import Settings
 from fraud.console import console, dead_letter_table, progress_bar, settings_of
 from fraud.options import check_output_file
@@ -187,10 +188,11 @@ def ingest_command(
 ) -> None:
     """Import a file of transactions (with an optional fraud column) into the transactions and labels topics.
 
-    Card numbers are tokenised with a keyed hash; records are keyed by card token with the event time as
-    the Kafka timestamp; each fraud becomes a label known one label delay later. Invalid rows go to the
-    dead-letter topic with the reason, as do events dated further ahead of now than
-    FRAUD_MAX_CLOCK_SKEW_S.
+    Card numbers are tokenised with a keyed hash, and so are terminal ids a card number could be read in;
+    records are keyed by card token with the event time as the Kafka timestamp; each fraud becomes a label
+    known one label delay later. Invalid rows go to the dead-letter topic with the reason, as do events
+    dated further ahead of now than FRAUD_MAX_CLOCK_SKEW_S: the others are produced, and the command then
+    exits 6. An empty, binary or non-UTF-8 file is refused whole (exit 2).
     """
     settings = settings_of(ctx)
     with console.status(f"Reading and validating {escape(str(file))}..."):
@@ -202,4 +204,9 @@ def ingest_command(
             settings.max_event_bytes,
             Clock.wall(round(settings.max_clock_skew_s * 1000)),
         )
-    produce_batch(settings, batch, speedup)
+    result = produce_batch(settings, batch, speedup)
+    if result.dead_letters.total:
+        raise RecordsRejectedError(
+            f"{result.dead_letters.total:,} of the file's records went to the dead-letter topic "
+            f"'{settings.topics.dead_letter}' (reasons above); the other {result.transactions:,} were produced"
+        )

@@ -47,7 +47,7 @@ CASES = {
         {"FRAUD_REDIS_URL": "http://user:secret-pw@redis:6379/0"},
         ["alerts", "get", "5"],
         2,
-        "FRAUD_REDIS_URL='http://user:***@redis:6379/0': Value error, give redis://",
+        "FRAUD_REDIS_URL='http://user:***@redis:6379/0': give redis://",
     ),
     "brackets in a setting's message": (
         {"FRAUD_SPARK_DRIVER_MEMORY": "lots"},

@@ -92,3 +92,17 @@ def test_a_test_of_the_error_decides_and_describe_says_what_is_logged(
     assert caplog.records[0].getMessage() == "Kafka unreachable (timed out); retrying until it answers"
     with pytest.raises(OSError, match="refused"):
         wait_out(lambda: (_ for _ in ()).throw(OSError("refused")), "Kafka", lambda e: "timed out" in str(e))
+
+
+def test_a_permanent_error_of_a_transient_kind_is_not_retried() -> None:
+    class Refused(ConnectionError):
+        """A refused password, which redis-py makes a connection error."""
+
+    waits: list[float] = []
+
+    def call() -> None:
+        raise Refused("WRONGPASS")
+
+    with pytest.raises(Refused):
+        wait_out(call, "Redis at x", (ConnectionError,), sleep=waits.append, permanent=(Refused,))
+    assert waits == [], "no wait: waiting never makes a password right"

@@ -121,7 +121,8 @@ def test_the_metrics_count_answers_by_route_template(store: tuple[Any, str]) -> 
     assert api.get("/alerts/6").status_code == 401
     assert api.get("/alerts/nope", headers=auth).status_code == 422
     assert api.get("/healthz").status_code == 200
-    scraped = api.get("/metrics")  # open, as /healthz is: no data
+    assert api.get("/metrics").status_code == 401, "who looks at what, and how often: behind the token"
+    scraped = api.get("/metrics", headers=auth)
     assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value

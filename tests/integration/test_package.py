@@ -12,11 +12,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+def run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600, expect: int = 0
+) -> str:
     result = subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
-    assert result.returncode == 0, f"{' '.join(argv)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == expect, f"{' '.join(argv)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 
 
@@ -56,7 +58,10 @@ def test_the_installed_wheel_runs_a_feature_job_outside_the_source_tree(tmp_path
             work,
             env,
         )
-        run([fraud, "ingest", str(Path(run([str(python), "-c", BAD_EVENTS], work).strip()))], work, env)
+        bad_events = Path(run([str(python), "-c", BAD_EVENTS], work).strip())
+        run(
+            [fraud, "ingest", str(bad_events)], work, env, expect=6
+        )  # its good events in, the bad dead letters
         run([fraud, "features", "run", "--once"], work, env)
         counts = run([fraud, "topics", "list"], work, env)
     finally:

@@ -144,6 +144,7 @@ def test_state_of_cards_equals_the_batch_path_while_the_job_runs_and_in_a_moved_
         answer = api.get(f"/state/cards/{cards[2]}")
         assert answer.status_code == 200, answer.text
         served = answer.json()
+        assert served["checkpoint"] == "FRAUD_HOME/checkpoints/features", "no absolute path to a client"
         at = served["windows_end_ms"]
         released = everything[everything[EVENT_TIME_MS] < at]
         assert_windows_equal(served["windows"], windows_at(released, cards[2], at), cards[2])

@@ -1,0 +1,71 @@
+"""Kafka refusing the login (SASL) is a setting to correct, not an outage: a command stops at its first
+metadata request with one line naming the settings to check, exit 3, where librdkafka would try again
+until the timeout and the command would say that Kafka did not answer.
+
+Against a real Tansu broker that requires authentication and knows no user: every login is refused.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts.settings import Settings
+from infra.clients import METADATA_TIMEOUT_S, Clients, Endpoints, KafkaAccessError, cluster_metadata
+from infra.embedded import HOST, free_port, tansu_binary
+from tests.support.scripts import run_fraud
+
+PASSWORD = f"sasl-{uuid.uuid4().hex}"
+SASL = {
+    "security_protocol": "SASL_PLAINTEXT",
+    "sasl_mechanism": "SCRAM-SHA-512",
+    "sasl_username": "nobody",
+    "sasl_password": PASSWORD,
+}
+
+
+@pytest.fixture(scope="module")
+def locked_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A broker that requires a SASL login: its bootstrap servers."""
+    port = free_port()
+    url = f"tcp://{HOST}:{port}"
+    log = (tmp_path_factory.mktemp("locked-broker") / "broker.log").open("wb")
+    args = ["broker", "--listener-url", url, "--advertised-listener-url", url, "--authentication"]
+    broker = subprocess.Popen(
+        [str(tansu_binary()), *args, "--storage-engine", "memory://tansu/"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"{HOST}:{port}"
+    finally:
+        broker.terminate()
+        broker.wait(10)
+        log.close()
+
+
+def test_a_refused_login_ends_the_metadata_request_at_once(locked_broker: str) -> None:
+    settings = Settings(bootstrap_servers=locked_broker, **SASL)  # type: ignore[arg-type]
+    clients = Clients(settings, Endpoints(locked_broker, "redis://127.0.0.1:9/0", "sqlite:///unused.db"))
+    admin = clients.admin()
+    started = time.monotonic()
+    with pytest.raises(KafkaAccessError, match="refused the login") as refused:
+        cluster_metadata(admin)
+    assert time.monotonic() - started < METADATA_TIMEOUT_S / 2, "it waited for the timeout"
+    assert "FRAUD_SASL_PASSWORD" in str(refused.value) and PASSWORD not in str(refused.value)
+    assert refused.value.exit_code == 3
+
+
+def test_a_command_with_a_refused_login_is_one_line_and_exit_3(locked_broker: str, tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, bootstrap_servers=locked_broker, redis_url="redis://127.0.0.1:9/0")
+    env = {f"FRAUD_{name.upper()}": value for name, value in SASL.items()}
+    result = run_fraud(settings, "topics", "create", **env)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("%")]
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert len(lines) == 1 and "refused the login" in lines[0], result.stderr[-3000:]
+    assert PASSWORD not in result.stdout + result.stderr
