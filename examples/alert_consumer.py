@@ -9,6 +9,9 @@ also shows the records of aborted transactions: the consumer skips those copies 
 header (``contracts.provenance.CopyFilter``).
 
     python examples/alert_consumer.py --bootstrap-servers 127.0.0.1:9092 --group case-management
+
+Without ``--bootstrap-servers`` it reads the broker of the project's settings (``FRAUD_BOOTSTRAP_SERVERS``,
+else the embedded stack started by ``fraud up``), and the alerts topic is the settings' own.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from confluent_kafka import Consumer, KafkaException, Message
 
 from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
+from contracts.settings import load_settings
+from infra.embedded import EmbeddedStack
 
 
 def handle(alert: AlertRecord) -> None:
@@ -80,12 +85,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers, host:port.")
-    parser.add_argument("--topic", default="alerts", help="The alerts topic.")
+    settings = load_settings()
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=settings.bootstrap_servers,
+        help="Kafka bootstrap servers, host:port (default: FRAUD_BOOTSTRAP_SERVERS, else the embedded stack).",
+    )
+    parser.add_argument("--topic", default=settings.topics.alerts, help="The alerts topic.")
     parser.add_argument("--group", default="alert-reactor", help="Consumer group id shared by the copies.")
     parser.add_argument("--max-records", type=int, default=None, help="Stop after this many alerts.")
     args = parser.parse_args()
-    consume(args.bootstrap_servers, args.topic, args.group, args.max_records)
+    servers = args.bootstrap_servers
+    if servers is None:
+        stack = EmbeddedStack(settings.home).running()
+        if stack is None:
+            parser.error(
+                "give --bootstrap-servers (or FRAUD_BOOTSTRAP_SERVERS), or start a stack with `fraud up`"
+            )
+        servers = stack.bootstrap_servers
+    consume(servers, args.topic, args.group, args.max_records)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ the command with one line on stderr and the error kind's exit code, never a trac
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 from enum import StrEnum
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from confluent_kafka import KafkaException
@@ -18,53 +20,90 @@ from redis.exceptions import RedisError
 from rich.markup import escape
 
 # Typer ships its own copy of click; these two are not re-exported (typer.TyperException is their base).
+from typer._click.core import Command
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
+from typer.models import CommandInfo
 
 from contracts import DISTRIBUTION
 from contracts.errors import FraudError, ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
 from contracts.settings import LOG_FORMATS, LOG_LEVELS, load_settings
-from fraud.commands import stack
-from fraud.commands.ab import app as ab_app
-from fraud.commands.alerts import app as alerts_app
-from fraud.commands.alerts import card_command, serve_command
-from fraud.commands.features import app as features_app
-from fraud.commands.ingest import ingest_command, simulate_command
-from fraud.commands.models import app as models_app
-from fraud.commands.models import train_command
-from fraud.commands.savepoint import app as savepoint_app
-from fraud.commands.score import app as score_app
-from fraud.commands.score import pipeline_app
-from fraud.commands.state import app as state_app
-from fraud.commands.status import status
 from fraud.console import err_console
-from fraud.demo import demo_command
 from fraud.logs import configure_logging
+
+#: Each command and group: the module that defines it and its name there. A command's module is imported
+#: when it runs (or when the help lists it), so that `fraud status` does not load Spark, MLflow and FastAPI.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("fraud.commands.stack", "up"),
+    "down": ("fraud.commands.stack", "down"),
+    "status": ("fraud.commands.status", "status"),
+    "simulate": ("fraud.commands.ingest", "simulate_command"),
+    "ingest": ("fraud.commands.ingest", "ingest_command"),
+    "demo": ("fraud.demo", "demo_command"),
+    "card": ("fraud.commands.alerts", "card_command"),
+    "serve": ("fraud.commands.alerts", "serve_command"),
+    "train": ("fraud.commands.models", "train_command"),
+    "topics": ("fraud.commands.stack", "topics_app"),
+    "features": ("fraud.commands.features", "app"),
+    "alerts": ("fraud.commands.alerts", "app"),
+    "models": ("fraud.commands.models", "app"),
+    "score": ("fraud.commands.score", "app"),
+    "pipeline": ("fraud.commands.score", "pipeline_app"),
+    "ab": ("fraud.commands.ab", "app"),
+    "state": ("fraud.commands.state", "app"),
+    "savepoint": ("fraud.commands.savepoint", "app"),
+}
+
+
+class LazyCommands(MutableMapping[str, Command]):
+    """The sub-commands of ``fraud``, each built from its module on first use."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, Command] = {}
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self.built:
+            module, attribute = COMMANDS[name]
+            target = getattr(importlib.import_module(module), attribute)
+            if isinstance(target, typer.Typer):
+                command: Command = typer.main.get_group(target)
+                command.name = name
+            else:
+                command = typer.main.get_command_from_info(
+                    CommandInfo(name=name, callback=target),
+                    pretty_exceptions_short=True,
+                    rich_markup_mode=DEFAULT_MARKUP_MODE,
+                )
+            self.built[name] = command
+        return self.built[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self.built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
+class LazyGroup(TyperGroup):
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands()
+
 
 app = typer.Typer(
     name="fraud",
     help="Real-time card-fraud detection on the Kappa architecture.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,
 )
-app.add_typer(stack.topics_app, name="topics")
-app.add_typer(features_app, name="features")
-app.add_typer(alerts_app, name="alerts")
-app.add_typer(models_app, name="models")
-app.add_typer(score_app, name="score")
-app.add_typer(pipeline_app, name="pipeline")
-app.add_typer(ab_app, name="ab")
-app.add_typer(state_app, name="state")
-app.add_typer(savepoint_app, name="savepoint")
-app.command("up")(stack.up)
-app.command("down")(stack.down)
-app.command("status")(status)
-app.command("simulate")(simulate_command)
-app.command("ingest")(ingest_command)
-app.command("demo")(demo_command)
-app.command("card")(card_command)
-app.command("serve")(serve_command)
-app.command("train")(train_command)
 
 LogLevelChoice = StrEnum("LogLevelChoice", {level: level for level in LOG_LEVELS})  # type: ignore[misc]
 LogFormatChoice = StrEnum("LogFormatChoice", {form: form for form in LOG_FORMATS})  # type: ignore[misc]

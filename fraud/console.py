@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -22,7 +23,9 @@ from rich.progress import (
 from rich.table import Table
 
 from contracts.settings import Settings
-from ingest.deadletter import DeadLetterSummary
+
+if TYPE_CHECKING:
+    from ingest.deadletter import DeadLetterSummary
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,5 +1,6 @@
-"""The README's step-by-step A/B path, run line by line as written there (read from README.md, so the two
-cannot drift apart): a durable stack, two months of history, two models registered, a replay, the report.
+"""The README's step-by-step paths, run line by line as written there (read from README.md, so the two
+cannot drift apart): the A/B path (a durable stack, two months of history, two models registered, a
+replay, the report), then on its stack the alert consumers' path (the live job, a consumer group, a tail).
 
 The lines run in a fresh directory, as on a fresh clone: ``.venv`` there is this test run's own (the
 ``make install`` line is what made it, so it is not run again), and ``FRAUD_HOME`` is the default
@@ -30,15 +31,15 @@ def readme_path(name: str) -> list[str]:
 
 
 @pytest.mark.timeout(3600)  # 12-14 minutes at a load average of 15-20 on 2 cores
-def test_readme_ab_path_works_as_written(tmp_path: Path) -> None:
+def test_readme_ab_and_alerts_paths_work_as_written(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
     env.update(COLUMNS="200", SPARK_LOCAL_IP="127.0.0.1")
-    ab = readme_path("ab")
+    ab, alerts = readme_path("ab"), readme_path("alerts")
     assert ab[0].startswith("make install"), ab[0]
     outputs: dict[str, str] = {}
     try:
-        for line in ab[1:]:
+        for line in ab[1:] + alerts:
             ran = subprocess.run(
                 ["bash", "-c", line],
                 cwd=tmp_path,
@@ -61,3 +62,11 @@ def test_readme_ab_path_works_as_written(tmp_path: Path) -> None:
     assert "challenger" in outputs["models promote"]
     assert re.search(r"average_precision +│ 0\.\d+ │ 0\.\d+", outputs["ab run"]), outputs["ab run"][-3000:]
     assert (tmp_path / "ab-report.html").stat().st_size > 10_000
+    handled = [
+        line
+        for line in outputs["examples/alert_consumer.py --group"].splitlines()
+        if line.startswith("alert ")
+    ]
+    assert len(handled) == 5, outputs["examples/alert_consumer.py --group"][-2000:]
+    tailed = re.search(r"Alerts on alerts: ([\d,]+)", outputs["alerts tail"])
+    assert tailed and int(tailed.group(1).replace(",", "")) >= 5, outputs["alerts tail"][-2000:]
