@@ -35,8 +35,6 @@ from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 
-#: The jobs' names: their metrics' ``job`` label, Redis writer, observer group and Spark application.
-FEATURES, SCORING, PIPELINE = JobName.FEATURES.value, JobName.SCORING.value, JobName.PIPELINE.value
 #: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
 SPARK_PRELOAD = (feature_job.__name__,)
 #: The same and what loading a model imports, for the jobs that score: each scoring worker would otherwise
@@ -113,7 +111,7 @@ def feature_job_config(
     params: FeatureParams,
     max_records: int | None = DEFAULT_MAX_RECORDS,
     scope: Scope = Scope(),
-    writer: str = FEATURES,
+    writer: str = JobName.FEATURES.value,
 ) -> FeatureJobConfig:
     """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
     clients = _clients_with_topics(settings, topics)
@@ -151,7 +149,7 @@ def scoring_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients, redis_prefix(scope.namespace), SCORING),
+        redis=redis_target(settings, clients, redis_prefix(scope.namespace), JobName.SCORING.value),
         tracking_uri=clients.endpoints.mlflow_tracking_uri,
         max_event_bytes=settings.max_event_bytes,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
@@ -175,7 +173,9 @@ def pipeline_config(
     shadow_alias: str | None = None,
 ) -> PipelineConfig:
     """The one-query pipeline over ``topics`` with the connections of ``settings``."""
-    features = feature_job_config(settings, topics, checkpoint, params, max_records, scope, PIPELINE)
+    features = feature_job_config(
+        settings, topics, checkpoint, params, max_records, scope, JobName.PIPELINE.value
+    )
     return PipelineConfig(
         features=features,
         tracking_uri=Clients.from_settings(settings).endpoints.mlflow_tracking_uri,
@@ -212,8 +212,12 @@ def start_job(
 def describe(config: JobConfig) -> tuple[str, str]:
     """The name of a job (features, scoring, pipeline), and the line that says what runs."""
     if isinstance(config, FeatureJobConfig):
-        return FEATURES, f"Feature job running (checkpoint {config.checkpoint})"
-    name, what = (SCORING, "Scoring job") if isinstance(config, ScoringJobConfig) else (PIPELINE, "Pipeline")
+        return JobName.FEATURES.value, f"Feature job running (checkpoint {config.checkpoint})"
+    name, what = (
+        (JobName.SCORING.value, "Scoring job")
+        if isinstance(config, ScoringJobConfig)
+        else (JobName.PIPELINE.value, "Pipeline")
+    )
     return name, f"{what} running (model alias {config.alias!r}, checkpoint {config.checkpoint})"
 
 

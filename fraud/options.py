@@ -22,7 +22,8 @@ DEFAULT_MAX_RECORDS = 100_000
 
 
 class JobName(StrEnum):
-    """The streaming jobs: their run commands' names, checkpoints' and metrics' ``job`` label."""
+    """The streaming jobs: their run commands' names, checkpoints' and metrics' ``job`` label, Redis writer,
+    observer group and Spark application."""
 
     FEATURES = "features"
     SCORING = "scoring"

@@ -52,9 +52,9 @@ from infra.clients import KAFKA_LOGGER, log_bounds, partitions_of
 _log = logging.getLogger(__name__)
 
 #: The counts the stages attach to their output rows, summed per micro-batch.
-FEATURES, LATE, SCORES, ALERTS = "n_features", "n_late", "n_scores", "n_alerts"
-DEAD = {reason.value: f"n_dead_{reason.value}" for reason in Reason}
-COUNTS = (FEATURES, LATE, SCORES, ALERTS, *DEAD.values())
+FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT = "n_features", "n_late", "n_scores", "n_alerts"
+DEAD_COUNTS = {reason.value: f"n_dead_{reason.value}" for reason in Reason}
+COUNTS = (FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT, *DEAD_COUNTS.values())
 #: Next to the counts: the alerts' source records (``contracts.records.ALERT_SOURCE_HEADER``), collected.
 ALERT_SOURCES = "alert_sources"
 #: The counts' and sources' columns as Spark DDL (``mapInArrow`` and state outputs) and as Arrow fields.
@@ -97,16 +97,20 @@ def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, 
     """The counts of a state call's or a task's sink records (``infra.kafka_sink.records.COLUMNS``):
     records per output topic, dead letters by reason (from their ``dlq.reason`` header)."""
     counts = dict.fromkeys(COUNTS, 0)
-    counts[LATE] = late
+    counts[LATE_COUNT] = late
     if not records.num_rows:
         return counts
     topic = records.column("topic")
-    for name, where in ((FEATURES, topics.features), (SCORES, topics.scores), (ALERTS, topics.alerts)):
+    for name, where in (
+        (FEATURE_COUNT, topics.features),
+        (SCORE_COUNT, topics.scores),
+        (ALERT_COUNT, topics.alerts),
+    ):
         counts[name] = int(pc.sum(pc.equal(topic, where)).as_py() or 0)
     dead = records.filter(pc.equal(topic, topics.dead_letter))
     for headers in dead.column("headers").to_pylist() if dead.num_rows else ():
         reason = next((h["value"] for h in headers or () if h["key"] == DLQ_REASON_HEADER), b"")
-        column = DEAD.get(bytes(reason or b"").decode(errors="replace"))
+        column = DEAD_COUNTS.get(bytes(reason or b"").decode(errors="replace"))
         if column is not None:
             counts[column] += 1
     return counts
@@ -315,7 +319,7 @@ class JobMetrics:
         self.redis_write_failures = counter(
             "fraud_redis_write_failures", "Redis write attempts that failed and were retried (Redis away)"
         )
-        for reason in DEAD:  # every reason shows, at 0 until one comes
+        for reason in DEAD_COUNTS:  # every reason shows, at 0 until one comes
             self.dead_letters.labels(job, reason)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
@@ -377,15 +381,15 @@ class JobMetrics:
         """The summed counts of a micro-batch's output (:data:`COUNTS`) and the model versions that served it."""
         job = self.job
         for name, counter in (
-            (FEATURES, self.feature_records),
-            (LATE, self.late_events),
-            (SCORES, self.scores),
-            (ALERTS, self.alerts),
+            (FEATURE_COUNT, self.feature_records),
+            (LATE_COUNT, self.late_events),
+            (SCORE_COUNT, self.scores),
+            (ALERT_COUNT, self.alerts),
         ):
             counter.labels(job).inc(int(counts.get(name) or 0))
         with self._lock:
             self._alert_sources.extend(counts.get(ALERT_SOURCES) or ())
-        for reason, name in DEAD.items():
+        for reason, name in DEAD_COUNTS.items():
             self.dead_letters.labels(job, reason).inc(int(counts.get(name) or 0))
         for role, version in (versions or {}).items():
             if version is not None:
@@ -405,7 +409,7 @@ class JobMetrics:
             "scores": value("fraud_scores_total"),
             "alerts": value("fraud_alerts_total"),
         }
-        for reason in DEAD:
+        for reason in DEAD_COUNTS:
             counts[f"dead:{reason}"] = value("fraud_dead_letters_total", reason=reason)
         return counts
 

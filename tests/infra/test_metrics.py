@@ -15,12 +15,12 @@ from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source
 from contracts.settings import Topics
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE
 from infra.metrics import (
+    ALERT_COUNT,
     ALERT_SOURCES,
-    ALERTS,
-    DEAD,
-    FEATURES,
-    LATE,
-    SCORES,
+    DEAD_COUNTS,
+    FEATURE_COUNT,
+    LATE_COUNT,
+    SCORE_COUNT,
     Arrivals,
     JobMetrics,
     alert_sources,
@@ -64,10 +64,15 @@ def test_records_are_counted_by_topic_and_dead_letters_by_reason() -> None:
         }
     )
     counts = batch_counts(records, TOPICS, late=3)
-    assert (counts[FEATURES], counts[SCORES], counts[ALERTS], counts[LATE]) == (1, 2, 1, 3)
-    assert counts[DEAD["malformed_json"]] == counts[DEAD["duplicate_tx_id"]] == 1
-    assert sum(counts[name] for name in DEAD.values()) == 2
-    assert counts_row(counts)[SCORES] == [2]
+    assert (counts[FEATURE_COUNT], counts[SCORE_COUNT], counts[ALERT_COUNT], counts[LATE_COUNT]) == (
+        1,
+        2,
+        1,
+        3,
+    )
+    assert counts[DEAD_COUNTS["malformed_json"]] == counts[DEAD_COUNTS["duplicate_tx_id"]] == 1
+    assert sum(counts[name] for name in DEAD_COUNTS.values()) == 2
+    assert counts_row(counts)[SCORE_COUNT] == [2]
     assert set(batch_counts(records.slice(0, 0), TOPICS).values()) == {0}
 
 
@@ -89,10 +94,18 @@ def test_progress_reports_and_batch_counts_become_metrics() -> None:
         "stateOperators": [
             {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 6, "memoryUsedBytes": 4096}
         ],
-        "observedMetrics": {"fraud": {FEATURES: 128, LATE: 2, SCORES: 128, ALERTS: 3, DEAD["oversized"]: 2}},
+        "observedMetrics": {
+            "fraud": {
+                FEATURE_COUNT: 128,
+                LATE_COUNT: 2,
+                SCORE_COUNT: 128,
+                ALERT_COUNT: 3,
+                DEAD_COUNTS["oversized"]: 2,
+            }
+        },
     }
     metrics.on_progress(progress)
-    metrics.on_batch({SCORES: 0}, {"model": 4, "shadow": None})
+    metrics.on_batch({SCORE_COUNT: 0}, {"model": 4, "shadow": None})
     assert sample(metrics, "fraud_last_batch_id") == 7
     assert sample(metrics, "fraud_input_records_total") == 130
     assert sample(metrics, "fraud_input_records_per_second") == 130 / 1.5
@@ -200,7 +213,7 @@ def test_alerts_are_timed_from_their_transactions_append_and_the_batch_offsets_c
                     "endOffset": json.dumps({"offsets": {"transactions/0": end, "labels/0": 4}}),
                 }
             ],
-            "observedMetrics": {"fraud": {ALERTS: len(sources), ALERT_SOURCES: sources}},
+            "observedMetrics": {"fraud": {ALERT_COUNT: len(sources), ALERT_SOURCES: sources}},
         }
 
     # Alerts of records 7 and 60, appended 1.5 s and 1 s before the batch ended; one of a source without a
