@@ -47,7 +47,7 @@ from features.rows import (
     KIND,
     SOURCE_OFFSET,
     TERMINAL_BUCKET,
-    TX,
+    RowKind,
     decoded_fields,
     frame_of,
 )
@@ -108,7 +108,7 @@ def events(tx: pd.DataFrame, layout: Layout) -> pd.DataFrame:
         decoded_fields(),
         {
             CARD_BUCKET: card_buckets(tx["card_id"], layout.card_buckets),
-            KIND: np.full(n, TX, dtype=object),
+            KIND: np.full(n, RowKind.TX, dtype=object),
             "tx_id": tx["tx_id"].to_numpy(dtype=np.int64),
             "card_id": tx["card_id"].to_numpy(dtype=object),
             "terminal_id": tx["terminal_id"].to_numpy(dtype=object),

@@ -16,18 +16,14 @@ from features.buckets import card_bucket
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS
 from features.rows import (
     CARD_BUCKET,
-    DEAD,
     DETAIL,
-    FINAL_TICK,
     KIND,
-    LABEL,
     RAW,
     REASON,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
-    TICK,
-    TX,
+    RowKind,
     decoded_batch,
     one_batch,
 )
@@ -95,7 +91,8 @@ def _future_as_dead(
 ) -> pa.RecordBatch:
     """``decoded`` with its transactions dated more than ``max_skew_ms`` after ``clock_ms`` made dead rows."""
     is_future = pc.and_(
-        pc.equal(decoded.column(KIND), TX), pc.greater(decoded.column(EVENT_TIME_MS), clock_ms + max_skew_ms)
+        pc.equal(decoded.column(KIND), RowKind.TX),
+        pc.greater(decoded.column(EVENT_TIME_MS), clock_ms + max_skew_ms),
     )
     rows = np.flatnonzero(pc.fill_null(is_future, False).to_numpy(zero_copy_only=False))
     if not len(rows):
@@ -104,7 +101,7 @@ def _future_as_dead(
     times = decoded.column(EVENT_TIME_MS).to_pylist()
     values = records.column("value").to_pylist()
     for row in rows.tolist():
-        columns[KIND][row] = DEAD
+        columns[KIND][row] = RowKind.DEAD
         columns[RAW][row] = mask_card_numbers_bytes(values[row] or b"")
         columns[REASON][row] = Reason.FUTURE_EVENT_TIME.value
         columns[DETAIL][row] = future_detail(times[row], clock_ms, "the micro-batch's clock")
@@ -147,7 +144,7 @@ def _event_batch(
             n,
             {
                 **common,
-                KIND: [TX] * n,
+                KIND: [RowKind.TX] * n,
                 C.AMOUNT: columns[C.AMOUNT],
                 EVENT_TIME_MS: columns[EVENT_TIME_MS],
                 C.TERMINAL_X: columns[C.TERMINAL_X],
@@ -158,7 +155,7 @@ def _event_batch(
         n,
         {
             **common,
-            KIND: [LABEL] * n,
+            KIND: [RowKind.LABEL] * n,
             EVENT_TIME_MS: columns[TX_TIME_MS],
             KNOWN_AT_MS: columns[KNOWN_AT_MS],
             C.IS_FRAUD: columns[C.IS_FRAUD],
@@ -210,7 +207,7 @@ def _decode_one_by_one(
             decoded_batch(
                 len(dead),
                 {
-                    KIND: [DEAD] * len(dead),
+                    KIND: [RowKind.DEAD] * len(dead),
                     CARD_BUCKET: [(e.offset or 0) % options.card_buckets for e in dead],
                     RAW: [e.raw for e in dead],
                     REASON: [e.reason.value for e in dead],
@@ -229,7 +226,7 @@ def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.Record
     """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
     of an availableNow run (``infra.kafka_source.splits.Split.final``), and the buckets release every event."""
     n = card_buckets
-    kind = FINAL_TICK if final else TICK
+    kind = RowKind.FINAL_TICK if final else RowKind.TICK
     return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})
 
 

@@ -48,7 +48,7 @@ from features.job import (
     LEGACY_TERMINAL_STATE_VAR,
     TERMINAL_ENTRIES_VAR,
 )
-from features.rows import KIND, LABEL, TX, empty_events
+from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE
@@ -222,7 +222,7 @@ def card_view(
     mine = history.card_id == card_id
     released = pd.DataFrame(
         {
-            KIND: TX,
+            KIND: RowKind.TX,
             C.TX_ID: history.tx_id[mine],
             EVENT_TIME_MS: history.event_time_ms[mine],
             C.AMOUNT: _cents_to_amount(history.amount_cents[mine]),
@@ -233,7 +233,7 @@ def card_view(
         columns=EVENT_COLUMNS,
     )
     waiting = (
-        pending[(pending[C.CARD_ID] == card_id) & pending[KIND].isin([TX, LABEL])]
+        pending[(pending[C.CARD_ID] == card_id) & pending[KIND].isin([RowKind.TX, RowKind.LABEL])]
         if len(pending)
         else pending
     )

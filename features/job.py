@@ -47,10 +47,10 @@ from features.records import kafka_records
 from features.rescale import Rescale, rekey_cards, rekey_terminals
 from features.rows import (
     CARD_BUCKET,
-    FEATURES,
     KIND,
     LATE,
     TERMINAL_BUCKET,
+    RowKind,
     card_stage_fields,
 )
 from features.stages import CardBucket
@@ -213,7 +213,7 @@ class TerminalStage(StatefulProcessor):
                 records = kafka_records(
                     out, self.topics.features, self.topics.dead_letter, self.params, self.hook
                 )
-                late = int(out.loc[out[KIND] == FEATURES, LATE].fillna(False).astype(bool).sum())
+                late = int(out.loc[out[KIND] == RowKind.FEATURES, LATE].fillna(False).astype(bool).sum())
                 counts = counts_row(
                     batch_counts(records, self.topics, late), alert_sources(records, self.topics)
                 )

@@ -11,7 +11,6 @@ import pyarrow as pa
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.rows import (
-    DEAD,
     DETAIL,
     KIND,
     LATE,
@@ -20,6 +19,7 @@ from features.rows import (
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
+    RowKind,
     output_fields,
 )
 from infra.arrow_json import json_objects
@@ -41,7 +41,7 @@ def kafka_records(
     dead rows become dead-letter records (original bytes, the reason in ``dlq.*`` headers). ``hook``
     adds the records it makes of the feature rows and their JSON (``features.job.FeatureRowsHook``).
     """
-    is_dead = (rows[KIND] == DEAD).to_numpy()
+    is_dead = (rows[KIND] == RowKind.DEAD).to_numpy()
     features, dead = rows[~is_dead], rows[is_dead]
     n = len(features)
     values = feature_record_values(features, params)

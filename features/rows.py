@@ -7,6 +7,7 @@ was rejected); the feature columns' types come from the feature specs (``feature
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -18,9 +19,20 @@ from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, FeatureParams
 
 C = TxColumns
 
-# Row kinds. Ticks carry the micro-batch's frontier to every card bucket; final ticks end an availableNow run.
-TX, LABEL, DEAD, TICK, FINAL_TICK = "tx", "label", "dead", "tick", "final_tick"
-FEATURES = "features"
+
+class RowKind(StrEnum):
+    """What a row between the stages holds (its :data:`KIND` column; the values are its strings)."""
+
+    TX = "tx"
+    LABEL = "label"
+    DEAD = "dead"
+    #: The micro-batch's frontier, carried to every card bucket.
+    TICK = "tick"
+    #: The frontier of the final micro-batch of an ``availableNow`` run: it releases every waiting event.
+    FINAL_TICK = "final_tick"
+    #: A transaction with its features (the terminal stage's output).
+    FEATURES = "features"
+
 
 KIND = "kind"
 CARD_BUCKET = "card_bucket"

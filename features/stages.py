@@ -32,20 +32,15 @@ from features.core import CardState, TerminalState, card_step, terminal_step, ti
 from features.definitions import EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
 from features.rows import (
     CARD_BUCKET,
-    DEAD,
     DETAIL,
-    FEATURES,
-    FINAL_TICK,
     KIND,
-    LABEL,
     RAW,
     REASON,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TOPIC,
     TERMINAL_BUCKET,
-    TICK,
-    TX,
+    RowKind,
     card_stage_fields,
     concat_frames,
     frame_of,
@@ -69,7 +64,7 @@ class CardBucket:
 
 def _event_time(events: pd.DataFrame) -> np.ndarray:
     """When an event happens for ordering: a transaction's event time, a label's known time."""
-    is_label = (events[KIND] == LABEL).to_numpy()
+    is_label = (events[KIND] == RowKind.LABEL).to_numpy()
     return np.where(
         is_label,
         events[KNOWN_AT_MS].fillna(0).to_numpy(dtype=np.int64),
@@ -84,7 +79,7 @@ DUPLICATE_RAW_FIELDS = [C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_
 def repeated_transactions(events: pd.DataFrame, earlier_ids: np.ndarray) -> np.ndarray:
     """Which events are transactions whose tx id is among ``earlier_ids`` (a bucket's waiting events, a card
     history) or earlier among ``events`` (by source offset, so a re-run judges alike)."""
-    is_tx = (events[KIND] == TX).to_numpy()
+    is_tx = (events[KIND] == RowKind.TX).to_numpy()
     if not is_tx.any():
         return np.zeros(len(events), dtype=bool)
     ids = events[C.TX_ID].to_numpy(dtype=np.int64, na_value=-1)
@@ -105,7 +100,7 @@ def as_duplicates(events: pd.DataFrame) -> pd.DataFrame:
     ]
     return events.assign(
         **{
-            KIND: DEAD,
+            KIND: RowKind.DEAD,
             RAW: raws,
             REASON: Reason.DUPLICATE_TX_ID.value,
             DETAIL: [f"tx_id {tx_id} was processed already" for tx_id in events[C.TX_ID].tolist()],
@@ -136,7 +131,7 @@ class Released:
 
     @property
     def transactions(self) -> pd.DataFrame:
-        return self.events[self.events[KIND] == TX].reset_index(drop=True)
+        return self.events[self.events[KIND] == RowKind.TX].reset_index(drop=True)
 
 
 def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
@@ -149,21 +144,23 @@ def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
     history (:func:`card_features`), which this step does not need.
     """
     kinds = rows[KIND]
-    ticks_in = rows.loc[kinds.isin([TICK, FINAL_TICK]), EVENT_TIME_MS]
+    ticks_in = rows.loc[kinds.isin([RowKind.TICK, RowKind.FINAL_TICK]), EVENT_TIME_MS]
     frontier = max([waiting.frontier_ms, *ticks_in.astype("int64").tolist()])
-    events = rows[(kinds == TX) | (kinds == LABEL)]
+    events = rows[(kinds == RowKind.TX) | (kinds == RowKind.LABEL)]
     pending = waiting.pending
     waiting_ids = (
-        pending.loc[pending[KIND] == TX, C.TX_ID].to_numpy(dtype=np.int64) if len(pending) else np.empty(0)
+        pending.loc[pending[KIND] == RowKind.TX, C.TX_ID].to_numpy(dtype=np.int64)
+        if len(pending)
+        else np.empty(0)
     )
     repeated = repeated_transactions(events, waiting_ids)
-    dead = concat_frames(rows[kinds == DEAD], as_duplicates(events[repeated]))
+    dead = concat_frames(rows[kinds == RowKind.DEAD], as_duplicates(events[repeated]))
     events = events[~repeated]
 
     late_mask = _event_time(events) < waiting.frontier_ms if len(events) else np.zeros(0, dtype=bool)
     late = events[late_mask]
     held = concat_frames(pending, events[~late_mask])
-    if len(held) and (kinds == FINAL_TICK).any():
+    if len(held) and (kinds == RowKind.FINAL_TICK).any():
         frontier = max(frontier, int(_event_time(held).max()) + 1)
     if len(held):
         due_mask = _event_time(held) < frontier
@@ -188,8 +185,8 @@ def card_features(
     repeated = repeated_transactions(events, history.tx_id) if len(events) else np.zeros(0, dtype=bool)
     dead = concat_frames(released.dead, as_duplicates(events[repeated])) if repeated.any() else released.dead
     events = events[~repeated]
-    tx = events[events[KIND] == TX].reset_index(drop=True)
-    labels = events[events[KIND] == LABEL].reset_index(drop=True)
+    tx = events[events[KIND] == RowKind.TX].reset_index(drop=True)
+    labels = events[events[KIND] == RowKind.LABEL].reset_index(drop=True)
 
     columns: dict[str, object] = {}
     if len(tx):
@@ -208,7 +205,7 @@ def card_features(
     )
     out = concat_frames(out_tx, out_labels, out_dead)
     if len(out):
-        is_dead = (out[KIND] == DEAD).to_numpy()
+        is_dead = (out[KIND] == RowKind.DEAD).to_numpy()
         routed = terminal_buckets(out[C.TERMINAL_ID].fillna(""), terminal_buckets_n)
         by_offset = out[SOURCE_OFFSET].fillna(0).to_numpy(dtype=np.int64) % terminal_buckets_n
         out[TERMINAL_BUCKET] = np.where(is_dead, by_offset, routed).astype(np.int32)
@@ -233,9 +230,9 @@ def terminal_stage(
 ) -> tuple[TerminalState, pd.DataFrame]:
     """Terminal and time features of released transactions; labels update the terminal risk."""
     kinds = rows[KIND]
-    tx = rows[kinds == TX].reset_index(drop=True)
-    labels = rows[kinds == LABEL]
-    dead = rows[kinds == DEAD]
+    tx = rows[kinds == RowKind.TX].reset_index(drop=True)
+    labels = rows[kinds == RowKind.LABEL]
+    dead = rows[kinds == RowKind.DEAD]
     label_batch = pd.DataFrame(
         {
             C.TX_ID: labels[C.TX_ID].to_numpy(dtype=np.int64),
@@ -255,7 +252,7 @@ def terminal_stage(
     state, terminal = terminal_step(state, tx_batch, label_batch, params)
     when = time_features(tx_batch[EVENT_TIME_MS].to_numpy())
     columns = {
-        c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), FEATURES, dtype=object)
+        c: tx[c].to_numpy() if c not in (KIND,) else np.full(len(tx), RowKind.FEATURES, dtype=object)
         for c in tx.columns
         if c != TERMINAL_BUCKET
     }

@@ -31,7 +31,7 @@ from features.entries import (
     unpack_terminals,
 )
 from features.entry_store import Clock, EntryStore
-from features.rows import KIND, LABEL, TX, empty_events
+from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket, Waiting, card_features, release, terminal_stage
 from features.transport import from_blob, to_blob
 from infra.kafka_source.splits import NO_FRONTIER
@@ -120,12 +120,12 @@ def terminal_call(
     with timings.phase("state-get"):
         stored_clock = state.value.get()
         clock = Clock.start() if stored_clock is None else Clock.of(*stored_clock)
-        events = rows[rows[KIND].isin([TX, LABEL])]
+        events = rows[rows[KIND].isin([RowKind.TX, RowKind.LABEL])]
         stored = state.entries.read(np.unique(layout.terminal_slots_of(events[C.TERMINAL_ID])))
         terminals, newest = unpack_terminals(stored.values())
     with timings.phase("core"):
         terminals, out = terminal_stage(terminals, rows, params)
-        clock = clock.advanced(rows.loc[rows[KIND] == TX, EVENT_TIME_MS].to_numpy(dtype=np.int64))
+        clock = clock.advanced(rows.loc[rows[KIND] == RowKind.TX, EVENT_TIME_MS].to_numpy(dtype=np.int64))
         horizon = clock.horizon(params.terminal_history_ms)
         written = terminal_entries(terminals, layout, horizon, stored)
     with timings.phase("state-put"):

@@ -22,7 +22,7 @@ from features.inspect import (
     open_job_state,
     terminal_view,
 )
-from features.rows import LABEL, TX, decoded_fields, frame_of
+from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch
@@ -81,7 +81,9 @@ HISTORY = txs(
 
 def test_a_card_shows_its_transactions_its_waiting_events_and_the_windows_at_the_frontier() -> None:
     waiting = waiting_events(
-        (TX, 6, CARD, 50.0, T + HOUR_MS), (LABEL, 3, CARD, None, T - 2 * HOUR_MS), (TX, 7, OTHER, 1.0, T)
+        (RowKind.TX, 6, CARD, 50.0, T + HOUR_MS),
+        (RowKind.LABEL, 3, CARD, None, T - 2 * HOUR_MS),
+        (RowKind.TX, 7, OTHER, 1.0, T),
     )
     stored = card_bucket_value(HISTORY, waiting, T)
 
@@ -91,7 +93,7 @@ def test_a_card_shows_its_transactions_its_waiting_events_and_the_windows_at_the
     events = view.events
     assert events["tx_id"].tolist() == [2, 3, 3, 4, 6]
     assert events["waiting"].tolist() == [False, False, True, False, True]
-    assert events["kind"].tolist() == [TX, TX, LABEL, TX, TX]
+    assert events["kind"].tolist() == [RowKind.TX, RowKind.TX, RowKind.LABEL, RowKind.TX, RowKind.TX]
     assert events.loc[~events["waiting"], "amount"].tolist() == [10.0, 20.25, 5.0]
     assert events.loc[events["waiting"], "terminal_id"].tolist() == ["t9", "t9"]
     windows = view.windows.set_index("window")
@@ -106,7 +108,7 @@ def test_a_card_shows_its_transactions_its_waiting_events_and_the_windows_at_the
 
 
 def test_the_view_as_json_for_the_command() -> None:
-    stored = card_bucket_value(HISTORY, waiting_events((TX, 6, CARD, 50.0, T + HOUR_MS)), T + DAY_MS)
+    stored = card_bucket_value(HISTORY, waiting_events((RowKind.TX, 6, CARD, 50.0, T + HOUR_MS)), T + DAY_MS)
 
     shown = orjson.loads(orjson.dumps(card_view(CARD, a_job(final=True), 2, stored, PARAMS).as_json()))
 
@@ -122,7 +124,7 @@ def test_the_view_as_json_for_the_command() -> None:
         "avg_amount": None,
     }
     assert shown["events"][-1] == {
-        "kind": TX,
+        "kind": RowKind.TX,
         "tx_id": 6,
         "event_time_ms": T + HOUR_MS,
         "amount": 50.0,

@@ -13,7 +13,7 @@ import pandas as pd
 from features.buckets import card_bucket, terminal_buckets
 from features.core import CardState, TerminalState
 from features.rescale import rekey_cards, rekey_terminals
-from features.rows import CARD_BUCKET, KIND, LABEL, TX, decoded_fields, frame_of
+from features.rows import CARD_BUCKET, KIND, RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from features.transport import card_bucket_of, terminal_state_of, to_blob
 from infra.kafka_source.splits import NO_FRONTIER
@@ -29,7 +29,7 @@ def pending_of(cards: list[str], first_tx: int, bucket: int) -> pd.DataFrame:
     return frame_of(
         decoded_fields(),
         {
-            KIND: [TX, LABEL] * n,
+            KIND: [RowKind.TX, RowKind.LABEL] * n,
             "tx_id": np.repeat(np.arange(first_tx, first_tx + n), 2),
             "card_id": np.repeat(np.asarray(cards, dtype=object), 2),
             "terminal_id": np.repeat(np.asarray(TERMINALS[:n], dtype=object), 2),

@@ -23,7 +23,7 @@ from features.entries import Layout, unpack_cards, unpack_terminals
 from features.entry_store import EntryStore
 from features.records import kafka_records
 from features.rescale import rekey_cards, rekey_terminals
-from features.rows import CARD_BUCKET, DEAD, FEATURES, LABEL, TERMINAL_BUCKET, TX, empty_events
+from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
@@ -83,7 +83,7 @@ def test_decode_routes_events_and_dead_letters() -> None:
         raw_records([("tx", tx_json(1, T0)), ("labels", label), ("tx", b"{oops"), ("other", b"{}")]), OPTIONS
     )
     frame = batch.to_pandas()
-    assert frame["kind"].tolist() == [TX, LABEL, DEAD, DEAD]
+    assert frame["kind"].tolist() == [RowKind.TX, RowKind.LABEL, RowKind.DEAD, RowKind.DEAD]
     assert frame["card_bucket"].iloc[0] == frame["card_bucket"].iloc[1] == card_bucket(TOKEN, 4)
     assert frame["known_at_ms"].iloc[1] == T0 + 7 * DAY
     assert frame["event_time_ms"].iloc[1] == T0
@@ -111,7 +111,7 @@ def test_transactions_dated_too_far_ahead_of_the_micro_batchs_clock_are_dead() -
     records = raw_records([("tx", tx_json(1, T0)), ("tx", tx_json(2, far)), ("labels", label), ("tx", b"{")])
     skewed = DecodeOptions("tx", "labels", card_buckets=4, max_event_bytes=16_384, max_clock_skew_ms=60_000)
     frame = decode(records, skewed, clock_ms=T0 + 1_000).to_pandas()
-    assert frame["kind"].tolist() == [TX, DEAD, LABEL, DEAD]
+    assert frame["kind"].tolist() == [RowKind.TX, RowKind.DEAD, RowKind.LABEL, RowKind.DEAD]
     future = frame.iloc[1]
     assert (future["reason"], future["raw"], future["source_offset"]) == (
         "future_event_time",
@@ -122,8 +122,9 @@ def test_transactions_dated_too_far_ahead_of_the_micro_batchs_clock_are_dead() -
     assert future["card_bucket"] == card_bucket(TOKEN, 4)
     assert frame.iloc[3]["reason"] == "malformed_json"
     # Without a clock (offsets planned before it existed) or a skew, nothing is checked.
-    assert decode(records, skewed).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
-    assert decode(records, OPTIONS, clock_ms=T0).to_pandas()["kind"].tolist() == [TX, TX, LABEL, DEAD]
+    kinds = [RowKind.TX, RowKind.TX, RowKind.LABEL, RowKind.DEAD]
+    assert decode(records, skewed).to_pandas()["kind"].tolist() == kinds
+    assert decode(records, OPTIONS, clock_ms=T0).to_pandas()["kind"].tolist() == kinds
 
 
 def events(rows: list[tuple[int, int]]) -> pd.DataFrame:
@@ -164,18 +165,18 @@ def test_a_repeated_tx_id_is_processed_once_and_dead_lettered_after() -> None:
     bucket = CardBucket(CardState.empty(), empty_events(), -(2**62))
     rows = pd.concat([events([(1, T0), (2, T0 + 10), (1, T0), (3, T0 + 20)]), tick(T0 + 11)])
     bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
-    released = out[out["kind"] == TX]
+    released = out[out["kind"] == RowKind.TX]
     assert sorted(released["tx_id"]) == [1, 2]
     assert released.set_index("tx_id").loc[2, "card_nb_tx_1d"] == 2
-    (dead,) = out[out["kind"] == DEAD].itertuples()
+    (dead,) = out[out["kind"] == RowKind.DEAD].itertuples()
     assert (dead.tx_id, dead.reason, dead.source_offset) == (1, "duplicate_tx_id", 2)
     assert orjson.loads(dead.raw)["tx_id"] == 1 and "processed already" in dead.detail
 
     # 2 is in the history, 3 still waits: both repeats are dead; 4 is new.
     rows = pd.concat([events([(2, T0 + 10), (3, T0 + 20), (4, T0 + 30)]), tick(T0 + 40)])
     bucket, out = card_stage(bucket, rows.reset_index(drop=True), params, terminal_buckets_n=2)
-    assert sorted(out.loc[out["kind"] == TX, "tx_id"]) == [3, 4]
-    assert sorted(out.loc[out["kind"] == DEAD, "tx_id"]) == [2, 3]
+    assert sorted(out.loc[out["kind"] == RowKind.TX, "tx_id"]) == [3, 4]
+    assert sorted(out.loc[out["kind"] == RowKind.DEAD, "tx_id"]) == [2, 3]
     assert out.set_index("tx_id").loc[4, "card_nb_tx_1d"] == 4  # 1, 2, 3 and itself: no repeat counted
     features = terminal_stage(TerminalState.empty(), out, params)[1]
     records = kafka_records(features, "features", "dead", params).to_pylist()
@@ -252,9 +253,9 @@ def test_dead_rows_pass_through_both_stages() -> None:
     rows = decode(raw_records([("tx", b"[]")]), OPTIONS).to_pandas()
     rows = pd.concat([rows, tick(T0)], ignore_index=True)
     _, out = card_stage(CardBucket(CardState.empty(), empty_events(), -(2**62)), rows, params, 2)
-    assert out["kind"].tolist() == [DEAD]
+    assert out["kind"].tolist() == [RowKind.DEAD]
     _, final = terminal_stage(TerminalState.empty(), out, params)
-    assert final["kind"].tolist() == [DEAD]
+    assert final["kind"].tolist() == [RowKind.DEAD]
     assert final["reason"].tolist() == ["not_an_object"]
 
 
@@ -269,7 +270,7 @@ def test_kafka_records_are_feature_records_keyed_by_card_and_dead_letters_with_r
 
     by_topic = {topic: [r for r in records if r["topic"] == topic] for topic in ("features", "dlq")}
     assert len(by_topic["features"]) == 2
-    expected = final[final["kind"] == FEATURES].set_index("tx_id")
+    expected = final[final["kind"] == RowKind.FEATURES].set_index("tx_id")
     for record in by_topic["features"]:
         feature = FeatureRecord.model_validate_json(record["value"])
         assert record["key"] == TOKEN.encode()
@@ -286,7 +287,7 @@ def test_kafka_records_are_feature_records_keyed_by_card_and_dead_letters_with_r
     assert (dead["key"], dead["value"], dead["timestamp_ms"]) == (None, b"[]", None)
     assert {h["key"]: h["value"] for h in dead["headers"]} == {
         "dlq.reason": b"not_an_object",
-        "dlq.detail": final.loc[final["kind"] == DEAD, "detail"].iloc[0].encode(),
+        "dlq.detail": final.loc[final["kind"] == RowKind.DEAD, "detail"].iloc[0].encode(),
         "dlq.source": b"kafka:tx",
         "dlq.partition": b"0",
         "dlq.offset": b"1",
@@ -445,8 +446,10 @@ def run_stream(
 
     decoded = decoded_in(buckets)
     # Kafka timestamps: a transaction's event time, a label's known time.
-    when = np.where(decoded["kind"] == LABEL, decoded["known_at_ms"].fillna(0), decoded["event_time_ms"])
-    partition = np.where(decoded["kind"] == LABEL, "labels/0", "tx/0")
+    when = np.where(
+        decoded["kind"] == RowKind.LABEL, decoded["known_at_ms"].fillna(0), decoded["event_time_ms"]
+    )
+    partition = np.where(decoded["kind"] == RowKind.LABEL, "labels/0", "tx/0")
     ends = {name: int((partition == name).sum()) for name in ("tx/0", "labels/0")}
     stages = Stages(buckets, slots, entries)
     outputs = []
@@ -486,7 +489,7 @@ def run_stream(
 def assert_equal_to_batch(
     out: pd.DataFrame, tx: pd.DataFrame, labels: pd.DataFrame, params: FeatureParams
 ) -> None:
-    features = out[out["kind"] == FEATURES]
+    features = out[out["kind"] == RowKind.FEATURES]
     assert sorted(features["tx_id"]) == sorted(tx["tx_id"]), "every transaction exactly once"
     reference = compute_features(tx, labels, params).set_index("tx_id")
     got = features.set_index("tx_id").loc[reference.index]
@@ -504,7 +507,7 @@ def test_stream_in_order_equals_batch_for_any_micro_batching(batches: int, slots
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     arrival = np.argsort(when, kind="stable")
     out = run_stream(tx, labels, params, arrival, batches, slots=slots)
-    assert not out.loc[out["kind"] == FEATURES, "late"].any()
+    assert not out.loc[out["kind"] == RowKind.FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
 
 
@@ -525,11 +528,11 @@ def test_a_stream_rescaled_between_micro_batches_equals_the_uninterrupted_one() 
     )
     columns = ["tx_id", *params.feature_columns]
     for out in (rescaled, moved):
-        assert not out.loc[out["kind"] == FEATURES, "late"].any()
+        assert not out.loc[out["kind"] == RowKind.FEATURES, "late"].any()
         assert_equal_to_batch(out, tx, labels, params)
         pd.testing.assert_frame_equal(
-            out.loc[out["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
-            kept.loc[kept["kind"] == FEATURES, columns].sort_values("tx_id", ignore_index=True),
+            out.loc[out["kind"] == RowKind.FEATURES, columns].sort_values("tx_id", ignore_index=True),
+            kept.loc[kept["kind"] == RowKind.FEATURES, columns].sort_values("tx_id", ignore_index=True),
         )
 
 
@@ -555,7 +558,7 @@ def test_shuffled_arrival_within_allowed_lateness_equals_batch(available_now: bo
     last_read = max(when[arrival][~is_label][-1], when[arrival][is_label][-1])
     assert when.max() > last_read, "the newest event is read before the last one of each partition"
     out = run_stream(tx, labels, params, arrival, batches=25, available_now=available_now)
-    assert not out.loc[out["kind"] == FEATURES, "late"].any()
+    assert not out.loc[out["kind"] == RowKind.FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
 
 
