@@ -89,7 +89,7 @@ class CardWindow(BaseModel):
     avg_amount: float | None
 
 
-class CardState(StateAt):
+class CardStateView(StateAt):
     """What the feature job holds for a card (``fraud state card --json``)."""
 
     card_id: str
@@ -110,7 +110,7 @@ class TerminalWindow(BaseModel):
     risk: float
 
 
-class TerminalState(StateAt):
+class TerminalStateView(StateAt):
     """What the feature job holds for a terminal (``fraud state terminal --json``)."""
 
     terminal_id: str
@@ -298,7 +298,7 @@ def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> Non
     @app.get(
         "/state/cards/{card_id}",
         dependencies=guarded,
-        response_model=CardState,
+        response_model=CardStateView,
         tags=["state"],
         responses={404: {"description": "No checkpoint, nothing committed, or nothing held for the card"}},
     )
@@ -311,7 +311,7 @@ def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> Non
     @app.get(
         "/state/terminals/{terminal_id}",
         dependencies=guarded,
-        response_model=TerminalState,
+        response_model=TerminalStateView,
         tags=["state"],
         responses={404: {"description": "No checkpoint, nothing committed, or nothing held for it"}},
     )

@@ -694,7 +694,7 @@ def start_scoring_job(
 
     clock = scoring_clock(config.checkpoint)
 
-    def score_batch(records: DataFrame, batch_id: int) -> None:
+    def score_micro_batch(records: DataFrame, batch_id: int) -> None:
         versions = batch_versions(batch_id, chooser, shadow)
         scorer = Scorer(
             config.tracking_uri,
@@ -713,7 +713,7 @@ def start_scoring_job(
 
     writer = (
         feature_records(spark, config)
-        .writeStream.foreachBatch(score_batch)
+        .writeStream.foreachBatch(score_micro_batch)
         .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"scoring-{config.topics.scores}")
     )

@@ -74,7 +74,7 @@ def test_the_routes_pass_the_job_namespace_and_key_on_and_answer_the_views() -> 
     answer = api.get("/state/terminals/T-12", params={"job": "pipeline", "namespace": "v2"})
     assert answer.json() == terminal_view("pipeline", "v2", "T-12")
     schemas = api.get("/openapi.json").json()["components"]["schemas"]
-    assert {"CardState", "TerminalState", "CardWindow", "TerminalWindow"} <= set(schemas)
+    assert {"CardStateView", "TerminalStateView", "CardWindow", "TerminalWindow"} <= set(schemas)
 
 
 def test_what_the_reader_raises_is_a_404_or_a_409_with_its_reason() -> None:
