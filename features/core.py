@@ -353,18 +353,19 @@ def card_step(
         The pruned new state, and a frame with tx_id and ``params.card_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    b_keys = _keys_of(batch[TxColumns.CARD_ID])
-    b_time = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    b_id = batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
-    b_cents = amount_to_cents(batch[TxColumns.AMOUNT].to_numpy(dtype=np.float64))
+    batch_cards = _keys_of(batch[TxColumns.CARD_ID])
+    batch_time = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    batch_tx_id = batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_cents = amount_to_cents(batch[TxColumns.AMOUNT].to_numpy(dtype=np.float64))
 
-    (b_code, s_code), n_keys = _factorize(b_keys, state.card_id)
-    seen = _present_in(s_code, b_code, n_keys)  # state rows of the batch's cards: all that matters now
+    (batch_codes, state_codes), n_keys = _factorize(batch_cards, state.card_id)
+    # The state rows of the batch's cards: all that matters now.
+    seen = _present_in(state_codes, batch_codes, n_keys)
     n_seen = int(seen.sum())
-    code = np.concatenate([s_code[seen], b_code])
-    time = np.concatenate([state.event_time_ms[seen], b_time])
-    cents = np.concatenate([state.amount_cents[seen], b_cents])
-    tx_id = np.concatenate([state.tx_id[seen], b_id])
+    code = np.concatenate([state_codes[seen], batch_codes])
+    time = np.concatenate([state.event_time_ms[seen], batch_time])
+    cents = np.concatenate([state.amount_cents[seen], batch_cents])
+    tx_id = np.concatenate([state.tx_id[seen], batch_tx_id])
 
     space = _Keyspace(time, n_keys)
     key = space.encode(code, time)
@@ -372,12 +373,13 @@ def card_step(
     key, time, cents = key[order], time[order], cents[order]
     pos = np.flatnonzero(order >= n_seen)  # sorted positions of the batch rows ...
     row = order[pos] - n_seen  # ... and their rows in the batch
-    q_code, q_time, q_cents = code[order[pos]], time[pos], cents[pos]
+    # Each batch row queries the windows that end at it: its card's code, its time, its amount.
+    query_code, query_time, query_cents = code[order[pos]], time[pos], cents[pos]
     cum_cents = np.concatenate([[0], np.cumsum(cents)])
     upto = pos + 1  # rows [segment start, pos] are the card's rows ordered at or before the row
 
     def window(length_ms: int) -> tuple[IntArray, IntArray]:
-        first = np.searchsorted(key, space.encode(q_code, q_time - length_ms), side="right")
+        first = np.searchsorted(key, space.encode(query_code, query_time - length_ms), side="right")
         return upto - first, cum_cents[upto] - cum_cents[first]
 
     columns: dict[str, npt.NDArray[Any]] = {}
@@ -390,23 +392,24 @@ def card_step(
     columns[card_nb_tx_hours_column(params.short_window_hours)] = window(params.short_window_ms)[0]
     # The previous row is in the longest window iff that window holds more than the row itself.
     previous = np.maximum(pos - 1, 0)
-    gap_ms = np.where(longest_count > 1, q_time - time[previous], params.longest_window_ms)
+    gap_ms = np.where(longest_count > 1, query_time - time[previous], params.longest_window_ms)
     columns[CARD_SECS_SINCE_PREV_TX] = gap_ms / SECOND_MS
     columns[card_amount_ratio_column(params.window_days[-1])] = _ratio(
-        q_cents * longest_count, longest_total, when_zero=1.0
+        query_cents * longest_count, longest_total, when_zero=1.0
     )
 
     features = pd.DataFrame(
-        {TxColumns.TX_ID: b_id} | {name: _unsort(columns[name], row) for name in params.card_feature_columns}
+        {TxColumns.TX_ID: batch_tx_id}
+        | {name: _unsort(columns[name], row) for name in params.card_feature_columns}
     )
 
-    all_time = np.concatenate([state.event_time_ms, b_time])
+    all_time = np.concatenate([state.event_time_ms, batch_time])
     keep = _recent(all_time, params.card_history_ms)
     new_state = CardState(
-        card_id=_concat_keys(state.card_id, b_keys)[keep],
+        card_id=_concat_keys(state.card_id, batch_cards)[keep],
         event_time_ms=all_time[keep],
-        tx_id=np.concatenate([state.tx_id, b_id])[keep],
-        amount_cents=np.concatenate([state.amount_cents, b_cents])[keep],
+        tx_id=np.concatenate([state.tx_id, batch_tx_id])[keep],
+        amount_cents=np.concatenate([state.amount_cents, batch_cents])[keep],
     )
     return new_state, features
 
@@ -503,9 +506,9 @@ def terminal_step(
         The pruned new state, and a frame with tx_id and ``params.terminal_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    b_keys = _keys_of(tx_batch[TxColumns.TERMINAL_ID])
-    b_time = tx_batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    b_id = tx_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_terminals = _keys_of(tx_batch[TxColumns.TERMINAL_ID])
+    batch_time = tx_batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    batch_tx_id = tx_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
     delay = params.label_delay_ms
 
     labels = (
@@ -523,52 +526,54 @@ def terminal_step(
             np.concatenate([state.label_known_at_ms, label_batch[KNOWN_AT_MS].to_numpy(dtype=np.int64)]),
             np.concatenate([state.label_is_fraud, label_batch[TxColumns.IS_FRAUD].to_numpy(dtype=bool)]),
         )
-    l_id, l_keys, l_tx_time, l_known, l_fraud = labels
+    label_tx_id, label_terminals, label_tx_time, label_known_at, label_is_fraud = labels
 
-    (b_code, s_code, l_code), n_keys = _factorize(b_keys, state.terminal_id, l_keys)
-    seen = _present_in(s_code, b_code, n_keys)
-    code = np.concatenate([s_code[seen], b_code])
-    time = np.concatenate([state.event_time_ms[seen], b_time])
+    (batch_codes, state_codes, label_codes), n_keys = _factorize(
+        batch_terminals, state.terminal_id, label_terminals
+    )
+    seen = _present_in(state_codes, batch_codes, n_keys)
+    code = np.concatenate([state_codes[seen], batch_codes])
+    time = np.concatenate([state.event_time_ms[seen], batch_time])
     space = _Keyspace(time, n_keys)
     key = np.sort(space.encode(code, time))
     # Queries in (terminal, time) order make every binary search below walk forward through memory.
-    by_query = np.argsort(space.encode(b_code, b_time))
-    q_code, q_time = b_code[by_query], b_time[by_query]
+    by_query = np.argsort(space.encode(batch_codes, batch_time))
+    query_code, query_time = batch_codes[by_query], batch_time[by_query]
 
     def count_at_or_before(limit: IntArray) -> IntArray:
-        return np.searchsorted(key, space.encode(q_code, limit), side="right").astype(np.int64)
+        return np.searchsorted(key, space.encode(query_code, limit), side="right").astype(np.int64)
 
-    frauds = l_fraud & _present_in(l_code, b_code, n_keys)
-    f_code, f_tx_time = l_code[frauds], l_tx_time[frauds]
-    start = np.maximum(f_tx_time + delay, l_known[frauds])
-    ends = [np.maximum(f_tx_time + length_ms + delay, start) for length_ms in params.windows_ms]
+    frauds = label_is_fraud & _present_in(label_codes, batch_codes, n_keys)
+    fraud_codes, fraud_tx_time = label_codes[frauds], label_tx_time[frauds]
+    start = np.maximum(fraud_tx_time + delay, label_known_at[frauds])
+    ends = [np.maximum(fraud_tx_time + length_ms + delay, start) for length_ms in params.windows_ms]
     label_space = _Keyspace(np.concatenate([start, *ends]), n_keys)
-    query = label_space.encode(q_code, q_time)
-    started = np.searchsorted(np.sort(label_space.encode(f_code, start)), query, side="right")
+    query = label_space.encode(query_code, query_time)
+    started = np.searchsorted(np.sort(label_space.encode(fraud_codes, start)), query, side="right")
 
-    upper = count_at_or_before(q_time - delay)
-    columns: dict[str, npt.NDArray[Any]] = {TxColumns.TX_ID: b_id}
+    upper = count_at_or_before(query_time - delay)
+    columns: dict[str, npt.NDArray[Any]] = {TxColumns.TX_ID: batch_tx_id}
     for days, length_ms, end in zip(params.window_days, params.windows_ms, ends, strict=True):
-        count = upper - count_at_or_before(q_time - delay - length_ms)
-        ended = np.searchsorted(np.sort(label_space.encode(f_code, end)), query, side="right")
+        count = upper - count_at_or_before(query_time - delay - length_ms)
+        ended = np.searchsorted(np.sort(label_space.encode(fraud_codes, end)), query, side="right")
         risk = _ratio((started - ended).astype(np.int64), count, when_zero=0.0)
         columns[terminal_nb_tx_column(days)] = _unsort(count, by_query)
         columns[terminal_risk_column(days)] = _unsort(risk, by_query)
     features = pd.DataFrame(columns)
 
-    all_time = np.concatenate([state.event_time_ms, b_time])
+    all_time = np.concatenate([state.event_time_ms, batch_time])
     keep = _recent(all_time, params.terminal_history_ms)
-    keep_label = np.ones(len(l_id), dtype=bool)
+    keep_label = np.ones(len(label_tx_id), dtype=bool)
     if len(all_time):
-        keep_label = l_tx_time > int(all_time.max()) - params.terminal_history_ms
+        keep_label = label_tx_time > int(all_time.max()) - params.terminal_history_ms
     new_state = TerminalState(
-        terminal_id=_concat_keys(state.terminal_id, b_keys)[keep],
+        terminal_id=_concat_keys(state.terminal_id, batch_terminals)[keep],
         event_time_ms=all_time[keep],
-        label_terminal_id=l_keys[keep_label],
-        label_tx_id=l_id[keep_label],
-        label_tx_time_ms=l_tx_time[keep_label],
-        label_known_at_ms=l_known[keep_label],
-        label_is_fraud=l_fraud[keep_label],
+        label_terminal_id=label_terminals[keep_label],
+        label_tx_id=label_tx_id[keep_label],
+        label_tx_time_ms=label_tx_time[keep_label],
+        label_known_at_ms=label_known_at[keep_label],
+        label_is_fraud=label_is_fraud[keep_label],
     )
     return new_state, features
 
