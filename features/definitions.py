@@ -71,29 +71,10 @@ def card_amount_ratio_column(days: int) -> str:
     return f"card_amount_ratio_{days}d"
 
 
-#: Card transactions with event time in (t - n days, t], ordered at or before the transaction in
-#: (event_time, tx_id) order: a transaction at the same millisecond with a larger tx_id is not seen.
-CARD_NB_TX_1D = card_nb_tx_column(1)
-CARD_NB_TX_7D = card_nb_tx_column(7)
-CARD_NB_TX_30D = card_nb_tx_column(30)
-#: Mean amount of the same transactions (never empty: the transaction itself is included).
-CARD_AVG_AMOUNT_1D = card_avg_amount_column(1)
-CARD_AVG_AMOUNT_7D = card_avg_amount_column(7)
-CARD_AVG_AMOUNT_30D = card_avg_amount_column(30)
-#: Terminal transactions with event time in (t - (n + d) days, t - d days], d the label delay.
-TERMINAL_NB_TX_1D = terminal_nb_tx_column(1)
-TERMINAL_NB_TX_7D = terminal_nb_tx_column(7)
-TERMINAL_NB_TX_30D = terminal_nb_tx_column(30)
-#: Share of those whose first known label says fraud and is known by t (0.0 when there are none).
-TERMINAL_RISK_1D = terminal_risk_column(1)
-TERMINAL_RISK_7D = terminal_risk_column(7)
-TERMINAL_RISK_30D = terminal_risk_column(30)
 #: 1 on Saturday and Sunday (UTC), else 0.
 IS_WEEKEND = "is_weekend"
 #: 1 when the UTC hour of day is <= 6 (06:59:59.999 is night, 07:00 is not), else 0.
 IS_NIGHT = "is_night"
-#: Card transactions in (t - 1 hour, t], same tie rule as the day windows.
-CARD_NB_TX_1H = card_nb_tx_hours_column(1)
 #: Seconds since the card's previous transaction in (event_time, tx_id) order. Capped at the longest card
 #: window (30 days = 2,592,000 s): a first transaction, or one whose predecessor is that old, gets the cap.
 CARD_SECS_SINCE_PREV_TX = "card_secs_since_prev_tx"
