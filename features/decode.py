@@ -228,6 +228,3 @@ def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.Record
     n = card_buckets
     kind = RowKind.FINAL_TICK if final else RowKind.TICK
     return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})
-
-
-# --- 2. card stage ----------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ class CardStage(StatefulProcessor):
 class FeatureRowsHook(Protocol):
     """More sink records made from the feature rows of one state call: ``hook(rows, values)`` gets the
     feature rows (event columns, late flag, features) and their feature records' JSON, and returns a table
-    of ``infra.spark_sink.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
+    of ``infra.kafka_sink.records.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
 
     def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None: ...
 

@@ -83,7 +83,8 @@ def kafka_records(
 
 
 def feature_record_values(rows: pd.DataFrame, params: FeatureParams) -> pa.Array:
-    """``contracts.events.FeatureRecord`` JSON of feature rows: the input event, the late flag, the features."""
+    """``contracts.records.FeatureRecord`` JSON of feature rows: the input event, the late flag, the
+    features."""
 
     types = dict(output_fields(params))
 
@@ -103,11 +104,3 @@ def feature_record_values(rows: pd.DataFrame, params: FeatureParams) -> pa.Array
         ],
         len(rows),
     )
-
-
-# --- state blobs ------------------------------------------------------------------------------------
-
-
-#: State values are compressed: the bytes go through pickling, the JVM, the state store and its changelog,
-#: where their size is what costs (5x fewer bytes for a card history). The rows between stages are not:
-#: they are written once, to Spark's shuffle, which compresses them itself.

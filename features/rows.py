@@ -144,8 +144,3 @@ def one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 def empty_events() -> pd.DataFrame:
     return frame_of(decoded_fields(), {}, 0)
-
-
-# --- transport between stages -------------------------------------------------------------------------
-# Spark moves rows one by one between Python and the JVM; sending each key ONE row that holds all its
-# events as an Arrow IPC blob keeps that cost per key instead of per event.

@@ -265,7 +265,8 @@ class JobMetrics:
         redis_failures: Callable[[], int | None] | None = None,
     ) -> None:
         """``watch``: the job's input watch (alert latency, observed offsets); ``redis_failures``: the
-        count of the job's failed Redis write attempts so far (``infra.redis_store.write_failures``)."""
+        count of the job's failed Redis write attempts so far
+        (``infra.redis_store.RedisTarget.write_failures``)."""
         self.job = job
         self.registry = registry or CollectorRegistry()
         self.watch = watch
