@@ -184,16 +184,20 @@ def _replay(
         with console.status(f"Recomputing the features of {_range(request)} from the transactions..."):
             events = replay_topics(clients, settings.topics, settings.max_event_bytes)
             return recomputed_pairs(
-                models, events, feature_params(settings.label_delay_days), request.start_ms, request.end_ms
+                models,
+                events,
+                feature_params(settings.label_delay_days),
+                start_ms=request.start_ms,
+                end_ms=request.end_ms,
             ), thresholds
     scorer = PairScorer(
-        tracking_uri,
-        versions[0],
-        versions[1],
-        settings.topics,
-        settings.max_event_bytes,
-        request.start_ms,
-        request.end_ms,
+        tracking_uri=tracking_uri,
+        version_a=versions[0],
+        version_b=versions[1],
+        topics=settings.topics,
+        max_event_bytes=settings.max_event_bytes,
+        start_ms=request.start_ms,
+        end_ms=request.end_ms,
     )
     with console.status("Starting Spark..."):
         spark = job_spark_session(settings, "fraud-ab")

@@ -205,8 +205,10 @@ def start_job(
     if isinstance(config, FeatureJobConfig):
         return start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
     if isinstance(config, ScoringJobConfig):
-        return start_scoring_job(spark, config, once, trigger_interval_s, on_batch)
-    return start_pipeline(spark, config, once, trigger_interval_s, on_batch)
+        return start_scoring_job(
+            spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
+        )
+    return start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch)
 
 
 def describe(config: JobConfig) -> tuple[str, str]:

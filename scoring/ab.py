@@ -55,7 +55,7 @@ PAIR_FIELDS = pa.schema(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairScorer:
     """``mapInArrow`` function: raw feature records -> the scores by both versions of each valid record
     with an event time in [start_ms, end_ms).
@@ -74,7 +74,12 @@ class PairScorer:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         models = [worker_model(self.tracking_uri, version) for version in (self.version_a, self.version_b)]
-        validator = Scorer(self.tracking_uri, self.version_a, self.topics, self.max_event_bytes)
+        validator = Scorer(
+            tracking_uri=self.tracking_uri,
+            version=self.version_a,
+            topics=self.topics,
+            max_event_bytes=self.max_event_bytes,
+        )
         for records in batches:
             for event, all_features, _, _ in validator.valid(records, SinkRows()):
                 times = event[EVENT_TIME_MS].to_numpy(zero_copy_only=False)
@@ -120,6 +125,7 @@ def recomputed_pairs(
     models: tuple[LoadedModel, LoadedModel],
     events: ReplayedEvents,
     params: FeatureParams,
+    *,
     start_ms: int,
     end_ms: int,
 ) -> pd.DataFrame:

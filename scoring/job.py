@@ -144,7 +144,7 @@ class ModelChooser:
     KEPT = 100
 
     def __init__(
-        self, tracking_uri: str, alias: str, interval_s: float, path: Path, check_timeout_s: float = 2.0
+        self, tracking_uri: str, alias: str, *, interval_s: float, path: Path, check_timeout_s: float = 2.0
     ) -> None:
         self.tracking_uri = tracking_uri
         self.alias = alias
@@ -273,7 +273,7 @@ def top_features(model: LoadedModel, frame: pd.DataFrame, k: int = TOP_FEATURES)
     return [list(names[row]) for row in order]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scorer:
     """``mapInArrow`` function: raw feature records -> score, alert and dead-letter records, packed for the
     sink; with a shadow version, the shadow's score records too.
@@ -312,7 +312,7 @@ class Scorer:
             source_of = _renumbered(lambda i: position_of(records, i), rows)
             scored.append(score_rows(model, event, frame, raws, self.topics, others, at_ms, source_of))
             if shadow is not None:
-                scored.append(shadow_rows(shadow, event, frame, self.topics, at_ms))
+                scored.append(shadow_rows(shadow, event, frame, topics=self.topics, scored_at_ms=at_ms))
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
         return pa.Table.from_batches(batches)
 
@@ -440,7 +440,13 @@ def score_rows(
             source_of = _renumbered(source_of, kept.tolist())
         frame, scores = frame.iloc[kept].reset_index(drop=True), scores[kept]
     alerting = scores >= model.threshold
-    values = score_values(event, scored_at_ms, pa.array(scores, pa.float64()), pa.array(alerting), model)
+    values = score_values(
+        event,
+        scored_at_ms=scored_at_ms,
+        scores=pa.array(scores, pa.float64()),
+        alerts=pa.array(alerting),
+        model=model,
+    )
     if alerting.any():
         chosen = np.flatnonzero(alerting)
         drivers = top_features(model, frame.iloc[chosen])
@@ -459,7 +465,12 @@ def score_rows(
 
 
 def shadow_rows(
-    model: LoadedModel, event: dict[str, pa.Array], features: pd.DataFrame, topics: Topics, scored_at_ms: int
+    model: LoadedModel,
+    event: dict[str, pa.Array],
+    features: pd.DataFrame,
+    *,
+    topics: Topics,
+    scored_at_ms: int,
 ) -> pa.RecordBatch | None:
     """The shadow model's score records of valid feature records, for the shadow scores topic: the same
     record as a live score (``alert`` says whether it would have alerted), never an alert, never Redis.
@@ -474,10 +485,10 @@ def shadow_rows(
     scores = scores[kept]
     values = score_values(
         event,
-        scored_at_ms,
-        pa.array(scores, pa.float64()),
-        pa.array(scores >= model.threshold),
-        model,
+        scored_at_ms=scored_at_ms,
+        scores=pa.array(scores, pa.float64()),
+        alerts=pa.array(scores >= model.threshold),
+        model=model,
     )
     return score_batch(topics.shadow_scores, event, values)
 
@@ -533,7 +544,7 @@ def score_each(model: LoadedModel, frame: pd.DataFrame) -> tuple[np.ndarray, dic
 
 
 def score_values(
-    event: dict[str, pa.Array], scored_at_ms: int, scores: pa.Array, alerts: pa.Array, model: LoadedModel
+    event: dict[str, pa.Array], *, scored_at_ms: int, scores: pa.Array, alerts: pa.Array, model: LoadedModel
 ) -> pa.Array:
     """``ScoreRecord`` JSON of each scored transaction, field for field in the record's own order."""
     given: dict[str, Value] = {
@@ -608,7 +619,7 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
 
 
 def model_chooser(
-    tracking_uri: str, alias: str, interval_s: float, checkpoint: Path, role: str = "model"
+    tracking_uri: str, alias: str, *, interval_s: float, checkpoint: Path, role: str = "model"
 ) -> ModelChooser:
     """The chooser of a job's model versions (``role``: the serving ``model`` or the ``shadow``), with the
     current one loaded.
@@ -619,7 +630,9 @@ def model_chooser(
         ConfigError: the model needs features the feature records do not carry.
     """
     checkpoint.mkdir(parents=True, exist_ok=True)
-    chooser = ModelChooser(tracking_uri, alias, interval_s, checkpoint / f"{role}-versions.json")
+    chooser = ModelChooser(
+        tracking_uri, alias, interval_s=interval_s, path=checkpoint / f"{role}-versions.json"
+    )
     chooser.refresh()
     if chooser.current is not None:
         check_computable(chooser.current, f"{MODEL_NAME}@{alias} (version {chooser.current.version})")
@@ -652,21 +665,24 @@ def batch_versions(batch_id: int, chooser: ModelChooser, shadow: ModelChooser | 
 
 
 def model_choosers(
-    tracking_uri: str, alias: str, shadow_alias: str | None, interval_s: float, checkpoint: Path
+    tracking_uri: str, *, alias: str, shadow_alias: str | None, interval_s: float, checkpoint: Path
 ) -> tuple[ModelChooser, ModelChooser | None]:
     """The choosers of a job's serving model and of its shadow (None without one): see
     :func:`model_chooser`."""
     shadow = (
         None
         if shadow_alias is None
-        else model_chooser(tracking_uri, shadow_alias, interval_s, checkpoint, "shadow")
+        else model_chooser(
+            tracking_uri, shadow_alias, interval_s=interval_s, checkpoint=checkpoint, role="shadow"
+        )
     )
-    return model_chooser(tracking_uri, alias, interval_s, checkpoint), shadow
+    return model_chooser(tracking_uri, alias, interval_s=interval_s, checkpoint=checkpoint), shadow
 
 
 def start_scoring_job(
     spark: SparkSession,
     config: ScoringJobConfig,
+    *,
     once: bool,
     trigger_interval_s: float = 1.0,
     on_batch: BatchObserver | None = None,
@@ -680,10 +696,10 @@ def start_scoring_job(
     register_sink(spark)
     chooser, shadow = model_choosers(
         config.tracking_uri,
-        config.alias,
-        config.shadow_alias,
-        config.model_check_interval_s,
-        config.checkpoint,
+        alias=config.alias,
+        shadow_alias=config.shadow_alias,
+        interval_s=config.model_check_interval_s,
+        checkpoint=config.checkpoint,
     )
     sink = KafkaSinkConfig(
         kafka_config=config.kafka_config,
@@ -697,12 +713,12 @@ def start_scoring_job(
     def score_micro_batch(records: DataFrame, batch_id: int) -> None:
         versions = batch_versions(batch_id, chooser, shadow)
         scorer = Scorer(
-            config.tracking_uri,
-            versions["model"],
-            config.topics,
-            config.max_event_bytes,
-            versions.get("shadow"),
-            clock.get(batch_id, now_ms),
+            tracking_uri=config.tracking_uri,
+            version=versions["model"],
+            topics=config.topics,
+            max_event_bytes=config.max_event_bytes,
+            shadow_version=versions.get("shadow"),
+            scored_at_ms=clock.get(batch_id, now_ms),
         )
         counted = Observation(OBSERVATION)
         scored = records.mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")

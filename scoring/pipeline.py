@@ -129,7 +129,11 @@ class RowScorer:
         if shadow:
             scored.append(
                 shadow_rows(
-                    worker_model(self.tracking_uri, int(shadow)), event, features, self.topics, scored_at_ms
+                    worker_model(self.tracking_uri, int(shadow)),
+                    event,
+                    features,
+                    topics=self.topics,
+                    scored_at_ms=scored_at_ms,
                 )
             )
         batches = [batch for batch in (*scored, others.batch()) if batch is not None]
@@ -140,6 +144,7 @@ class RowScorer:
 def start_pipeline(
     spark: SparkSession,
     config: PipelineConfig,
+    *,
     once: bool,
     trigger_interval_s: float = 1.0,
     on_batch: BatchObserver | None = None,
@@ -154,10 +159,10 @@ def start_pipeline(
     prepare_checkpoint(config.features)
     chooser, shadow = model_choosers(
         config.tracking_uri,
-        config.alias,
-        config.shadow_alias,
-        config.model_check_interval_s,
-        config.checkpoint,
+        alias=config.alias,
+        shadow_alias=config.shadow_alias,
+        interval_s=config.model_check_interval_s,
+        checkpoint=config.checkpoint,
     )
     scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
     features = replace(config.features, hook=scorer)

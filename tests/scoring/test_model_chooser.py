@@ -41,7 +41,7 @@ def register(uri: str, result: TrainingResult) -> int:
 
 def test_without_a_model_the_job_does_not_start(store_uri: str, tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError):
-        ModelChooser(store_uri, CHAMPION, 0.0, tmp_path / "versions.json").refresh()
+        ModelChooser(store_uri, CHAMPION, interval_s=0.0, path=tmp_path / "versions.json").refresh()
 
 
 def test_alias_moves_switch_versions_failures_keep_serving_and_reruns_keep_their_version(
@@ -49,7 +49,7 @@ def test_alias_moves_switch_versions_failures_keep_serving_and_reruns_keep_their
 ) -> None:
     path = tmp_path / "versions.json"
     first, broken, third = (register(store_uri, trained) for _ in range(3))
-    chooser = ModelChooser(store_uri, CHAMPION, 0.0, path)
+    chooser = ModelChooser(store_uri, CHAMPION, interval_s=0.0, path=path)
     assert [chooser.version_for(batch) for batch in (0, 1)] == [first, first]
 
     # A version whose artifacts are gone cannot load: the old one keeps serving, the error is logged.
@@ -65,7 +65,7 @@ def test_alias_moves_switch_versions_failures_keep_serving_and_reruns_keep_their
 
     # A restarted job re-running batches uses what was recorded for them, not where the alias is now.
     promote(store_uri, first, CHAMPION)
-    again = ModelChooser(store_uri, CHAMPION, 3600.0, path)
+    again = ModelChooser(store_uri, CHAMPION, interval_s=3600.0, path=path)
     assert [again.version_for(batch) for batch in (1, 2, 3)] == [first, first, third]
     assert again.version_for(4) == first  # a new batch: the alias as it is now
 
@@ -74,7 +74,9 @@ def test_a_registry_outage_never_stalls_a_micro_batch_and_is_logged_once(
     store_uri: str, trained: TrainingResult, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     version = register(store_uri, trained)
-    chooser = ModelChooser(store_uri, CHAMPION, 0.0, tmp_path / "versions.json", check_timeout_s=60)
+    chooser = ModelChooser(
+        store_uri, CHAMPION, interval_s=0.0, path=tmp_path / "versions.json", check_timeout_s=60
+    )
     assert chooser.version_for(0) == version
 
     # A registry that answers, without the model: every check fails, the version serving goes on; one line.

@@ -75,7 +75,8 @@ def test_one_unscorable_record_among_10000_is_dead_lettered_alone(forest_uri: tu
     with pytest.raises(ValueError, match="float32"):  # the model refuses any batch holding the value
         model.score(feature_frame(feature_records(3, poisoned=1)))
 
-    out = Scorer(uri, version, TOPICS, 16_384).score(model, records).to_pylist()
+    scorer = Scorer(tracking_uri=uri, version=version, topics=TOPICS, max_event_bytes=16_384)
+    out = scorer.score(model, records).to_pylist()
 
     scores = [row for row in out if row["topic"] == TOPICS.scores]
     dead = [row for row in out if row["topic"] == TOPICS.dead_letter]
