@@ -94,7 +94,7 @@ class Scope:
         return LATEST if self.end_ms is None else at_time(self.end_ms)
 
 
-def redis_target(settings: Settings, clients: Clients, prefix: str = "", writer: str = "") -> RedisTarget:
+def redis_target(settings: Settings, clients: Clients, *, prefix: str = "", writer: str = "") -> RedisTarget:
     """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention;
     a Redis that refuses the credentials stops the job here, before Spark starts (``RedisAccessError``)."""
     target = RedisTarget(
@@ -119,7 +119,7 @@ def feature_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients, redis_prefix(scope.namespace), writer),
+        redis=redis_target(settings, clients, prefix=redis_prefix(scope.namespace), writer=writer),
         params=params,
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
@@ -149,7 +149,9 @@ def scoring_job_config(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(settings, clients, redis_prefix(scope.namespace), JobName.SCORING.value),
+        redis=redis_target(
+            settings, clients, prefix=redis_prefix(scope.namespace), writer=JobName.SCORING.value
+        ),
         tracking_uri=clients.endpoints.mlflow_tracking_uri,
         max_event_bytes=settings.max_event_bytes,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
@@ -174,7 +176,13 @@ def pipeline_config(
 ) -> PipelineConfig:
     """The one-query pipeline over ``topics`` with the connections of ``settings``."""
     features = feature_job_config(
-        settings, topics, checkpoint, params, max_records, scope, JobName.PIPELINE.value
+        settings,
+        topics,
+        checkpoint,
+        params=params,
+        max_records=max_records,
+        scope=scope,
+        writer=JobName.PIPELINE.value,
     )
     return PipelineConfig(
         features=features,
@@ -196,6 +204,7 @@ def preload_of(config: JobConfig) -> tuple[str, ...]:
 def start_job(
     spark: SparkSession,
     config: JobConfig,
+    *,
     once: bool,
     trigger_interval_s: float,
     on_batch: BatchObserver | None = None,
@@ -339,7 +348,9 @@ def run_job(
                 check_executors(
                     spark, preload_of(config), (config.checkpoint,), settings.spark_executor_start_timeout_s
                 )
-                query = start_job(spark, config, once, trigger_interval_s, metrics.on_batch)
+                query = start_job(
+                    spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=metrics.on_batch
+                )
                 console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}.")
                 report = watch_query(query, on_progress=metrics.on_progress, bar=once)
             finally:
@@ -358,7 +369,10 @@ def start_live_jobs(
     spark: SparkSession, features: FeatureJobConfig, scoring: ScoringJobConfig, trigger_interval_s: float
 ) -> list[StreamingQuery]:
     """The feature job and the scoring job, running side by side in one session until stopped."""
-    return [start_job(spark, config, False, trigger_interval_s) for config in (features, scoring)]
+    return [
+        start_job(spark, config, once=False, trigger_interval_s=trigger_interval_s)
+        for config in (features, scoring)
+    ]
 
 
 def stop_live_jobs(queries: list[StreamingQuery], timeout_s: float = 60.0) -> None:
