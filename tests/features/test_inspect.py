@@ -208,12 +208,14 @@ def test_a_checkpoint_gives_the_feature_parameters_its_job_records(tmp_path: Pat
 
 
 def test_what_is_missing_is_said_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at"):
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at") as nowhere:
         open_job_state(tmp_path / "nowhere")
-    with pytest.raises(CheckpointNotFoundError, match="nothing committed yet"):
+    with pytest.raises(CheckpointNotFoundError, match="nothing committed yet") as new:
         open_job_state(a_checkpoint(tmp_path / "new", commits=0))
-    with pytest.raises(StateError, match="not the checkpoint of a feature job"):
+    with pytest.raises(StateError, match="not the checkpoint of a feature job") as foreign:
         open_job_state(a_checkpoint(tmp_path / "scoring", commits=1, layout=False))
+    for raised in (nowhere, new, foreign):
+        assert "\n" not in str(raised.value)
 
 
 def test_a_frontier_before_any_record_is_none() -> None:

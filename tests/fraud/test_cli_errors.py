@@ -16,7 +16,7 @@ import pytest
 
 from contracts.errors import FraudError
 from fraud import cli
-from tests.support.scripts import FRAUD
+from tests.support.scripts import FRAUD, fraud_in, stderr_lines
 
 
 def closed_port() -> int:
@@ -92,9 +92,9 @@ CASES = {
 def test_one_line_of_error_and_an_exit_code(case: str, tmp_path: Path) -> None:
     extra, args, code, expected = CASES[case]
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FRAUD_")}
-    env |= {"FRAUD_HOME": str(tmp_path), "COLUMNS": "200", **extra}
-    result = subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    env |= {"FRAUD_HOME": str(tmp_path), **extra}
+    result = fraud_in(env, *args, timeout_s=60)
+    lines = stderr_lines(result)
     assert result.returncode == code, result.stderr
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")

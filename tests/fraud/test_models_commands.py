@@ -17,6 +17,7 @@ from fraud.training import Periods
 from models.estimators import DEFAULT_TRAIN_DAYS
 from models.registry import CHALLENGER, CHAMPION, list_versions, load_model
 from models.splits import day_ms
+from tests.support.scripts import fraud_in, stderr_lines
 
 SPLIT = ["--train-start", "2018-04-20", "--train-days", "7", "--delay-days", "7", "--test-days", "7"]
 
@@ -83,8 +84,13 @@ def test_train_registers_the_first_champion_then_promote(
 
 
 def test_unknown_alias_is_a_one_line_error(tracking_uri: str) -> None:
-    result = CliRunner().invoke(app, ["models", "promote", "1", "--alias", "king"])
-    assert result.exit_code != 0
+    """The installed command, as a user runs it: one line on stderr, the usage exit code (2), no traceback."""
+    result = fraud_in(os.environ, "models", "promote", "1", "--alias", "king")
+    lines = stderr_lines(result)
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "--alias must be one of champion, challenger" in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
 
 
 def test_periods_anchored_at_the_test_week_count_folds_forward() -> None:

@@ -30,5 +30,6 @@ class FailingQuery:
 def test_a_query_that_fails_while_waited_on_raises_the_one_line_error() -> None:
     with pytest.raises(
         JobFailedError, match=r"the streaming query failed: .*Python worker failed to connect"
-    ):
+    ) as raised:
         watch_query(cast(StreamingQuery, FailingQuery()), poll_s=0)
+    assert "\n" not in str(raised.value)

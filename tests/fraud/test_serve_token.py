@@ -4,27 +4,19 @@ token would let a request without the header in (it is a wrong setting, not "no 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.scripts import FRAUD
+from tests.support.scripts import fraud_in, stderr_lines
 
 
 @pytest.mark.parametrize("token", ["", " ", "two words"])
 def test_an_empty_or_blank_token_is_refused_at_start(tmp_path: Path, token: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FRAUD_")}
-    env |= {"FRAUD_HOME": str(tmp_path), "FRAUD_API_TOKEN": token, "COLUMNS": "200"}
-    result = subprocess.run(
-        [FRAUD, "serve", "--host", "0.0.0.0", "--port", "1"],  # noqa: S104 - refused before it listens
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    env |= {"FRAUD_HOME": str(tmp_path), "FRAUD_API_TOKEN": token}
+    result = fraud_in(env, "serve", "--host", "0.0.0.0", "--port", "1")  # noqa: S104 - refused before it listens
+    lines = stderr_lines(result)
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: invalid setting: FRAUD_API_TOKEN="), result.stderr
     assert "API token" in lines[0] and "Traceback" not in result.stdout + result.stderr

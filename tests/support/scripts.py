@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from contracts.settings import Settings
@@ -35,3 +36,21 @@ def run_fraud(
     for name, topic in settings.topics.model_dump().items():
         env[f"FRAUD_TOPICS__{name.upper()}"] = topic
     return subprocess.run([FRAUD, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def fraud_in(env: Mapping[str, str], *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """``fraud ARGS`` with ``env`` as its whole environment (the terminal 200 columns wide), its output
+    captured."""
+    return subprocess.run(
+        [FRAUD, *args],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The lines a command wrote to stderr, blank ones left out."""
+    return [line for line in result.stderr.splitlines() if line.strip()]
