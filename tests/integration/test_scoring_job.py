@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+import pandas as pd
 import pytest
 from confluent_kafka import Message
 from pyspark.sql import SparkSession
@@ -39,9 +40,9 @@ from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
 from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
-from models.registry import CHAMPION, promote
+from models.registry import CHAMPION, LoadedModel, load_model, promote
 from models.tracking import default_artifact_location
-from scoring.job import ScoringJobConfig, start_scoring_job
+from scoring.job import ScoringJobConfig, start_scoring_job, top_features
 from scoring.pipeline import PipelineConfig, start_pipeline
 from tests.support.feature_jobs import (
     MAX_EVENT_BYTES,
@@ -194,9 +195,14 @@ def test_obvious_frauds_raise_alerts_that_match_redis(scored: Scored) -> None:
     assert not missed, f"{len(missed)} of {len(obvious)} obvious frauds raised no alert: {missed[:20]}"
     assert len(alerted) == len(alerts), "an alert was written twice"
     redis = scored.clients.redis()
+    models: dict[int, LoadedModel] = {}
     for alert in alerts:
         assert alert.score >= alert.threshold
-        assert alert.top_features and set(alert.top_features) <= set(alert.features)
+        if alert.model_version not in models:
+            models[alert.model_version] = load_model(scored.tracking_uri, version=alert.model_version)
+        # The ranking of its own feature values by the model that scored it (top_features, strongest first).
+        ranked = top_features(models[alert.model_version], pd.DataFrame([alert.features]))[0]
+        assert alert.top_features == ranked, (alert.tx_id, alert.features)
         assert get_alert(redis, alert.tx_id, scored.prefix) == alert
     latest = {}
     for score in sorted(scores, key=lambda s: (s.event_time_ms, s.tx_id)):
