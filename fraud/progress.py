@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
@@ -85,8 +86,14 @@ def watch_query(
                     query.awaitTermination(poll_s)
         except KeyboardInterrupt:
             console.print("Stopping...")
-            with quiet_py4j():
-                query.stop()
+            try:
+                with quiet_py4j():
+                    query.stop()
+            except Py4JError:
+                # The interrupt cut a call to Spark's JVM short and the driver cannot reach it any more: the
+                # JVM ends with this process, and the micro-batch in flight runs again at the next start.
+                report.seconds = time.monotonic() - started
+                return report
     report.seconds = time.monotonic() - started
     failure = query.exception()
     if failure is not None:

@@ -1,11 +1,13 @@
-"""Watching a streaming query: a query that fails while it is waited on ends in one line, not a traceback
-(a fake query: pure logic, no Spark)."""
+"""Watching a streaming query: a query that fails while it is waited on ends in one line, not a traceback;
+Ctrl-C stops it, even when the interrupt broke the driver's connection to Spark's JVM (fake queries: pure
+logic, no Spark)."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
 import pytest
+from py4j.protocol import Py4JNetworkError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
@@ -32,3 +34,22 @@ def test_a_query_that_fails_while_waited_on_raises_the_one_line_error() -> None:
         JobFailedError, match=r"the streaming query failed: .*Python worker failed to connect"
     ):
         watch_query(cast(StreamingQuery, FailingQuery()), poll_s=0)
+
+
+class InterruptedQuery:
+    """A query watched when Ctrl-C comes: the interrupt lands in a call to the JVM, whose connection it
+    breaks, so stopping the query cannot reach the JVM either."""
+
+    isActive = True
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        raise KeyboardInterrupt
+
+    def stop(self) -> None:
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+
+def test_ctrl_c_that_broke_the_connection_to_the_jvm_still_stops_with_a_report() -> None:
+    report = watch_query(cast(StreamingQuery, InterruptedQuery()), poll_s=0)
+    assert report.batches == 0 and report.seconds >= 0
