@@ -41,6 +41,7 @@ bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the job
 	$(BIN)/python bench/bench_validation.py && \
 	$(BIN)/python bench/bench_scoring.py && \
 	$(BIN)/python bench/bench_peers.py && \
+	$(BIN)/python bench/bench_peers.py --customers 50000 --terminals 100000 --rates 2000,5000 && \
 	$(BIN)/python bench/bench_microbatch.py && \
 	$(BIN)/python bench/bench_state.py && \
 	$(BIN)/python bench/bench_upgrade.py && \

@@ -1,4 +1,6 @@
-"""One micro-batch of ``fraud pipeline run`` at a paced load, phase by phase.
+"""One micro-batch of ``fraud pipeline run`` at a paced load, phase by phase, at each size of a sweep of the
+cards held (``--sizes``: 5,000 and 50,000 cards with 31 days of history, 200,000 with 7), one after the
+other. For each size:
 
 1. Simulates a fixed-seed input (``ingest.simulator``, as bench_peers.py does); the first ``--backlog-days``
    are the backlog (the state the pipeline holds), the rest feed the paced load. Trains the champion on
@@ -20,10 +22,13 @@
      decoding, each stateful stage's state reads and writes and its core, scoring, and the sink's
      transaction (begin and marker, lock wait, produce, commit) and Redis writes.
 
-   Prints the median of each phase over the measured micro-batches (and their 90th percentile), and writes
-   the ``microbatch`` section of docs/benchmarks.md (unless ``--no-report``).
+   Prints the median of each phase over the measured micro-batches (and their 90th percentile).
 
-Run: .venv/bin/python bench/bench_microbatch.py [--rate 2000] [--paced-s 15] [--no-report]
+Then a table of the sweep (micro-batch median, the stateful stages' state reads, core and writes, latency,
+backlog rate, peak memory against the cards held), written with each size's phases into the ``microbatch``
+section of docs/benchmarks.md (unless ``--no-report``).
+
+Run: .venv/bin/python bench/bench_microbatch.py [--sizes 5000:31,50000:31] [--rate 2000] [--no-report]
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ from infra.timing import PREFIX as TIMING_PREFIX
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
+#: The sweep of ``make bench``: cards and the days of history the state holds for them.
+DEFAULT_SIZES = "5000:31,50000:31,200000:7"
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "build" / "bench-microbatch"
 FRAUD = Path(sys.executable).parent / "fraud"
@@ -177,9 +184,10 @@ def breakdown(
     timings: list[tuple[str, dict[str, int], dict[str, float]]],
     measured_from: float,
     measured_to: float,
-) -> tuple[list[list[str]], int]:
-    """The table rows, and the number of micro-batches: each phase's median and 90th percentile over the micro-batches that started in the
-    measured part of the paced load (wall-clock seconds), with where it comes from."""
+) -> tuple[list[list[str]], int, dict[str, float]]:
+    """The table rows, the number of micro-batches and each phase's median by its name: each phase's median
+    and 90th percentile over the micro-batches that started in the measured part of the paced load
+    (wall-clock seconds), with where it comes from."""
     chosen = {
         p["batchId"]: p
         for p in log.progresses
@@ -277,39 +285,47 @@ def breakdown(
         ("--- JVM GC, stage 3", "gc.final", "event log: task JVM GC time, per task"),
         ("commit log write", "progress.commitOffsets", "durationMs.commitOffsets"),
     ]
-    return [[label, *cell(name), source] for label, name, source in lines], count
+    medians = {name: float(np.percentile(values, 50)) for name, values in figures.items() if values}
+    return [[label, *cell(name), source] for label, name, source in lines], count, medians
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--customers", type=int, default=5000)
-    parser.add_argument("--terminals", type=int, default=10000)
-    parser.add_argument("--backlog-days", type=int, default=31, help="the state the pipeline holds")
-    parser.add_argument("--rate", type=float, default=2000.0, help="paced load, transactions/s")
-    parser.add_argument("--paced-s", type=float, default=15.0, help="measured seconds of the paced load")
-    parser.add_argument("--warmup-s", type=float, default=10.0, help="paced seconds before it, not measured")
-    parser.add_argument("--partitions", type=int, default=4, help="of every topic")
-    parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
-    parser.add_argument("--trigger-interval-s", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=0)
-    report.add_flag(parser)
-    args = parser.parse_args()
-    print(f"settings: {report.args_settings(args)}; embedded Tansu broker (memory), Valkey, SQLite MLflow")
+@dataclass(kw_only=True)
+class Run:
+    """One size of the sweep: its settings, figures and phase table."""
 
+    customers: int
+    backlog_days: int
+    transactions: int
+    batches: int
+    rows: list[list[str]]
+    medians: dict[str, float]
+    latency: Latency
+    first_output_s: float
+    backlog_rate: float
+    peak_memory_bytes: int
+    load: str
+
+    def ms(self, *names: str) -> str:
+        """The medians of phases, by their names, as ``a / b / c`` ms."""
+        return " / ".join(f"{self.medians.get(name, 0.0):,.0f}" for name in names)
+
+
+def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
+    """Simulate, produce the backlog, run the pipeline through it, pace the load, take the micro-batches
+    apart."""
+    terminals = args.terminals_per_customer * customers
     paced_tx = args.rate * (args.paced_s + args.warmup_s)
-    days = args.backlog_days + math.ceil(paced_tx / (args.customers * TX_PER_CUSTOMER_DAY)) + 1
-    frame = simulate(
-        SimulatorConfig(customers=args.customers, terminals=args.terminals, days=days, seed=args.seed)
-    )
-    cut = frame[TxColumns.EVENT_TIME].min().normalize() + pd.Timedelta(days=args.backlog_days)
+    days = backlog_days + math.ceil(paced_tx / (customers * TX_PER_CUSTOMER_DAY)) + 1
+    frame = simulate(SimulatorConfig(customers=customers, terminals=terminals, days=days, seed=args.seed))
+    cut = frame[TxColumns.EVENT_TIME].min().normalize() + pd.Timedelta(days=backlog_days)
     first = frame[frame[TxColumns.EVENT_TIME] < cut]
     # Each event at its own time: the backlog's labels known after its end belong to the later load.
     backlog, later_events = events_of(frame).split_at(int(cut.timestamp() * 1000))
     later_ids = [orjson.loads(value)[TxColumns.TX_ID] for value in later_events.tx_values]
+    del frame
 
-    LOGS.mkdir(parents=True, exist_ok=True)
+    logs = LOGS / f"{customers}-cards"
+    logs.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp, temporary_stack(Path(tmp)) as info:
         home = Path(tmp)
@@ -317,8 +333,11 @@ def main() -> None:
         topics = clients.settings.topics
         ensure_topics(clients.admin(), topics.all(), args.partitions, 1)
         project_jobs.train_champion(first, info, FeatureParams())
+        del first
         produced = produce_events(clients.producer(), topics, backlog)
-        print(f"backlog: {produced.transactions:,} transactions, {produced.labels:,} labels")
+        print(
+            f"{customers:,} cards: backlog of {produced.transactions:,} transactions, {produced.labels:,} labels"
+        )
 
         events = home / "events"
         events.mkdir()
@@ -347,17 +366,19 @@ def main() -> None:
             str(args.max_records),
         ]
         reader = OutputReader(clients, topics.features, set()).start()
-        log_path = LOGS / "pipeline.log"
+        log_path = logs / "pipeline.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home)
             launched = time.monotonic()
             sampler = TreeSampler(process.pid).start()
             try:
-                wait_for(lambda: reader.count >= produced.transactions, 600, "backlog output", process)
+                wait_for(lambda: reader.count >= produced.transactions, 3600, "backlog output", process)
                 first_output_s = min(reader.first_seen.values()) - launched
                 backlog_s = max(reader.first_seen.values()) - launched
+                backlog_rate = produced.transactions / max(1e-9, backlog_s - first_output_s)
                 print(
-                    f"first output {first_output_s:.1f} s after launch; backlog through at {backlog_s:.1f} s"
+                    f"first output {first_output_s:.1f} s after launch; backlog through at {backlog_s:.1f} s "
+                    f"({backlog_rate:,.0f} tx/s)"
                 )
                 n = int(args.rate * (args.warmup_s + args.paced_s))
                 warm = int(args.rate * args.warmup_s)
@@ -373,7 +394,7 @@ def main() -> None:
                 )
                 measured_from = started_wall + float(sent[warm] - sent[0])
                 measured_to = started_wall + float(sent[-1] - sent[0])
-                wait_for(lambda: reader.count >= wanted, 60, "paced output", process)
+                wait_for(lambda: reader.count >= wanted, 120, "paced output", process)
             finally:
                 process.send_signal(signal.SIGINT)
                 try:
@@ -384,49 +405,135 @@ def main() -> None:
                 sampler.stop()
                 reader.stop()
         seen = reader.first_seen
-        ids = later_ids[warm:n]
-        latencies = np.array([seen[tx] for tx in ids]) - sent[warm:]
+        latencies = np.array([seen[tx] for tx in later_ids[warm:n]]) - sent[warm:]
         latency = Latency.of(sent[warm:], latencies)
         print(f"paced {args.rate:,.0f}/s: p50/p95/p99 {latency.cell()}, max {latency.max:.2f} s")
-        shutil.copy(home / "logs" / "spark.log", LOGS / "spark.log")
+        shutil.copy(home / "logs" / "spark.log", logs / "spark.log")
         (written,) = events.iterdir()  # Spark 4's event log: a directory of rolled files
-        shutil.rmtree(LOGS / "events", ignore_errors=True)
-        shutil.copytree(written, LOGS / "events")
-    rows, batches = breakdown(
-        read_event_log(LOGS / "events"), list(timing_lines(log_path)), measured_from, measured_to
+        shutil.rmtree(logs / "events", ignore_errors=True)
+        shutil.copytree(written, logs / "events")
+    rows, batches, medians = breakdown(
+        read_event_log(logs / "events"), list(timing_lines(log_path)), measured_from, measured_to
     )
-    load = f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
-    table = report.Table(
-        ["phase", "median ms", "p90 ms", "measured by"],
+    return Run(
+        customers=customers,
+        backlog_days=backlog_days,
+        transactions=produced.transactions,
+        batches=batches,
+        rows=rows,
+        medians=medians,
+        latency=latency,
+        first_output_s=first_output_s,
+        backlog_rate=backlog_rate,
+        peak_memory_bytes=sampler.peak_memory_bytes,
+        load=f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after",
+    )
+
+
+def sizes(text: str) -> list[tuple[int, int]]:
+    """``CARDS:DAYS,...`` as (cards, days of history) pairs."""
+    try:
+        return [(int(cards), int(days)) for cards, days in (size.split(":") for size in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CARDS:DAYS[,CARDS:DAYS...]") from None
+
+
+def summary(runs: list[Run], rate: float) -> report.Table:
+    """The sweep: how each figure grows with the cards held."""
+    base = runs[0].medians["progress.triggerExecution"]
+    rows = []
+    for r in runs:
+        batch = r.medians["progress.triggerExecution"]
+        rows.append(
+            [
+                f"{r.customers:,} ({r.backlog_days} days)",
+                f"{r.transactions / 1e6:.2f} M",
+                f"{batch:,.0f} ms ({batch / base:.2f}x)",
+                r.ms("card-stage.state-get", "card-stage.core", "card-stage.state-put"),
+                r.ms("terminal-stage.state-get", "terminal-stage.core", "terminal-stage.state-put"),
+                f"{r.latency.p50:.2f} / {r.latency.p99:.2f} s",
+                f"{r.backlog_rate:,.0f} tx/s",
+                f"{r.peak_memory_bytes / 2**30:.2f} GiB",
+            ]
+        )
+    return report.Table(
+        [
+            "cards (days of history)",
+            "transactions in state",
+            f"micro-batch median at {rate:,.0f} tx/s (to the first size)",
+            "card stage: state read / core / state write, ms per task",
+            "terminal stage: read / core / write",
+            "event -> feature record p50 / p99",
+            "backlog rate",
+            "peak memory (PSS)",
+        ],
         rows,
-        caption=(
-            f"`fraud pipeline run` at {args.rate:,.0f} tx/s: the {batches} micro-batches that started in "
-            f"the {args.paced_s:.0f} s measured (after {args.warmup_s:.0f} s of warm-up), on a state of "
-            f"{produced.transactions:,} transactions"
-        ),
+        caption="The cards sweep: one `fraud pipeline run` per size, each on a stack of its own, one after the other",
         notes=[
-            "Phases nest (a leading dash per level). Stages run their 2 tasks side by side: a stage's wall "
-            "time is the event log's; the phases under it are the project's timing lines (`infra.timing`) "
-            "summed over a task's calls, averaged over its tasks. The sink's wait for the stage's rows is the "
-            "terminal stage's work seen from the writer, which runs in the same task.",
-            f"Produce -> feature record readable (read_committed), p50 / p95 / p99: {latency.cell()}, max "
-            f"{latency.max * 1000:,.0f} ms. First output {first_output_s:.1f} s after launch. Load average "
-            f"(1 min): {load}.",
+            "The backlog rate is the backlog's transactions over the time from the first feature record to the "
+            "last one of the backlog. Memory: the command's process tree (driver JVM, Python workers).",
+            "In the phase tables below, phases nest (a leading dash per level). Stages run their 2 tasks side "
+            "by side: a stage's wall time is the event log's; the phases under it are the project's timing "
+            "lines (`infra.timing`) summed over a task's calls, averaged over its tasks. The sink's wait for "
+            "the stage's rows is the terminal stage's work seen from the writer, which runs in the same task.",
         ],
     )
-    print(report.markdown_table(table))
+
+
+def phases(r: Run, args: argparse.Namespace) -> report.Table:
+    """One size's micro-batch, phase by phase."""
+    return report.Table(
+        ["phase", "median ms", "p90 ms", "measured by"],
+        r.rows,
+        caption=(
+            f"{r.customers:,} cards: the {r.batches} micro-batches that started in the {args.paced_s:.0f} s "
+            f"measured at {args.rate:,.0f} tx/s (after {args.warmup_s:.0f} s of warm-up), on a state of "
+            f"{r.transactions:,} transactions"
+        ),
+        notes=[
+            f"Produce -> feature record readable (read_committed), p50 / p95 / p99: {r.latency.cell()}, max "
+            f"{r.latency.max * 1000:,.0f} ms. First output {r.first_output_s:.1f} s after launch. Load average "
+            f"(1 min): {r.load}.",
+        ],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes",
+        type=sizes,
+        default=sizes(DEFAULT_SIZES),
+        help=f"cards and days of history of each run, CARDS:DAYS,... (default {DEFAULT_SIZES})",
+    )
+    parser.add_argument("--terminals-per-customer", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=2000.0, help="paced load, transactions/s")
+    parser.add_argument("--paced-s", type=float, default=15.0, help="measured seconds of the paced load")
+    parser.add_argument("--warmup-s", type=float, default=10.0, help="paced seconds before it, not measured")
+    parser.add_argument("--partitions", type=int, default=4, help="of every topic")
+    parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
+    parser.add_argument("--trigger-interval-s", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=0)
+    report.add_flag(parser)
+    args = parser.parse_args()
+    print(f"settings: {report.args_settings(args)}; embedded Tansu broker (memory), Valkey, SQLite MLflow")
+    runs = [run(args, customers, days) for customers, days in args.sizes]
+    tables = [summary(runs, args.rate), *(phases(r, args) for r in runs)]
+    for table in tables:
+        print(report.markdown_table(table))
     if args.no_report:
         return
     report.write_section(
         "microbatch",
         script=__file__,
-        tables=[table],
+        tables=tables,
         settings={
             **report.args_settings(args),
-            "backlog_transactions": produced.transactions,
             "stack": "embedded Tansu (memory), Valkey, SQLite MLflow",
         },
-        title="One micro-batch, phase by phase",
+        title="The cards sweep, and one micro-batch phase by phase",
     )
 
 

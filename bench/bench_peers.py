@@ -4,7 +4,8 @@ Systems, one after another, each as a subprocess measured from outside:
 
 - a bare confluent-kafka loop with its state in a dict, no fault tolerance (``peers/bare_loop.py``);
 - Bytewax 0.21, one worker, in-memory state, no recovery store (``peers/bytewax_flow.py``);
-- Quix Streams 3, RocksDB state with its changelog topic, at-least-once (``peers/quix_app.py``);
+- Quix Streams 3, RocksDB state with its changelog topic, at-least-once, and again in its exactly-once mode
+  (Kafka transactions, a commit every ``QUIX_EOS_COMMIT_S``) for a like-for-like guarantee (``peers/quix_app.py``);
 - the project's feature job, ``fraud features run`` (all features, exactly-once Kafka transactions, the
   latest features per card in Redis), and the project's ``fraud pipeline run`` (features and scoring in one
   Spark query, exactly-once Kafka transactions, Redis), configured as bench/bench_scoring.py configures
@@ -96,6 +97,11 @@ VENV_REQUIREMENTS = {
 }
 
 
+#: Quix Streams' commit interval in its exactly-once mode: each commit ends a Kafka transaction, so it bounds
+#: the latency (outputs are read read_committed); half a second, as the project's trigger is a fraction of one.
+QUIX_EOS_COMMIT_S = 0.5
+
+
 @dataclass(frozen=True)
 class System:
     key: str
@@ -107,6 +113,8 @@ class System:
     venv: str | None = None
     #: Packages whose versions the report gives.
     packages: tuple[str, ...] = ("confluent-kafka", "orjson")
+    #: Options of its script beyond the ones every peer gets.
+    options: tuple[str, ...] = ()
 
     @property
     def is_project(self) -> bool:
@@ -135,6 +143,15 @@ SYSTEMS = (
         "quix_app.py",
         "quixstreams",
         ("quixstreams", "confluent-kafka", "rocksdict", "orjson"),
+    ),
+    System(
+        "quix-eos",
+        "Quix Streams {version}, exactly-once",
+        f"RocksDB state + changelog topic; exactly-once (Kafka transactions), commits every {QUIX_EOS_COMMIT_S} s",
+        "quix_app.py",
+        "quixstreams",
+        ("quixstreams", "confluent-kafka", "rocksdict", "orjson"),
+        ("--exactly-once", "--commit-interval-s", str(QUIX_EOS_COMMIT_S)),
     ),
     System(
         "features",
@@ -280,9 +297,16 @@ def command(system: System, run: Run, topics: Topics) -> list[str]:
         "--output",
         topics.features,
     ]
-    if system.key == "quix":
-        peer += ["--state-dir", str(run.home / "quix-state")]
-    return [*peer, "--fetch-wait-ms", str(run.args.fetch_wait_ms), "--linger-ms", str(PRODUCER_LINGER_MS)]
+    if system.script == "quix_app.py":
+        peer += ["--state-dir", str(run.home / f"{system.key}-state")]
+    return [
+        *peer,
+        *system.options,
+        "--fetch-wait-ms",
+        str(run.args.fetch_wait_ms),
+        "--linger-ms",
+        str(PRODUCER_LINGER_MS),
+    ]
 
 
 def stop_tree(process: subprocess.Popen[bytes]) -> None:
@@ -754,8 +778,13 @@ def main() -> None:
         "stack": "embedded Tansu (memory), Valkey, SQLite MLflow",
         "duration_min": f"{elapsed / 60:.1f}",
     }
+    default_size = args.customers == parser.get_default("customers")
     report.write_section(
-        "peers", script=__file__, tables=[main_table, ratios], settings=settings, title="Peers"
+        "peers" if default_size else f"peers-{args.customers}",
+        script=__file__,
+        tables=[main_table, ratios],
+        settings=settings,
+        title="Peers" if default_size else f"Peers at {args.customers:,} cards",
     )
 
 

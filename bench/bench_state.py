@@ -20,7 +20,10 @@ earlier versions).
 
 The end-to-end figures with Spark (the JVM's state server, RocksDB, the changelog) are bench_microbatch.py's.
 
-Run: .venv/bin/python bench/bench_state.py [--customers 5000,50000] [--days 31] [--no-report]
+Entries are measured at each of ``--slots`` per bucket (the default and an eighth of it), to choose their
+granularity: fewer slots, fewer state calls but more cards' history in each.
+
+Run: .venv/bin/python bench/bench_state.py [--customers 5000,50000] [--days 31] [--slots 512,4096] [--no-report]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import argparse
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +40,7 @@ import numpy as np
 import pandas as pd
 import report
 
+from contracts.settings import DEFAULT_SLOTS
 from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState, card_step, terminal_step
 from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
@@ -138,9 +142,14 @@ class Run:
     calls: Counter[str] = field(default_factory=Counter)
 
 
-def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> dict[str, Run]:
+def measure(
+    customers: int, days: int, batch: int, batches: int, seed: int, slots: Sequence[int]
+) -> dict[str, Run]:
+    """Each way of keeping the state on the same micro-batches: entries at each of ``slots`` per bucket, and
+    one value per bucket."""
     params = FeatureParams()
-    layout = Layout()
+    layouts = {f"entries, {n:,} slots per bucket": Layout(card_slots=n, terminal_slots=n) for n in slots}
+    layout = next(iter(layouts.values()))  # the buckets, the same in every layout
     frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
     tx = pd.DataFrame(
         {
@@ -163,17 +172,18 @@ def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> d
     # The state after the history, both ways.
     whole_cards: dict[int, tuple[bytes, bytes, int]] = {}
     whole_terminals: dict[int, tuple[bytes, bytes]] = {}
-    card_state = {
-        b: BucketState(Counted(), EntryStore(Counted(), Counted())) for b in range(layout.card_buckets)
-    }
-    terminal_state = {
-        b: BucketState(Counted(), EntryStore(Counted(), Counted())) for b in range(layout.terminal_buckets)
-    }
+
+    def new_state() -> BucketState:
+        return BucketState(Counted(), EntryStore(Counted(), Counted()))
+
+    card_state = {name: {b: new_state() for b in range(layout.card_buckets)} for name in layouts}
+    terminal_state = {name: {b: new_state() for b in range(layout.terminal_buckets)} for name in layouts}
     for b in range(layout.card_buckets):
         cards, _ = card_step(CardState.empty(), history[card_of == b], params)
         bucket = CardBucket(cards, events(history.iloc[:0], layout), frontier)
         whole_cards[b] = (to_blob(cards.to_frame(), ("card_id",)), to_blob(bucket.pending), frontier)
-        card_start(card_state[b], bucket, layout)
+        for name, chosen in layouts.items():
+            card_start(card_state[name][b], bucket, chosen)
     for b in range(layout.terminal_buckets):
         mine = history[terminal_of == b][["tx_id", "terminal_id", EVENT_TIME_MS]]
         terminals, _ = terminal_step(
@@ -181,12 +191,18 @@ def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> d
         )
         frames = terminals.to_frames()
         whole_terminals[b] = (to_blob(frames[0], ("terminal_id",)), to_blob(frames[1], ("terminal_id",)))
-        terminal_start(terminal_state[b], terminals, layout)
-    for state in (*card_state.values(), *terminal_state.values()):
-        for variable in (state.value, state.entries.entries, state.entries.index):
-            variable.calls.clear()  # type: ignore[union-attr]
+        for name, chosen in layouts.items():
+            terminal_start(terminal_state[name][b], terminals, chosen)
 
-    runs = {"entries": Run(), "one value per bucket": Run()}
+    def variables(name: str) -> Iterator[Counted]:
+        for state in (*card_state[name].values(), *terminal_state[name].values()):
+            yield from (state.value, state.entries.entries, state.entries.index)  # type: ignore[misc]
+
+    for name in layouts:
+        for variable in variables(name):
+            variable.calls.clear()
+
+    runs = {**{name: Run() for name in layouts}, "one value per bucket": Run()}
     for index in range(batches):
         chunk = today.iloc[index * batch : (index + 1) * batch]
         if len(chunk) < batch:
@@ -194,14 +210,17 @@ def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> d
         frontier = int(chunk[EVENT_TIME_MS].max()) + 1
         rows = pd.concat([events(chunk, layout), tick(frontier, layout.card_buckets)], ignore_index=True)
 
-        started = time.process_time()
-        released = [
-            card_call(card_state[b], part.reset_index(drop=True), params, layout, Timings("bench"))
-            for b, part in rows.groupby(CARD_BUCKET)
-        ]
-        for b, part in pd.concat(released, ignore_index=True).groupby(TERMINAL_BUCKET):
-            terminal_call(terminal_state[b], part.reset_index(drop=True), params, layout, Timings("bench"))
-        runs["entries"].cpu_ms.append((time.process_time() - started) * 1000)
+        for name, chosen in layouts.items():
+            started = time.process_time()
+            released = [
+                card_call(card_state[name][b], part.reset_index(drop=True), params, chosen, Timings("bench"))
+                for b, part in rows.groupby(CARD_BUCKET)
+            ]
+            for b, part in pd.concat(released, ignore_index=True).groupby(TERMINAL_BUCKET):
+                terminal_call(
+                    terminal_state[name][b], part.reset_index(drop=True), params, chosen, Timings("bench")
+                )
+            runs[name].cpu_ms.append((time.process_time() - started) * 1000)
 
         started = time.process_time()
         released = []
@@ -217,8 +236,8 @@ def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> d
                 to_blob(after.pending),
                 after.frontier_ms,
             )
-            calls["get"] += 1
-            calls["put"] += 1
+            calls["requests"] += 2
+            calls["exchanges"] += 2
             calls["bytes"] += (
                 len(history_blob) + len(pending_blob) + len(whole_cards[b][0]) + len(whole_cards[b][1])
             )
@@ -233,9 +252,9 @@ def measure(customers: int, days: int, batch: int, batches: int, seed: int) -> d
             calls["exchanges"] += 2
             calls["bytes"] += len(transactions) + len(labels) + sum(len(blob) for blob in whole_terminals[b])
         runs["one value per bucket"].cpu_ms.append((time.process_time() - started) * 1000)
-    for state in (*card_state.values(), *terminal_state.values()):
-        for variable in (state.value, state.entries.entries, state.entries.index):
-            runs["entries"].calls.update(variable.calls)  # type: ignore[union-attr]
+    for name in layouts:
+        for variable in variables(name):
+            runs[name].calls.update(variable.calls)
     runs["held"] = Run(
         calls=Counter({"transactions": len(history), "cards": int(history["card_id"].nunique())})
     )
@@ -252,15 +271,21 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=2000, help="transactions per micro-batch")
     parser.add_argument("--batches", type=int, default=10, help="micro-batches measured")
+    parser.add_argument(
+        "--slots",
+        default=f"{DEFAULT_SLOTS // 8},{DEFAULT_SLOTS}",
+        help="slots (entries) per bucket of the entry layouts compared, comma-separated",
+    )
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
 
     rows = []
     for customers in (int(c) for c in args.customers.split(",")):
-        runs = measure(customers, args.days, args.batch, args.batches, args.seed)
+        slots = [int(n) for n in args.slots.split(",")]
+        runs = measure(customers, args.days, args.batch, args.batches, args.seed, slots)
         held = runs.pop("held").calls
-        measured = len(runs["entries"].cpu_ms)
+        measured = len(runs["one value per bucket"].cpu_ms)
         for name, run in runs.items():
             per = {key: value / measured for key, value in run.calls.items()}
             rows.append(
@@ -281,7 +306,8 @@ def main() -> None:
             "transactions held",
             "state kept as",
             "CPU ms per micro-batch (median)",
-            "state calls per micro-batch",
+            "state requests per micro-batch",
+            "round trips per micro-batch",
             "MiB moved per micro-batch",
         ],
         rows,

@@ -30,7 +30,7 @@ from infra.clients import Clients, create_project_topics
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import InputWatch, JobMetrics, observer_group
 from infra.redis_store import RedisTarget
-from infra.spark import check_executors, spark_session, stop_between_batches
+from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
@@ -354,7 +354,7 @@ def run_job(
                 console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}.")
                 report = watch_query(query, on_progress=metrics.on_progress, bar=once)
             finally:
-                spark.stop()  # also stops the Python workers and their Kafka consumers
+                stop_session(spark)  # also stops the Python workers and their Kafka consumers
     finally:
         metrics.close()
     console.print(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
@@ -68,9 +69,11 @@ def watch_query(
     report = QueryReport()
     started = time.monotonic()
     seen = -1
-    with GrowingBar(bar) as progress_bar:
+    with GrowingBar(bar) as progress_bar, ctrl_c_requests_a_stop() as stop_requested:
         try:
             while True:
+                if stop_requested.is_set():
+                    raise KeyboardInterrupt
                 active = query.isActive
                 for progress in query.recentProgress:
                     if progress["batchId"] > seen:
@@ -85,8 +88,14 @@ def watch_query(
                     query.awaitTermination(poll_s)
         except KeyboardInterrupt:
             console.print("Stopping...")
-            with quiet_py4j():
-                query.stop()
+            try:
+                with quiet_py4j():
+                    query.stop()
+            except Py4JError:
+                # The interrupt cut a call to Spark's JVM short and the driver cannot reach it any more: the
+                # JVM ends with this process, and the micro-batch in flight runs again at the next start.
+                report.seconds = time.monotonic() - started
+                return report
     report.seconds = time.monotonic() - started
     failure = query.exception()
     if failure is not None:
@@ -105,6 +114,27 @@ def quiet_py4j() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def ctrl_c_requests_a_stop() -> Iterator[threading.Event]:
+    """While the block runs, a first Ctrl-C sets the event the block polls instead of interrupting a call
+    to Spark's JVM half-way (which breaks the driver's connection to it); a second one interrupts at once.
+    In the main thread only (elsewhere the event is never set)."""
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+
+    def request(_signal: int, _frame: object) -> None:
+        requested.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield requested
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def ctrl_c_interrupts_the_command_only() -> None:

@@ -19,11 +19,13 @@ import sys
 import tempfile
 import threading
 import uuid
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyspark
+from py4j.protocol import Py4JError
 from pyspark import RDD, InheritableThread, SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -245,6 +247,17 @@ def spark_session(
 
 
 T = TypeVar("T")
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop Spark. When the driver cannot reach its JVM any more (a Ctrl-C cut a call to it short and broke
+    the connection), there is nothing to stop from here: the JVM ends with this process."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PySpark's own warning that it could not stop the JVM cleanly
+        try:
+            spark.stop()
+        except Py4JError:
+            _log.debug("Spark's JVM is out of reach; it stops with this process")
 
 
 def check_executors(

@@ -1,7 +1,8 @@
 """Peer: a Quix Streams 3 application. A ``StreamingDataFrame`` over the transactions topic (keyed by card),
 ``apply(stateful=True)`` keeping the card's history (``card_windows``) in Quix's RocksDB state with its
 changelog topic, ``to_topic`` to the output. Quix's defaults otherwise: a consumer group, at-least-once
-(offsets and state committed every 5 s), JSON (orjson) serializers.
+(offsets and state committed every 5 s), JSON (orjson) serializers; ``--exactly-once`` switches to its
+exactly-once guarantee (Kafka transactions, one per commit, every ``--commit-interval-s``).
 
 Runs in a virtualenv of its own (build/bench-venvs/quixstreams, made by bench/bench_peers.py): Quix
 Streams 3.28 pins a confluent-kafka older than the project's.
@@ -37,6 +38,10 @@ def main() -> None:
     parser.add_argument("--state-dir", required=True, help="RocksDB state directory")
     parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
     parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
+    parser.add_argument(
+        "--exactly-once", action="store_true", help="Quix's exactly-once processing guarantee"
+    )
+    parser.add_argument("--commit-interval-s", type=float, default=5.0, help="Quix's commit interval")
     args = parser.parse_args()
     app = Application(
         broker_address=args.bootstrap,
@@ -46,6 +51,8 @@ def main() -> None:
         producer_extra_config={"linger.ms": args.linger_ms},
         consumer_extra_config={"fetch.wait.max.ms": args.fetch_wait_ms},
         loglevel="WARNING",
+        processing_guarantee="exactly-once" if args.exactly_once else "at-least-once",
+        commit_interval=args.commit_interval_s,
     )
     transactions = app.topic(args.input, value_deserializer="json")
     output = app.topic(args.output, value_serializer="json")

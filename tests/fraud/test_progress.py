@@ -1,11 +1,15 @@
-"""Watching a streaming query: a query that fails while it is waited on ends in one line, not a traceback
-(a fake query: pure logic, no Spark)."""
+"""Watching a streaming query: a query that fails while it is waited on ends in one line, not a traceback;
+Ctrl-C stops it, even when the interrupt broke the driver's connection to Spark's JVM (fake queries: pure
+logic, no Spark)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any, cast
 
 import pytest
+from py4j.protocol import Py4JNetworkError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
@@ -33,3 +37,53 @@ def test_a_query_that_fails_while_waited_on_raises_the_one_line_error() -> None:
     ) as raised:
         watch_query(cast(StreamingQuery, FailingQuery()), poll_s=0)
     assert "\n" not in str(raised.value)
+
+
+class InterruptedQuery:
+    """A query watched when Ctrl-C comes: the interrupt lands in a call to the JVM, whose connection it
+    breaks, so stopping the query cannot reach the JVM either."""
+
+    isActive = True
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        raise KeyboardInterrupt
+
+    def stop(self) -> None:
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+
+def test_ctrl_c_that_broke_the_connection_to_the_jvm_still_stops_with_a_report() -> None:
+    report = watch_query(cast(StreamingQuery, InterruptedQuery()), poll_s=0)
+    assert report.batches == 0 and report.seconds >= 0
+
+
+class QueryOfManyBatches:
+    """A query that runs until stopped; counts the calls made to it."""
+
+    def __init__(self) -> None:
+        self.isActive = True
+        self.recentProgress: list[dict[str, Any]] = []
+        self.waits = 0
+        self.completed = 0
+        self.stopped = False
+
+    def awaitTermination(self, timeout: float) -> None:
+        self.waits += 1
+        if self.waits == 2:  # Ctrl-C while the driver waits on the JVM
+            os.kill(os.getpid(), signal.SIGINT)
+        self.completed += 1
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.isActive = False
+
+    def exception(self) -> None:
+        return None
+
+
+def test_ctrl_c_during_a_call_to_the_jvm_stops_the_query_after_the_call() -> None:
+    query = QueryOfManyBatches()
+    watch_query(cast(StreamingQuery, query), poll_s=0)
+    assert query.stopped and query.waits == query.completed == 2  # the call it came in finished; no other
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own again
