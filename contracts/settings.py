@@ -40,8 +40,10 @@ DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 #: Buckets the feature job hashes cards (and terminals) into, unless ``FRAUD_CARD_BUCKETS`` (and
 #: ``FRAUD_TERMINAL_BUCKETS``) say: the keys of its two stateful stages.
 DEFAULT_BUCKETS = 6
-#: State entries per bucket of each stateful stage (``features.entries``).
-DEFAULT_SLOTS = 4096
+#: State entries per bucket of each stateful stage (``features.entries``): at 50,000 cards in 6 buckets, about
+#: one card in two entries; a micro-batch reads and writes each touched entry whole (bench/bench_state.py:
+#: 16,384 moved 12 MiB per micro-batch of 2,000 transactions where 4,096 moved 22 and 512 moved 91).
+DEFAULT_SLOTS = 16384
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
 #: The JVM heap of a job's driver (in local mode, the whole job's JVM), unless ``FRAUD_SPARK_DRIVER_MEMORY``

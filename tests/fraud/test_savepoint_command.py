@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.settings import DEFAULT_SLOTS
 from fraud import cli
 from fraud.console import console
 from fraud.savepoints import SAVEPOINT_FILE
@@ -46,8 +47,8 @@ def test_create_list_inspect_delete(home: Path, capsys: pytest.CaptureFixture[st
     assert code == 0 and "2 (a job started from it in its layout runs 3 next)" in out
     assert "transactions/1: 300" in out
     assert (
-        "card_buckets 6; terminal_buckets 6; card_slots 4096; terminal_slots 4096; shuffle partitions 2"
-        in out
+        f"card_buckets 6; terminal_buckets 6; card_slots {DEFAULT_SLOTS}; terminal_slots {DEFAULT_SLOTS}; "
+        "shuffle partitions 2" in out
     )
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made), "--json")
     assert code == 0 and json.loads(out)["batch"] == 2

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError, StateError
+from contracts.settings import DEFAULT_SLOTS
 from features.compat import SPECS_FILE, FeatureSpecsError
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from features.rescale import Rescale
@@ -193,5 +194,8 @@ def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_pa
     checkpoint = spark_checkpoint(tmp_path / "old", committed=4, layout=LEGACY_LAYOUT)
     savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
     start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
-    assert (start.how, start.change) == ("rescaled", "card_slots none -> 4096, terminal_slots none -> 4096")
+    assert (start.how, start.change) == (
+        "rescaled",
+        f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}",
+    )
     assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT

@@ -3,7 +3,7 @@ cannot drift apart): the A/B path (a durable stack, two months of history, two m
 replay, the report), then on its stack the alert consumers' path (the live job, a consumer group, a tail).
 
 The lines run in a fresh directory, as on a fresh clone: ``.venv`` there is this test run's own (the
-``make install`` line is what made it, so it is not run again), and ``FRAUD_HOME`` is the default
+``make install`` line is what made it, so it is not run again), ``examples`` the repository's, and ``FRAUD_HOME`` is the default
 ``.fraud`` of that directory. The durable embedded stack (`fraud up`) runs under it.
 """
 
@@ -33,6 +33,7 @@ def readme_path(name: str) -> list[str]:
 @pytest.mark.timeout(3600)  # 12-14 minutes at a load average of 15-20 on 2 cores
 def test_readme_ab_and_alerts_paths_work_as_written(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (tmp_path / "examples").symlink_to(README.parent / "examples")  # a clone has them
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}
     env.update(COLUMNS="200", SPARK_LOCAL_IP="127.0.0.1")
     ab, alerts = readme_path("ab"), readme_path("alerts")

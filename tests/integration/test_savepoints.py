@@ -32,6 +32,7 @@ from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
 from contracts.provenance import provenance_of
+from contracts.settings import DEFAULT_SLOTS
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig
 from fraud import cli, jobs, savepoints
@@ -148,8 +149,8 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     assert saved["layout"] == {
         "card_buckets": 6,
         "terminal_buckets": 6,
-        "card_slots": 4096,
-        "terminal_slots": 4096,
+        "card_slots": DEFAULT_SLOTS,
+        "terminal_slots": DEFAULT_SLOTS,
     }
     resumed_output = resumed_log.read_text()
     assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_output
@@ -204,7 +205,8 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     code, error = run_in_process({**env, "FRAUD_CARD_BUCKETS": "12"}, "features", "run", "--once")
     assert (
         code == 5
-        and "'card_buckets': 6, 'card_slots': 4096, 'terminal_buckets': 6, 'terminal_slots': 4096}, this run asks for"
+        and f"'card_buckets': 6, 'card_slots': {DEFAULT_SLOTS}, 'terminal_buckets': 6, "
+        f"'terminal_slots': {DEFAULT_SLOTS}}}, this run asks for"
         in error
     )
     assert "rescale it through a savepoint" in error
@@ -263,8 +265,8 @@ def rescale_runs(
     assert json.loads((twelve / LAYOUT_FILE).read_text()) == {
         "card_buckets": 12,
         "terminal_buckets": 12,
-        "card_slots": 4096,
-        "terminal_slots": 4096,
+        "card_slots": DEFAULT_SLOTS,
+        "terminal_slots": DEFAULT_SLOTS,
     }
     origin = json.loads((twelve / savepoints.RESTORED_FILE).read_text())
     assert origin["rescaled"] == "card_buckets 6 -> 12, terminal_buckets 6 -> 12, shuffle partitions 2 -> 3"
