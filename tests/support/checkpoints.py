@@ -9,9 +9,11 @@ from pathlib import Path
 
 from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
+from features.entries import Layout
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
 
-LAYOUT = {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 4096, "terminal_slots": 4096}
+#: The layout of this version's checkpoints by default.
+LAYOUT = Layout().as_record()
 #: The layout of checkpoints of earlier versions, which kept a value per bucket and no entries.
 LEGACY_LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 TOPICS = ("transactions", "labels")
