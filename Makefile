@@ -34,7 +34,7 @@ test: lint  ## lint, types, and every test tier (unit, integration, chaos) again
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 -m "not integration and not chaos"
 
-bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, the state calls against the cards held, upgrade, scaling: into docs/benchmarks.md (under 20 min on 2 cores)
+bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, the state calls against the cards held, upgrade, scaling: into docs/benchmarks.md (long: the cards sweep reaches 200,000 cards and the peers run again at 50,000)
 	@started=$$(date +%s) && \
 	$(BIN)/python bench/bench_simulator.py && \
 	$(BIN)/python bench/bench_ingest.py && \
