@@ -136,6 +136,10 @@ def tick(frontier: int, buckets: int) -> pd.DataFrame:
     )
 
 
+#: The layout of earlier versions the entries are measured against.
+WHOLE = "one value per bucket"
+
+
 @dataclass
 class Run:
     cpu_ms: list[float] = field(default_factory=list)
@@ -202,7 +206,7 @@ def measure(
         for variable in variables(name):
             variable.calls.clear()
 
-    runs = {**{name: Run() for name in layouts}, "one value per bucket": Run()}
+    runs = {**{name: Run() for name in layouts}, WHOLE: Run()}
     for index in range(batches):
         chunk = today.iloc[index * batch : (index + 1) * batch]
         if len(chunk) < batch:
@@ -224,7 +228,7 @@ def measure(
 
         started = time.process_time()
         released = []
-        calls = runs["one value per bucket"].calls
+        calls = runs[WHOLE].calls
         for b, part in rows.groupby(CARD_BUCKET):
             history_blob, pending_blob, old_frontier = whole_cards[b]
             stored = CardBucket(
@@ -251,7 +255,7 @@ def measure(
             calls["requests"] += 2
             calls["exchanges"] += 2
             calls["bytes"] += len(transactions) + len(labels) + sum(len(blob) for blob in whole_terminals[b])
-        runs["one value per bucket"].cpu_ms.append((time.process_time() - started) * 1000)
+        runs[WHOLE].cpu_ms.append((time.process_time() - started) * 1000)
     for name in layouts:
         for variable in variables(name):
             runs[name].calls.update(variable.calls)
@@ -285,7 +289,7 @@ def main() -> None:
         slots = [int(n) for n in args.slots.split(",")]
         runs = measure(customers, args.days, args.batch, args.batches, args.seed, slots)
         held = runs.pop("held").calls
-        measured = len(runs["one value per bucket"].cpu_ms)
+        measured = len(runs[WHOLE].cpu_ms)
         for name, run in runs.items():
             per = {key: value / measured for key, value in run.calls.items()}
             rows.append(
