@@ -76,7 +76,7 @@ def watch_query(
                     raise KeyboardInterrupt
                 active = query.isActive
                 for progress in query.recentProgress:
-                    if progress["batchId"] > seen:
+                    if ran_a_batch(progress) and progress["batchId"] > seen:
                         seen = progress["batchId"]
                         _report_batch(report, progress)
                         progress_bar.update(report.records, sum(records_behind(progress).values()))
@@ -101,6 +101,13 @@ def watch_query(
     if failure is not None:
         raise JobFailedError(failure)
     return report
+
+
+def ran_a_batch(progress: dict[str, Any]) -> bool:
+    """Whether a progress report is a micro-batch's. Spark also reports a trigger that found no data (every
+    ``spark.sql.streaming.noDataProgressEventInterval``) under the id of the batch that has not run yet:
+    taking it for that batch would hide the batch's own report when it comes."""
+    return "addBatch" in progress.get("durationMs", {})
 
 
 @contextlib.contextmanager

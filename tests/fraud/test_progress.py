@@ -87,3 +87,33 @@ def test_ctrl_c_during_a_call_to_the_jvm_stops_the_query_after_the_call() -> Non
     watch_query(cast(StreamingQuery, query), poll_s=0)
     assert query.stopped and query.waits == query.completed == 2  # the call it came in finished; no other
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own again
+
+
+class QueryWithAnIdleTrigger:
+    """A query whose input paused: between two batches Spark reported a trigger that found no data, under
+    the id of the batch that had not run yet, and that batch's report came after it."""
+
+    def __init__(self) -> None:
+        self.isActive = True
+        ran = {"addBatch": 40, "triggerExecution": 50}
+        self.reports = [
+            [{"batchId": 0, "durationMs": ran}],
+            [{"batchId": 0, "durationMs": ran}, {"batchId": 1, "durationMs": {"triggerExecution": 1}}],
+            [{"batchId": 0, "durationMs": ran}, {"batchId": 1, "durationMs": ran}],
+        ]
+        self.recentProgress = self.reports[0]
+
+    def awaitTermination(self, timeout: float) -> None:
+        self.reports.pop(0)
+        self.recentProgress = self.reports[0]
+        self.isActive = len(self.reports) > 1
+
+    def exception(self) -> None:
+        return None
+
+
+def test_every_batch_is_reported_once_and_a_trigger_without_data_is_not_one() -> None:
+    seen: list[dict[str, Any]] = []
+    report = watch_query(cast(StreamingQuery, QueryWithAnIdleTrigger()), poll_s=0, on_progress=seen.append)
+    assert [(p["batchId"], p["durationMs"].get("addBatch")) for p in seen] == [(0, 40), (1, 40)]
+    assert report.batches == 2
