@@ -40,9 +40,10 @@ DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 #: Buckets the feature job hashes cards (and terminals) into, unless ``FRAUD_CARD_BUCKETS`` (and
 #: ``FRAUD_TERMINAL_BUCKETS``) say: the keys of its two stateful stages.
 DEFAULT_BUCKETS = 6
-#: State entries per bucket of each stateful stage (``features.entries``): at 50,000 cards in 6 buckets, about
-#: one card in two entries; a micro-batch reads and writes each touched entry whole (bench/bench_state.py:
-#: 16,384 moved 12 MiB per micro-batch of 2,000 transactions where 4,096 moved 22 and 512 moved 91).
+#: State entries per bucket of each stateful stage (``features.entries``): about a card an entry up to 100,000
+#: cards, so a micro-batch of 2,000 transactions moves little history (bench/bench_state.py: 12 MiB at 50,000
+#: cards, where 4,096 slots moved 22 and 512 moved 91); each entry touched is a request to the JVM's state
+#: server, which costs more where a micro-batch touches most cards (docs/architecture.md, state layout).
 DEFAULT_SLOTS = 16384
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
