@@ -1,5 +1,5 @@
 """The stateful stages' state calls alone, in one Python process: what a micro-batch costs as the cards held
-grow, with the state kept in entries (``features.stateful``) against one value per bucket (the layout of
+grow, with the state kept in pages (``features.stateful``) against one value per bucket (the layout of
 earlier versions).
 
 1. Simulates ``--days`` of a fixed-seed input (``ingest.simulator``) for each ``--customers`` count; all but
@@ -7,7 +7,7 @@ earlier versions).
 2. Cuts the last day's transactions into micro-batches of ``--batch`` (2,000: a second at 2,000 tx/s) and
    runs both stages on each, both ways:
 
-   - **entries**: ``card_call`` and ``terminal_call`` with their state in dictionaries that stand for Spark's
+   - **pages**: ``card_call`` and ``terminal_call`` with their state in dictionaries that stand for Spark's
      state variables, counting the requests to the JVM's state server the job would send and the round
      trips they go in (``infra.spark_state``);
    - **one value per bucket**: each bucket's history and waiting events decoded from Arrow IPC blobs,
@@ -20,10 +20,11 @@ earlier versions).
 
 The end-to-end figures with Spark (the JVM's state server, RocksDB, the changelog) are bench_microbatch.py's.
 
-Entries are measured at each of ``--slots`` per bucket (the default and an eighth of it), to choose their
-granularity: fewer slots, fewer state calls but more cards' history in each.
+Pages are measured at each of ``--page-bytes`` (the default, a quarter and four times it), to choose their
+size: larger pages, fewer state calls but more cards' history in each.
 
-Run: .venv/bin/python bench/bench_state.py [--customers 5000,50000] [--days 31] [--slots 512,4096] [--no-report]
+Run: .venv/bin/python bench/bench_state.py [--customers 5000,50000] [--days 31] [--page-bytes 8192,32768]
+[--no-report]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 import report
 
-from contracts.settings import DEFAULT_SLOTS
+from contracts.settings import DEFAULT_PAGE_BYTES
 from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState, card_step, terminal_step
 from features.definitions import DAY_MS, EVENT_TIME_MS, KNOWN_AT_MS, TX_TIME_MS, FeatureParams
@@ -147,12 +148,12 @@ class Run:
 
 
 def measure(
-    customers: int, days: int, batch: int, batches: int, seed: int, slots: Sequence[int]
+    customers: int, days: int, batch: int, batches: int, seed: int, page_bytes: Sequence[int]
 ) -> dict[str, Run]:
-    """Each way of keeping the state on the same micro-batches: entries at each of ``slots`` per bucket, and
+    """Each way of keeping the state on the same micro-batches: pages cut past each of ``page_bytes``, and
     one value per bucket."""
     params = FeatureParams()
-    layouts = {f"entries, {n:,} slots per bucket": Layout(card_slots=n, terminal_slots=n) for n in slots}
+    layouts = {f"pages of up to {n // 1024:,} KiB": Layout(page_bytes=n) for n in page_bytes}
     layout = next(iter(layouts.values()))  # the buckets, the same in every layout
     frame = simulate(SimulatorConfig(customers=customers, terminals=2 * customers, days=days, seed=seed))
     tx = pd.DataFrame(
@@ -276,9 +277,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2000, help="transactions per micro-batch")
     parser.add_argument("--batches", type=int, default=10, help="micro-batches measured")
     parser.add_argument(
-        "--slots",
-        default=f"{DEFAULT_SLOTS // 8},{DEFAULT_SLOTS}",
-        help="slots (entries) per bucket of the entry layouts compared, comma-separated",
+        "--page-bytes",
+        default=f"{DEFAULT_PAGE_BYTES // 4},{DEFAULT_PAGE_BYTES},{DEFAULT_PAGE_BYTES * 4}",
+        help="page sizes of the layouts compared, comma-separated",
     )
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
@@ -286,8 +287,8 @@ def main() -> None:
 
     rows = []
     for customers in (int(c) for c in args.customers.split(",")):
-        slots = [int(n) for n in args.slots.split(",")]
-        runs = measure(customers, args.days, args.batch, args.batches, args.seed, slots)
+        page_bytes = [int(n) for n in args.page_bytes.split(",")]
+        runs = measure(customers, args.days, args.batch, args.batches, args.seed, page_bytes)
         held = runs.pop("held").calls
         measured = len(runs[WHOLE].cpu_ms)
         for name, run in runs.items():

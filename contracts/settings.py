@@ -40,11 +40,12 @@ DEFAULT_MODEL_CHECK_INTERVAL_S = 30.0
 #: Buckets the feature job hashes cards (and terminals) into, unless ``FRAUD_CARD_BUCKETS`` (and
 #: ``FRAUD_TERMINAL_BUCKETS``) say: the keys of its two stateful stages.
 DEFAULT_BUCKETS = 6
-#: State entries per bucket of each stateful stage (``features.entries``): about a card an entry up to 100,000
-#: cards, so a micro-batch of 2,000 transactions moves little history (bench/bench_state.py: 12 MiB at 50,000
-#: cards, where 4,096 slots moved 22 and 512 moved 91); each entry touched is a request to the JVM's state
-#: server, which costs more where a micro-batch touches most cards (docs/architecture.md, state layout).
-DEFAULT_SLOTS = 16384
+#: Slots per bucket of each stateful stage (``features.entries``): the finest its state is cut into pages,
+#: about 15 KB of history a slot at ten million cards.
+DEFAULT_SLOTS = 2**16
+#: The size past which a page of a bucket's state is cut in two: about what a request to the JVM's state
+#: server costs in moving bytes (docs/architecture.md, state layout).
+DEFAULT_PAGE_BYTES = 32 * 1024
 #: Spark's ``spark.sql.shuffle.partitions`` of the jobs, unless ``FRAUD_SPARK_SHUFFLE_PARTITIONS`` says.
 DEFAULT_SHUFFLE_PARTITIONS = 2
 #: The JVM heap of a job's driver (in local mode, the whole job's JVM), unless ``FRAUD_SPARK_DRIVER_MEMORY``
@@ -292,15 +293,15 @@ class Settings(BaseSettings):
         DEFAULT_SLOTS,
         ge=1,
         le=2**20,
-        description="State entries per card bucket: a micro-batch reads and writes the entries of the cards it "
-        "has events for, each holding the history of the cards hashed into it. Change it through a savepoint, "
-        "as FRAUD_CARD_BUCKETS.",
+        description="Slots per card bucket: the finest its state is cut into pages (a micro-batch reads and "
+        "writes the pages of the cards it has events for). Change it through a savepoint, as "
+        "FRAUD_CARD_BUCKETS.",
     )
     terminal_slots: int = Field(
         DEFAULT_SLOTS,
         ge=1,
         le=2**20,
-        description="State entries per terminal bucket, as FRAUD_CARD_SLOTS for terminals.",
+        description="Slots per terminal bucket, as FRAUD_CARD_SLOTS for terminals.",
     )
 
     # Alerts: the Redis lookup store and its API.

@@ -2,10 +2,16 @@
 value as bytes.
 
 Each stateful stage keeps its state per bucket (a Spark grouping key: few, so Python is called a few times
-per micro-batch) and, inside a bucket, as entries of a map keyed by *slot*: a card's or terminal's slot is
-a second hash route, so an entry holds the history of the few cards (terminals) hashed into it. A
-micro-batch reads, steps and writes only the entries of the cards and terminals it has events for, so its
+per micro-batch) and, inside a bucket, as entries of a map keyed by *page*: a card's or terminal's slot is a
+second hash route, and a page is a range of slots whose cards' (terminals') history is kept in one entry. A
+micro-batch reads, steps and writes only the pages of the cards and terminals it has events for, so its
 cost follows the batch, not the number of cards the job holds (``docs/architecture.md``, state layout).
+
+Pages follow the state's size: a bucket starts as one page, and a page whose packed value would pass the
+layout's page size is cut, at slot boundaries, into pages of about half of it (:class:`Pages`). Each entry
+read or written is a request to the JVM's state server, which costs about as much as moving 25 KB, so a
+page holds as much history as a request costs: with few cards a micro-batch touches a few pages holding
+all of them, with many it touches one small page per card it has events for.
 
 Routing: one 32-bit hash ``h`` per card (the first 8 hex digits of its token, which are uniform) or
 terminal (CRC-32 of its id); the bucket is ``h % buckets`` and the slot ``(h // buckets) % slots``, so the
@@ -21,14 +27,14 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.buckets import card_hash, terminal_hash
 from features.core import CardState, TerminalState
 from features.entry_store import Written
@@ -40,6 +46,12 @@ def is_entry_layout(layout: Mapping[str, int]) -> bool:
     """Whether a recorded layout keeps its state in entries (earlier versions kept one value per bucket and
     recorded no slots)."""
     return "card_slots" in layout
+
+
+def is_paged_layout(layout: Mapping[str, int]) -> bool:
+    """Whether a recorded layout keeps its entries in pages (earlier versions kept an entry per slot and
+    recorded no page size)."""
+    return "page_bytes" in layout
 
 
 def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:
@@ -54,14 +66,15 @@ def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int
 
 @dataclass(frozen=True)
 class Layout:
-    """What routes events to state: the buckets (Spark keys) of each stage and the slots (entries) in each
-    bucket. Fixed for the life of a checkpoint (``infra.checkpoints``); a savepoint moves state between
-    layouts (``features.rescale``)."""
+    """What routes events to state: the buckets (Spark keys) of each stage, the slots in each bucket, and the
+    size past which a page of slots is cut (:class:`Pages`). Fixed for the life of a checkpoint
+    (``infra.checkpoints``); a savepoint moves state between layouts (``features.rescale``)."""
 
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
     card_slots: int = DEFAULT_SLOTS
     terminal_slots: int = DEFAULT_SLOTS
+    page_bytes: int = DEFAULT_PAGE_BYTES
 
     def as_record(self) -> dict[str, int]:
         """The layout as a checkpoint records it."""
@@ -86,6 +99,7 @@ TERMINAL_TX_ROW = np.dtype([("time", "<i8")])
 #: A terminal label row: tx id, tx time, known at, is fraud.
 LABEL_ROW = np.dtype([("tx_id", "<i8"), ("tx_time", "<i8"), ("known_at", "<i8"), ("is_fraud", "u1")])
 _NO_ROW = np.dtype([("time", "<i8")])
+_STARTS = np.dtype("<i8")
 
 
 @dataclass(frozen=True)
@@ -102,15 +116,24 @@ class Rows:
     def none(cls) -> Rows:
         return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
 
+    def of_pages(self, pages: Pages, chosen: IntArray) -> Rows:
+        """The rows in the pages ``chosen`` (their first slots)."""
+        mine = np.isin(pages.page_of(self.slots), chosen)
+        return Rows(self.slots[mine], self.keys[mine], self.rows[mine], self.time_field)
+
+    def in_pages(self, pages: Pages) -> Rows:
+        """The rows keyed by the page of their slot (what :func:`pack_entries` packs them by)."""
+        return replace(self, slots=pages.page_of(self.slots))
+
 
 def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int, int]]:
-    """Each slot's entry: its keys, then per key its first and second rows (sorted by key, then by their
-    fields), as bytes; and each slot's newest time. All slots at once: one sort, then a slice per slot.
+    """Each entry of the rows (by their ``slots``: the entry keys, pages in the job): its keys, then per key
+    its first and second rows (sorted by key, then by their fields), as bytes; and each entry's newest time.
+    All entries at once: one sort, then a slice per entry.
 
     Layout of an entry: a header (keys, first rows, second rows: three uint32; the newest time: int64),
-    the keys (uint16 lengths,
-    then their UTF-8 bytes), per key the count of first rows and of second rows (uint32), the first rows,
-    the second rows (raw structured arrays, little-endian)."""
+    the keys (uint16 lengths, then their UTF-8 bytes), per key the count of first rows and of second rows
+    (uint32), the first rows, the second rows (raw structured arrays, little-endian)."""
     codes, keys = pd.factorize(np.concatenate([first.keys, second.keys]).astype(object), sort=True)
     codes = codes.astype(np.int64)
     code_a, code_b = codes[: len(first.keys)], codes[len(first.keys) :]
@@ -150,6 +173,101 @@ def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int,
             ]
         )
     return values, newest_times
+
+
+@dataclass(frozen=True, eq=False)
+class Pages:
+    """A bucket's pages: the first slot of each, ascending from 0; a page holds the slots up to the next one's
+    first. Kept in the bucket's value; an entry is keyed by its page's first slot.
+
+    Pages are cut, never merged: a page cut when its history grew holds about half a page once its cards
+    come and go (new cards hash evenly over the slots), so the directory follows the history's size, up to
+    a page per slot. Where a page is cut depends only on the rows it holds when written, so a replay of the
+    same events cuts the same pages.
+    """
+
+    starts: IntArray
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pages) and np.array_equal(self.starts, other.starts)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def one(cls) -> Pages:
+        """A bucket's pages before it holds anything: one page of every slot."""
+        return cls(np.zeros(1, dtype=np.int64))
+
+    @classmethod
+    def of_bytes(cls, blob: bytes | None) -> Pages:
+        return cls(np.frombuffer(blob, dtype=_STARTS).astype(np.int64)) if blob else cls.one()
+
+    def as_bytes(self) -> bytes:
+        return self.starts.astype(_STARTS).tobytes()
+
+    def page_of(self, slots: IntArray) -> IntArray:
+        """The page (its first slot) that holds each of ``slots``."""
+        return self.starts[np.searchsorted(self.starts, slots, side="right") - 1]
+
+    def cut(self, first: Rows, second: Rows, page_bytes: int) -> Pages:
+        """These pages with each page whose rows (of ``first`` and ``second``) pack to more than
+        ``page_bytes`` cut into pages of about half of it, at slot boundaries (a slot is never cut)."""
+        slots, sizes = _slot_sizes(first, second)
+        if not len(slots):
+            return self
+        pages = self.page_of(slots)
+        _, inverse = np.unique(pages, return_inverse=True)
+        totals = np.bincount(inverse, weights=sizes) + _HEADER.size
+        half = max(page_bytes // 2, 1)
+        cuts = []
+        for page in np.flatnonzero(totals > page_bytes).tolist():
+            mine = inverse == page
+            before = np.cumsum(sizes[mine]) - sizes[mine]
+            part = before // half
+            cuts.append(slots[mine][1:][part[1:] != part[:-1]])
+        if not cuts:
+            return self
+        return Pages(np.union1d(self.starts, np.concatenate(cuts)).astype(np.int64))
+
+
+def _slot_sizes(first: Rows, second: Rows) -> tuple[IntArray, npt.NDArray[np.float64]]:
+    """The slots that ``first`` and ``second`` have rows in, ascending, and the bytes each adds to its
+    entry's value (:func:`pack_entries`): its rows, and per key its length, its bytes and two counts."""
+    keys = np.concatenate([first.keys, second.keys]).astype(object)
+    codes, uniques = pd.factorize(keys)
+    codes = codes.astype(np.int64)
+    slots = np.concatenate([first.slots, second.slots]).astype(np.int64)
+    per_key = np.fromiter(
+        (_LENGTH.itemsize + len(str(key).encode()) + 2 * _COUNT.itemsize for key in uniques),
+        dtype=np.float64,
+        count=len(uniques),
+    )
+    n_keys = max(len(uniques), 1)
+    pairs = np.unique(slots * n_keys + codes)
+    pair_slots, pair_codes = pairs // n_keys, pairs % n_keys
+    row_bytes = np.concatenate(
+        [np.full(len(first.slots), first.rows.itemsize), np.full(len(second.slots), second.rows.itemsize)]
+    ).astype(np.float64)
+    unique_slots, inverse = np.unique(np.concatenate([slots, pair_slots]), return_inverse=True)
+    sizes = np.bincount(inverse, weights=np.concatenate([row_bytes, per_key[pair_codes]]))
+    return unique_slots.astype(np.int64), sizes.astype(np.float64)
+
+
+def paged_entries(
+    first: Rows, second: Rows, pages: Pages, page_bytes: int, read: Mapping[int, bytes]
+) -> tuple[Written, Pages]:
+    """The entries of a call's rows, by page (pages cut first where they grew past ``page_bytes``), and the
+    pages; the pages ``read`` that hold no rows any more, removed."""
+    packed, newest_times = pack_entries(first.in_pages(pages), second.in_pages(pages))
+    full = np.asarray([page for page, value in packed.items() if len(value) > page_bytes], dtype=np.int64)
+    if len(full):
+        cut = pages.cut(first.of_pages(pages, full), second.of_pages(pages, full), page_bytes)
+        if cut != pages:
+            pages = cut
+            packed, newest_times = pack_entries(first.in_pages(pages), second.in_pages(pages))
+    values: dict[int, bytes | None] = dict.fromkeys(read)
+    values.update(packed)
+    return Written(values, newest_times), pages
 
 
 def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
@@ -269,10 +387,10 @@ def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
 
 
 def card_entries(
-    history: CardState, layout: Layout, horizon: int | None, read: Mapping[int, bytes]
-) -> Written:
-    """The entries of a card history after a call: each slot's rows newer than ``horizon`` (None: all),
-    packed; the slots ``read`` that hold none any more, removed."""
+    history: CardState, layout: Layout, pages: Pages, horizon: int | None, read: Mapping[int, bytes]
+) -> tuple[Written, Pages]:
+    """The entries of a card history after a call (:func:`paged_entries`): its rows newer than ``horizon``
+    (None: all)."""
     if horizon is not None:
         keep = history.event_time_ms > horizon
         history = CardState(
@@ -281,20 +399,15 @@ def card_entries(
             history.tx_id[keep],
             history.amount_cents[keep],
         )
-    packed, newest_times = pack_entries(
-        card_rows(history, layout.card_slots_of(history.card_id)), Rows.none()
-    )
-    values: dict[int, bytes | None] = dict.fromkeys(read)
-    values.update(packed)
-    return Written(values, newest_times)
+    rows = card_rows(history, layout.card_slots_of(history.card_id))
+    return paged_entries(rows, Rows.none(), pages, layout.page_bytes, read)
 
 
 def terminal_entries(
-    state: TerminalState, layout: Layout, horizon: int | None, read: Mapping[int, bytes]
-) -> Written:
-    """The entries of a terminal state after a call: each slot's transactions and labels (by their
-    transaction's time) newer than ``horizon`` (None: all), packed; the slots ``read`` that hold none any
-    more, removed."""
+    state: TerminalState, layout: Layout, pages: Pages, horizon: int | None, read: Mapping[int, bytes]
+) -> tuple[Written, Pages]:
+    """The entries of a terminal state after a call (:func:`paged_entries`): its transactions and labels (by
+    their transaction's time) newer than ``horizon`` (None: all)."""
     tx = np.ones(len(state.event_time_ms), dtype=bool)
     labels = np.ones(len(state.label_tx_id), dtype=bool)
     if horizon is not None:
@@ -311,7 +424,4 @@ def terminal_entries(
     rows = terminal_rows(
         kept, layout.terminal_slots_of(kept.terminal_id), layout.terminal_slots_of(kept.label_terminal_id)
     )
-    packed, newest_times = pack_entries(*rows)
-    values: dict[int, bytes | None] = dict.fromkeys(read)
-    values.update(packed)
-    return Written(values, newest_times)
+    return paged_entries(*rows, pages, layout.page_bytes, read)

@@ -18,6 +18,7 @@ Delivery guarantee: read-only. Everything shown is the state of the last micro-b
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,13 +41,14 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from features.entries import Layout, is_entry_layout, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages, is_entry_layout, is_paged_layout, unpack_cards, unpack_terminals
 from features.job import (
     CARD_ENTRIES_VAR,
     CARD_STATE_VAR,
     LEGACY_CARD_STATE_VAR,
     LEGACY_TERMINAL_STATE_VAR,
     TERMINAL_ENTRIES_VAR,
+    TERMINAL_STATE_VAR,
 )
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
@@ -252,6 +254,15 @@ def card_view(
     return CardView(card_id, job, bucket, frontier, events, windows)
 
 
+def page_of(job: JobState, stored: Mapping[str, Any] | None, slot: int) -> int:
+    """The entry that holds ``slot`` in a bucket whose value is ``stored``: its page (an entry per slot in
+    checkpoints of earlier versions)."""
+    if not is_paged_layout(job.layout):
+        return slot
+    pages = Pages.of_bytes(None if stored is None else stored["pages"])
+    return int(pages.page_of(np.asarray([slot]))[0])
+
+
 def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
     """What the job holds for ``card_id``, read from its card bucket's state (Spark's state data source):
     the bucket's waiting events and frontier, and the card's entry."""
@@ -263,7 +274,7 @@ def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureP
             return card_view(card_id, job, bucket, held, params)
         stored = reader.value_state(CARD_STATE_VAR, KEY, [bucket]).get(bucket)
         slot = int(job.entry_layout.card_slots_of(np.asarray([card_id], dtype=object))[0])
-        entry = reader.map_value(CARD_ENTRIES_VAR, KEY, bucket, slot)
+        entry = reader.map_value(CARD_ENTRIES_VAR, KEY, bucket, page_of(job, stored, slot))
     history, _ = unpack_cards([] if entry is None else [entry[0]])
     if stored is None and entry is None:
         return card_view(card_id, job, bucket, None, params)
@@ -384,7 +395,8 @@ def read_terminal(
             stored = reader.value_state(LEGACY_TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
             held = None if stored is None else terminal_state_of(*stored.values())
             return terminal_view(terminal_id, job, bucket, held, params)
+        stored = reader.value_state(TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
         slot = int(job.entry_layout.terminal_slots_of(np.asarray([terminal_id], dtype=object))[0])
-        entry = reader.map_value(TERMINAL_ENTRIES_VAR, KEY, bucket, slot)
+        entry = reader.map_value(TERMINAL_ENTRIES_VAR, KEY, bucket, page_of(job, stored, slot))
     held = None if entry is None else unpack_terminals([entry[0]])[0]
     return terminal_view(terminal_id, job, bucket, held, params)

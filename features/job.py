@@ -36,8 +36,10 @@ from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.entries import (
     Layout,
+    Pages,
     card_entries,
     is_entry_layout,
+    is_paged_layout,
     terminal_entries,
     unpack_cards,
     unpack_terminals,
@@ -351,15 +353,16 @@ def initial_states(
 def read_layout_state(
     reader: StateReader, layout: Mapping[str, int]
 ) -> tuple[list[CardBucket], list[TerminalState]]:
-    """Every card bucket and terminal state a committed query holds, in its ``layout``: entries per slot, or
-    (a checkpoint of an earlier version, whose layout names no slots) one value per bucket."""
+    """Every card bucket and terminal state a committed query holds, in its ``layout``: entries (a page each,
+    or, in a checkpoint of an earlier version, a slot each), or (earlier still: a layout that names no
+    slots) one value per bucket."""
     if not is_entry_layout(layout):
         cards = [card_bucket_of(*value) for value in reader.all_values(LEGACY_CARD_STATE_VAR)]
         terminals = [terminal_state_of(*value) for value in reader.all_values(LEGACY_TERMINAL_STATE_VAR)]
         return cards, terminals
     entries = reader.all_map_values(CARD_ENTRIES_VAR, KEY)
     cards = []
-    for key, (pending, frontier, _, _) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
+    for key, (pending, frontier, *_) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
         history, _ = unpack_cards(value for (value,) in entries.get(key, []))
         cards.append(CardBucket(history, from_blob(pending), int(frontier)))
     terminal_entries_by_key = reader.all_map_values(TERMINAL_ENTRIES_VAR, KEY)
@@ -371,7 +374,7 @@ def read_layout_state(
 
 def card_state_rows(key: int, bucket: CardBucket, layout: Layout) -> list[tuple[Any, ...]]:
     """A card bucket as rows of :data:`INITIAL_CARD_STATE`: its waiting events and frontier, its entries."""
-    written = card_entries(bucket.history, layout, None, {})
+    written, _ = card_entries(bucket.history, layout, Pages.one(), None, {})
     return [
         (key, BUCKET_ROW, None, to_blob(bucket.pending), bucket.frontier_ms),
         *((key, slot, value, None, None) for slot, value in written.values.items()),
@@ -380,7 +383,7 @@ def card_state_rows(key: int, bucket: CardBucket, layout: Layout) -> list[tuple[
 
 def terminal_state_rows(key: int, state: TerminalState, layout: Layout) -> list[tuple[Any, ...]]:
     """A terminal bucket's entries as rows of :data:`INITIAL_TERMINAL_STATE`."""
-    written = terminal_entries(state, layout, None, {})
+    written, _ = terminal_entries(state, layout, Pages.one(), None, {})
     return [(key, slot, value) for slot, value in written.values.items()]
 
 
@@ -442,14 +445,15 @@ def prepare_checkpoint(config: FeatureJobConfig) -> None:
     """Bind the checkpoint to the job's bucket counts (refuses one made with others) and feature specs
     (refuses one whose state lacks the history they need; logs how they differ from its state's)."""
     layout_file = config.checkpoint / LAYOUT_FILE
-    made_before = layout_file.exists() and not is_entry_layout(json.loads(layout_file.read_text()))
-    if made_before or (
-        not layout_file.exists() and config.checkpoint.is_dir() and any(config.checkpoint.iterdir())
-    ):
+    recorded = json.loads(layout_file.read_text()) if layout_file.exists() else None
+    if recorded is None and config.checkpoint.is_dir() and any(config.checkpoint.iterdir()):
+        recorded = {}  # written before layouts were recorded: one value per bucket
+    if recorded is not None and not is_paged_layout(recorded):
+        kept_as = "an entry per slot" if is_entry_layout(recorded) else "one value per bucket"
         raise CheckpointLayoutError(
-            f"checkpoint {config.checkpoint} keeps its state in one value per bucket, as earlier versions of "
-            "the job did: move it into this version's state entries through a savepoint (`fraud savepoint "
-            "create`, then run with `--from-savepoint` into a new checkpoint)"
+            f"checkpoint {config.checkpoint} keeps its state in {kept_as}, as earlier versions of the job "
+            "did: move it into this version's pages through a savepoint (`fraud savepoint create`, then run "
+            "with `--from-savepoint` into a new checkpoint)"
         )
     bind_layout(config.checkpoint, layout_of(config))
     changes = bind_specs(config.checkpoint, config.params)

@@ -2,10 +2,10 @@
 
 The Spark job (``features.job``) calls these from ``transformWithStateInPandas`` with Spark's state
 variables; the tests call them with dictionaries. Per bucket, a stage keeps a value (the card stage: its
-waiting events, frontier and clock; the terminal stage: its clock) and its entries (``features.entries``)
-with their expiry index (``features.entry_store``). A call reads the entries of the cards (terminals) it
-has events for, no others: the card stage first releases the events the frontier has passed
-(``features.stages.release``), then reads the entries of the released transactions' cards.
+waiting events, frontier, clock and pages; the terminal stage: its clock and pages) and its entries, a page
+each (``features.entries``), with their expiry index (``features.entry_store``). A call reads the pages of
+the cards (terminals) it has events for, no others: the card stage first releases the events the frontier
+has passed (``features.stages.release``), then reads the pages of the released transactions' cards.
 
 Delivery guarantee: none of its own; the same state and rows give the same state and rows, so Spark's
 checkpointed state and replayable input make the job exactly-once.
@@ -24,6 +24,7 @@ from features.core import TerminalState
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.entries import (
     Layout,
+    Pages,
     card_entries,
     newest_of_entry,
     terminal_entries,
@@ -40,11 +41,11 @@ from infra.timing import Timings
 C = TxColumns
 
 #: The card stage's value per card bucket: the events waiting for the frontier (an Arrow IPC blob), the
-#: frontier, and the bucket's clock (``features.entry_store.Clock``: its newest released event time and the
-#: hours its expiry index lists). Spark DDL.
-CARD_BUCKET_STATE = "pending binary, frontier bigint, newest bigint, hours binary"
-#: The terminal stage's value per terminal bucket: its clock.
-TERMINAL_BUCKET_STATE = "newest bigint, hours binary"
+#: frontier, the bucket's clock (``features.entry_store.Clock``: its newest released event time and the
+#: hours its expiry index lists) and its pages (``features.entries.Pages``). Spark DDL.
+CARD_BUCKET_STATE = "pending binary, frontier bigint, newest bigint, hours binary, pages binary"
+#: The terminal stage's value per terminal bucket: its clock and its pages.
+TERMINAL_BUCKET_STATE = "newest bigint, hours binary, pages binary"
 
 
 class ValueLike(Protocol):
@@ -72,40 +73,44 @@ def card_call(
     """One card bucket's call: release what the frontier passed, read the released cards' entries, compute
     their card features, write the entries back and expire idle ones. Returns the terminal stage's rows."""
     with timings.phase("state-get"):
-        waiting, clock = _card_bucket(state.value.get())
+        waiting, clock, pages = _card_bucket(state.value.get())
     with timings.phase("core"):
         waiting, released = release(waiting, rows)
         tx = released.transactions
-        slots = np.unique(layout.card_slots_of(tx[C.CARD_ID]))
+        touched = np.unique(pages.page_of(layout.card_slots_of(tx[C.CARD_ID])))
     with timings.phase("state-get"):
-        stored = state.entries.read(slots)
+        stored = state.entries.read(touched)
         history, newest = unpack_cards(stored.values())
     with timings.phase("core"):
         history, out = card_features(history, released, params, layout.terminal_buckets)
         clock = clock.advanced(tx[EVENT_TIME_MS].to_numpy(dtype=np.int64))
         horizon = clock.horizon(params.card_history_ms)
-        written = card_entries(history, layout, horizon, stored)
+        written, pages = card_entries(history, layout, pages, horizon, stored)
     with timings.phase("state-put"):
         clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
         clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)
-        state.value.update(
-            (to_blob(waiting.pending), waiting.frontier_ms, clock.newest_ms, clock.hours_bytes())
-        )
+        state.value.update((to_blob(waiting.pending), waiting.frontier_ms, *_clock_and_pages(clock, pages)))
     return out
 
 
-def _card_bucket(stored: tuple[Any, ...] | None) -> tuple[Waiting, Clock]:
+def _card_bucket(stored: tuple[Any, ...] | None) -> tuple[Waiting, Clock, Pages]:
     if stored is None:
-        return Waiting(empty_events(), NO_FRONTIER), Clock.start()
-    pending, frontier, newest, hours = stored
-    return Waiting(from_blob(pending), int(frontier)), Clock.of(newest, hours)
+        return Waiting(empty_events(), NO_FRONTIER), Clock.start(), Pages.one()
+    pending, frontier, newest, hours, pages = stored
+    return Waiting(from_blob(pending), int(frontier)), Clock.of(newest, hours), Pages.of_bytes(pages)
+
+
+def _clock_and_pages(clock: Clock, pages: Pages) -> tuple[int | None, bytes, bytes]:
+    """The fields of a bucket's value after its clock."""
+    return clock.newest_ms, clock.hours_bytes(), pages.as_bytes()
 
 
 def card_start(state: BucketState, bucket: CardBucket, layout: Layout) -> None:
     """Store a whole card bucket (a rescaled start: ``features.rescale``) in an empty bucket's state."""
     clock = Clock.start().advanced(bucket.history.event_time_ms)
-    clock = state.entries.write(clock, card_entries(bucket.history, layout, None, {}), {})
-    state.value.update((to_blob(bucket.pending), bucket.frontier_ms, clock.newest_ms, clock.hours_bytes()))
+    written, pages = card_entries(bucket.history, layout, Pages.one(), None, {})
+    clock = state.entries.write(clock, written, {})
+    state.value.update((to_blob(bucket.pending), bucket.frontier_ms, *_clock_and_pages(clock, pages)))
 
 
 # --- terminal stage -----------------------------------------------------------------------------------
@@ -118,25 +123,33 @@ def terminal_call(
     the terminal and time features, write the entries back and expire idle ones. Returns the feature rows
     and dead rows (``features.stages.terminal_stage``)."""
     with timings.phase("state-get"):
-        stored_clock = state.value.get()
-        clock = Clock.start() if stored_clock is None else Clock.of(*stored_clock)
+        stored_value = state.value.get()
+        clock, pages = (
+            (Clock.start(), Pages.one()) if stored_value is None else _terminal_bucket(stored_value)
+        )
         events = rows[rows[KIND].isin([RowKind.TX, RowKind.LABEL])]
-        stored = state.entries.read(np.unique(layout.terminal_slots_of(events[C.TERMINAL_ID])))
+        stored = state.entries.read(np.unique(pages.page_of(layout.terminal_slots_of(events[C.TERMINAL_ID]))))
         terminals, newest = unpack_terminals(stored.values())
     with timings.phase("core"):
         terminals, out = terminal_stage(terminals, rows, params)
         clock = clock.advanced(rows.loc[rows[KIND] == RowKind.TX, EVENT_TIME_MS].to_numpy(dtype=np.int64))
         horizon = clock.horizon(params.terminal_history_ms)
-        written = terminal_entries(terminals, layout, horizon, stored)
+        written, pages = terminal_entries(terminals, layout, pages, horizon, stored)
     with timings.phase("state-put"):
         clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
         clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)
-        state.value.update((clock.newest_ms, clock.hours_bytes()))
+        state.value.update(_clock_and_pages(clock, pages))
     return out
+
+
+def _terminal_bucket(stored: tuple[Any, ...]) -> tuple[Clock, Pages]:
+    newest, hours, pages = stored
+    return Clock.of(newest, hours), Pages.of_bytes(pages)
 
 
 def terminal_start(state: BucketState, terminals: TerminalState, layout: Layout) -> None:
     """Store a whole terminal bucket (a rescaled start) in an empty bucket's state."""
     clock = Clock.start().advanced(terminals.event_time_ms)
-    clock = state.entries.write(clock, terminal_entries(terminals, layout, None, {}), {})
-    state.value.update((clock.newest_ms, clock.hours_bytes()))
+    written, pages = terminal_entries(terminals, layout, Pages.one(), None, {})
+    clock = state.entries.write(clock, written, {})
+    state.value.update(_clock_and_pages(clock, pages))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.settings import Topics
 from features.compat import (
     SPECS_FILE,
     FeatureSpecsError,
@@ -21,6 +22,9 @@ from features.compat import (
     spec_record,
 )
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
+from features.job import FeatureJobConfig, prepare_checkpoint
+from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError
+from infra.redis_store import RedisTarget
 
 SPECS = DEFAULT_PARAMS.specs
 
@@ -122,3 +126,34 @@ def test_a_record_without_parameters_gets_them_at_the_next_start(tmp_path: Path)
     (tmp_path / SPECS_FILE).write_text(json.dumps(older))
     assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
     assert recorded_params(read_specs(tmp_path)) == DEFAULT_PARAMS
+
+
+@pytest.mark.parametrize(
+    ("recorded", "kept_as"),
+    [
+        ({"card_buckets": 6, "terminal_buckets": 6}, "one value per bucket"),
+        (
+            {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 16384, "terminal_slots": 16384},
+            "an entry per slot",
+        ),
+    ],
+)
+def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_the_savepoint_that_moves_it(
+    tmp_path: Path, recorded: dict[str, int], kept_as: str
+) -> None:
+    (tmp_path / LAYOUT_FILE).write_text(json.dumps(recorded))
+    config = FeatureJobConfig(
+        kafka_config={},
+        topics=Topics(),
+        checkpoint=tmp_path,
+        redis=RedisTarget("redis://127.0.0.1:1", "", 60),
+        params=DEFAULT_PARAMS,
+        max_event_bytes=16_384,
+    )
+    with pytest.raises(
+        CheckpointLayoutError, match=f"keeps its state in {kept_as}.*`fraud savepoint create`"
+    ):
+        prepare_checkpoint(config)
+    (tmp_path / LAYOUT_FILE).unlink()
+    prepare_checkpoint(config)  # an empty checkpoint takes this version's layout
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == config.layout.as_record()

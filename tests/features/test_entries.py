@@ -11,6 +11,7 @@ from features.core import CardState, TerminalState
 from features.definitions import HOUR_MS
 from features.entries import (
     Layout,
+    Pages,
     Rows,
     card_entries,
     card_rows,
@@ -114,11 +115,44 @@ def test_a_calls_entries_keep_only_history_newer_than_the_horizon_and_remove_emp
     history = cards_state(CARDS[:40])
     read = {slot: b"" for slot in range(16)}
     horizon = int(np.median(history.event_time_ms))
-    written = card_entries(history, layout, horizon, read)
+    a_page_a_slot = Pages(np.arange(16))
+    written, pages = card_entries(history, layout, a_page_a_slot, horizon, read)
+    assert pages == a_page_a_slot, "nothing to cut: a few cards a page"
     kept, _ = unpack_cards(value for value in written.values.values() if value is not None)
     assert rows_of(kept) == {row for row in rows_of(history) if row[1] > horizon}
     emptied = [slot for slot, value in written.values.items() if value is None]
     assert set(emptied) == set(range(16)) - set(layout.card_slots_of(kept.card_id).tolist())
+
+
+def test_a_page_that_grows_past_the_page_size_is_cut_at_slots_into_pages_of_about_half_of_it() -> None:
+    """400 cards of 3 rows (24 bytes each) and a 3,000-byte page: the bucket's one page is cut so that every
+    page but a one-slot page packs to at most the page size, most to about half of it; each card's rows land
+    in the page of its slot, and cutting again changes nothing."""
+    layout = Layout(card_slots=1024, page_bytes=3_000)
+    history = cards_state(CARDS)
+    written, pages = card_entries(history, layout, Pages.one(), None, {})
+    assert pages.starts[0] == 0 and (np.diff(pages.starts) > 0).all()
+    sizes = {page: len(value) for page, value in written.values.items() if value is not None}
+    assert set(sizes) <= set(pages.starts.tolist()) and len(sizes) > 1
+    assert max(sizes.values()) <= 3_000
+    assert np.median(list(sizes.values())) <= 0.75 * 3_000
+    for page, value in written.values.items():
+        assert value is not None
+        cards, _ = unpack_cards([value])
+        assert (pages.page_of(layout.card_slots_of(cards.card_id)) == page).all()
+    again, pages_again = card_entries(history, layout, pages, None, written.values)
+    assert pages_again == pages and again.values == written.values
+    whole, _ = unpack_cards(value for value in written.values.values() if value is not None)
+    assert rows_of(whole) == rows_of(history)
+
+
+def test_a_slot_is_never_cut_however_large_and_pages_are_kept_as_bytes() -> None:
+    layout = Layout(card_slots=4, page_bytes=100)
+    history = cards_state(CARDS[:40], rows_each=10)
+    written, pages = card_entries(history, layout, Pages.one(), None, {})
+    slots = set(layout.card_slots_of(history.card_id).tolist())
+    assert set(pages.starts.tolist()) <= {0, *slots} and len(written.values) == len(slots)
+    assert Pages.of_bytes(pages.as_bytes()) == pages and Pages.of_bytes(None) == Pages.one()
 
 
 def test_the_store_expires_an_entry_once_its_newest_event_is_behind_the_horizon_and_only_then() -> None:

@@ -15,11 +15,12 @@ import pyarrow as pa
 import pytest
 
 from contracts.records import FeatureRecord
+from contracts.settings import DEFAULT_PAGE_BYTES
 from features.buckets import card_bucket
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import Layout, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages, unpack_cards, unpack_terminals
 from features.entry_store import EntryStore
 from features.records import kafka_records
 from features.rescale import rekey_cards, rekey_terminals
@@ -340,9 +341,11 @@ class Stages:
     (``features.stages.card_stage``, ``terminal_stage``).
     """
 
-    def __init__(self, buckets: int, layout_slots: int, entries: bool) -> None:
+    def __init__(
+        self, buckets: int, layout_slots: int, entries: bool, page_bytes: int = DEFAULT_PAGE_BYTES
+    ) -> None:
         self.entries = entries
-        self.layout = Layout(buckets, buckets, layout_slots, layout_slots)
+        self.layout = Layout(buckets, buckets, layout_slots, layout_slots, page_bytes)
         self.cards = {b: CardBucket(CardState.empty(), empty_events(), -(2**62)) for b in range(buckets)}
         self.terminals = {b: TerminalState.empty() for b in range(buckets)}
         self.card_state = {b: new_bucket_state() for b in range(buckets)}
@@ -374,7 +377,7 @@ class Stages:
             return list(self.cards.values()), list(self.terminals.values())
         cards = []
         for state in self.card_state.values():
-            pending, frontier, _, _ = state.value.get() or (to_blob(empty_events()), -(2**62), None, b"")
+            pending, frontier, *_ = state.value.get() or (to_blob(empty_events()), -(2**62))
             history, _ = unpack_cards(value for (value,) in state.entries.entries.values())
             cards.append(CardBucket(history, from_blob(pending), int(frontier)))
         terminals = [
@@ -409,6 +412,7 @@ def run_stream(
     entries: bool = True,
     slots: int = 64,
     observe: Callable[[Stages], None] | None = None,
+    page_bytes: int = DEFAULT_PAGE_BYTES,
 ) -> pd.DataFrame:
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
@@ -417,7 +421,8 @@ def run_stream(
     micro-batches, then an availableNow run that finds nothing new plans its record-less final batch.
     ``rescales``: before the micro-batch of each index, the state is re-keyed into that many buckets and
     slots, as a job started from a savepoint in another layout. ``entries``: state kept as the job keeps it
-    (:class:`Stages`); ``observe`` is called with it after each micro-batch.
+    (:class:`Stages`), its pages cut past ``page_bytes``; ``observe`` is called with it after each
+    micro-batch.
     """
     raw = [
         ("tx", tx_json(r.tx_id, r.event_time_ms, r.card_id, r.amount, r.terminal_id)) for r in tx.itertuples()
@@ -451,7 +456,7 @@ def run_stream(
     )
     partition = np.where(decoded["kind"] == RowKind.LABEL, "labels/0", "tx/0")
     ends = {name: int((partition == name).sum()) for name in ("tx/0", "labels/0")}
-    stages = Stages(buckets, slots, entries)
+    stages = Stages(buckets, slots, entries, page_bytes)
     outputs = []
     offset: dict = {"offsets": dict.fromkeys(ends, 0), "progress": {}, "frontier": NO_FRONTIER}
 
@@ -499,14 +504,31 @@ def assert_equal_to_batch(
         )
 
 
-@pytest.mark.parametrize(("batches", "slots"), [(1, 64), (7, 1), (7, 64), (40, 4096)])
-def test_stream_in_order_equals_batch_for_any_micro_batching(batches: int, slots: int) -> None:
-    """Whatever the micro-batches, and whether an entry holds all of a bucket's cards or about one."""
+@pytest.mark.parametrize(
+    ("batches", "slots", "page_bytes"),
+    [(1, 64, DEFAULT_PAGE_BYTES), (7, 1, DEFAULT_PAGE_BYTES), (7, 64, 2_000), (40, 4096, 600)],
+)
+def test_stream_in_order_equals_batch_for_any_micro_batching(
+    batches: int, slots: int, page_bytes: int
+) -> None:
+    """Whatever the micro-batches, and whether a page holds all of a bucket's cards or about one (its pages
+    cut as they grow, most of them in the first micro-batch, or a few at a time)."""
     tx, labels = simulated()
     params = FeatureParams()
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     arrival = np.argsort(when, kind="stable")
-    out = run_stream(tx, labels, params, arrival, batches, slots=slots)
+    pages: list[int] = []
+
+    def observe(stages: Stages) -> None:
+        values = [state.value.get() for state in stages.card_state.values()]
+        pages.append(sum(len(Pages.of_bytes(value[-1] if value else None).starts) for value in values))
+
+    out = run_stream(
+        tx, labels, params, arrival, batches, slots=slots, observe=observe, page_bytes=page_bytes
+    )
+    if page_bytes < DEFAULT_PAGE_BYTES:
+        assert pages[-1] > 3, "the 3 buckets' pages were cut"
+        assert len(set(pages)) > 2, "in more than one micro-batch"
     assert not out.loc[out["kind"] == RowKind.FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from contracts.settings import DEFAULT_SLOTS
+from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.compat import SPECS_FILE, FeatureSpecsError
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from features.rescale import Rescale
@@ -87,7 +87,7 @@ def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoi
         savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(
         SavepointMismatchError,
-        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, this",
+        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, page_bytes, this",
     ):
         savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
     with pytest.raises(
@@ -196,6 +196,7 @@ def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_pa
     start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
     assert (start.how, start.change) == (
         "rescaled",
-        f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}",
+        f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}, "
+        f"page_bytes none -> {DEFAULT_PAGE_BYTES}",
     )
     assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT

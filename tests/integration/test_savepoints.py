@@ -32,7 +32,7 @@ from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
 from contracts.provenance import provenance_of
-from contracts.settings import DEFAULT_SLOTS
+from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig
 from fraud import cli, jobs, savepoints
@@ -151,6 +151,7 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
         "terminal_buckets": 6,
         "card_slots": DEFAULT_SLOTS,
         "terminal_slots": DEFAULT_SLOTS,
+        "page_bytes": DEFAULT_PAGE_BYTES,
     }
     resumed_output = resumed_log.read_text()
     assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_output
@@ -205,7 +206,8 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     code, error = run_in_process({**env, "FRAUD_CARD_BUCKETS": "12"}, "features", "run", "--once")
     assert (
         code == 5
-        and f"'card_buckets': 6, 'card_slots': {DEFAULT_SLOTS}, 'terminal_buckets': 6, "
+        and f"'card_buckets': 6, 'card_slots': {DEFAULT_SLOTS}, 'page_bytes': {DEFAULT_PAGE_BYTES}, "
+        "'terminal_buckets': 6, "
         f"'terminal_slots': {DEFAULT_SLOTS}}}, this run asks for"
         in error
     )
@@ -267,6 +269,7 @@ def rescale_runs(
         "terminal_buckets": 12,
         "card_slots": DEFAULT_SLOTS,
         "terminal_slots": DEFAULT_SLOTS,
+        "page_bytes": DEFAULT_PAGE_BYTES,
     }
     origin = json.loads((twelve / savepoints.RESTORED_FILE).read_text())
     assert origin["rescaled"] == "card_buckets 6 -> 12, terminal_buckets 6 -> 12, shuffle partitions 2 -> 3"
