@@ -21,8 +21,10 @@ by window, to see whether it stays flat (latency and memory neither creep up nor
      (read_committed), p50 and p99 over the window's transactions, each waited for up to ``DRAIN_S`` after
      the window;
    - the pipeline's process tree (the command, Spark's JVM, its Python workers): its memory (PSS, mean and
-     peak of a sample a second) and CPU cores over the window, and at the window's end the RSS of every one
-     of its processes, by kind; the RSS of the broker and of Valkey;
+     peak of a sample a second) over the window, and at the window's end the RSS of every one of its
+     processes, by kind; the RSS of the broker and of Valkey;
+   - the CPU cores used over the window by the pipeline, the broker, Valkey and the bench itself (the load
+     generator and the output reader), all on the same host;
    - scraped from the pipeline's metrics endpoint at the window's end: state rows and bytes per stateful
      operator (``fraud_state_rows``, ``fraud_state_bytes``) and how many records it is behind the logs' ends
      (``fraud_lag_records``, summed over the partitions).
@@ -43,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -60,7 +63,17 @@ import orjson
 import pandas as pd
 import project_jobs
 import report
-from measure import Latency, OutputReader, TreeSampler, pace, resident_bytes, stop_tree, tree_pids, wait_for
+from measure import (
+    Latency,
+    OutputReader,
+    TreeSampler,
+    cpu_seconds,
+    pace,
+    resident_bytes,
+    stop_tree,
+    tree_pids,
+    wait_for,
+)
 from project_jobs import TOKEN_KEY, TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
@@ -149,7 +162,8 @@ class Window:
     output_rate: float
     memory_mean_bytes: float
     memory_peak_bytes: int
-    cpu_cores: float
+    #: Cores used over the window by the pipeline, the broker, Valkey and the bench itself.
+    cpu_cores: dict[str, float]
     #: RSS of the pipeline's processes at the window's end: by kind, how many and their bytes.
     pipeline_resident: dict[str, tuple[int, int]]
     broker_resident_bytes: int
@@ -179,7 +193,7 @@ class Window:
             f"{self.sent_rate:,.0f} / {self.output_rate:,.0f}",
             latency,
             f"{self.memory_mean_bytes / MIB:,.0f} / {self.memory_peak_bytes / MIB:,.0f}",
-            f"{self.cpu_cores:.2f}",
+            ", ".join(f"{name} {cores:.2f}" for name, cores in self.cpu_cores.items()),
             processes,
             f"{self.broker_resident_bytes / MIB:,.0f} / {self.redis_resident_bytes / MIB:,.0f}",
             ", ".join(f"{name} {rows:,.0f}" for name, rows in self.state_rows.items()) or "-",
@@ -193,7 +207,7 @@ HEADERS = [
     "tx/s sent / feature records/s",
     "latency p50 / p99",
     "pipeline memory MiB (PSS), mean / peak",
-    "pipeline CPU cores",
+    "CPU cores",
     "pipeline RSS MiB by process, at the end",
     "broker / Valkey RSS MiB",
     "state rows",
@@ -277,17 +291,26 @@ class Watched:
     info: StackInfo
     metrics_url: str
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """The CPU seconds used so far by the pipeline, the broker, Valkey and this process."""
+        return {
+            "pipeline": self.sampler.cpu_s(),
+            "broker": cpu_seconds(self.info.broker.pid),
+            "Valkey": cpu_seconds(self.info.redis.pid),
+            "bench": cpu_seconds(os.getpid()),
+        }
+
 
 def window_at_end(
     label: str,
     watched: Watched,
     started: float,
     outputs_before: int,
-    cpu_before_s: float,
+    cpu_before: dict[str, float],
     tx_sent: np.ndarray,
 ) -> Window:
     """A window's figures as they stand at its end (``started``: its start, monotonic seconds;
-    ``outputs_before`` and ``cpu_before_s``: the feature records read and the pipeline's CPU seconds then;
+    ``outputs_before`` and ``cpu_before``: the feature records read and ``Watched.cpu_seconds`` then;
     ``tx_sent``: when its transactions were handed to the producer). Its latency comes later."""
     ended = time.monotonic()
     seconds = ended - started
@@ -299,7 +322,7 @@ def window_at_end(
         output_rate=(watched.reader.count - outputs_before) / seconds,
         memory_mean_bytes=memory_mean,
         memory_peak_bytes=memory_peak,
-        cpu_cores=(watched.sampler.cpu_s() - cpu_before_s) / seconds,
+        cpu_cores={name: (used - cpu_before[name]) / seconds for name, used in watched.cpu_seconds().items()},
         pipeline_resident=pipeline_resident(watched.process.pid),
         broker_resident_bytes=resident_bytes(watched.info.broker.pid),
         redis_resident_bytes=resident_bytes(watched.info.redis.pid),
@@ -403,7 +426,7 @@ def soak(args: argparse.Namespace) -> Soak:
         futures = []
         for w in range(window_count):
             start, end = bounds[w], bounds[w + 1]
-            started, outputs_before, cpu_before_s = time.monotonic(), reader.count, sampler.cpu_s()
+            started, outputs_before, cpu_before = time.monotonic(), reader.count, watched.cpu_seconds()
             sent = pace(
                 producer,
                 load.topics[start:end],
@@ -420,7 +443,7 @@ def soak(args: argparse.Namespace) -> Soak:
                 raise SystemExit(f"the output reader failed in window {w + 1}: {reader.error}")
             is_tx = load.tx_ids[start:end] >= 0
             label = f"{w + 1} ({w * args.window_minutes:g}-{(w + 1) * args.window_minutes:g} min)"
-            window = window_at_end(label, watched, started, outputs_before, cpu_before_s, sent[is_tx])
+            window = window_at_end(label, watched, started, outputs_before, cpu_before, sent[is_tx])
             futures.append(
                 finishing.submit(
                     with_latency, window, load.tx_ids[start:end][is_tx], sent[is_tx], reader, stop
@@ -480,8 +503,9 @@ def windows_table(result: Soak, args: argparse.Namespace) -> report.Table:
             f"(read_committed); a transaction whose record was not in {DRAIN_S:.0f} s after its window counts as "
             "missing. Pipeline: the command's process tree (the command's Python, Spark's JVM, its Python "
             "workers); memory is its PSS (shared pages divided among the processes that map them), sampled "
-            "every second, CPU its cores used over the window; the RSS column is each kind of process at the "
-            "window's end. The broker keeps every topic in memory: its RSS grows with the records written. "
+            "every second; the RSS column is each kind of process at the window's end. CPU: the cores each used "
+            "over the window, the bench's own (load generator, output reader) included: they share the host. "
+            "The broker keeps every topic in memory: its RSS grows with the records written. "
             "State rows, bytes and lag: the pipeline's metrics endpoint at the window's end (`fraud_state_rows`, "
             "`fraud_state_bytes` by operator; `fraud_lag_records` summed over the partitions of its inputs). "
             f"First feature record {result.first_output_s:.1f} s after launch.",

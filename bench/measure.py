@@ -156,6 +156,12 @@ def process_memory_bytes(pid: int) -> int:
     return resident_bytes(pid)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def resident_bytes(pid: int) -> int:
     """The resident set size (RSS) of process ``pid``: its pages in memory, shared ones whole."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
@@ -192,8 +198,7 @@ class TreeSampler:
         for pid in tree_pids(self.root):
             with contextlib.suppress(OSError, IndexError, ValueError):
                 memory += process_memory_bytes(pid)
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                self._cpu_s[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+                self._cpu_s[pid] = cpu_seconds(pid)
         self.peak_memory_bytes = max(self.peak_memory_bytes, memory)
         self.memory_samples.append((time.monotonic(), memory))
 
