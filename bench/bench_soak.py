@@ -26,15 +26,15 @@ by window, to see whether it stays flat (latency and memory neither creep up nor
    - the CPU cores used over the window by the pipeline, the broker, Valkey and the bench itself (the load
      generator and the output reader), all on the same host;
    - scraped from the pipeline's metrics endpoint at the window's end: state rows and bytes per stateful
-     operator (``fraud_state_rows``, ``fraud_state_bytes``) and how many records it is behind the logs' ends
-     (``fraud_lag_records``, summed over the partitions).
+     operator (``fraud_state_rows``, ``fraud_state_bytes``) and how many records its last micro-batch left
+     behind the logs' ends (``fraud_lag_records``, summed over the partitions).
 
-4. The verdict: flat when the last window's p99 and the pipeline's memory (mean PSS) are each within 15 % of
-   the second window's (the first holds the pipeline's warm-up). Writes the ``soak`` section of
-   docs/benchmarks.md (unless ``--no-report``).
+4. The verdict, printed: flat when the last window's p99 and the pipeline's RSS (its processes' together, at
+   the window's end) are each within 15 % of the second window's (the first holds the pipeline's warm-up).
+   Writes the ``soak`` section of docs/benchmarks.md (unless ``--no-report``).
 
-Stops the pipeline and the stack on exit, Ctrl-C included. Not part of ``make bench`` (it takes an hour):
-run it on its own.
+Stops the pipeline and the stack on exit, Ctrl-C included. The last script of ``make bench`` (it takes an
+hour and some minutes to set up).
 
 Run: .venv/bin/python bench/bench_soak.py [--rate 1000] [--minutes 60] [--window-minutes 5] [--no-report]
 Quick: .venv/bin/python bench/bench_soak.py --minutes 4 --window-minutes 1 --rate 300 --no-report
@@ -52,10 +52,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -92,9 +94,10 @@ PIPELINE = "fraud pipeline run"
 STACK = "embedded Tansu (memory), Valkey, SQLite MLflow"
 #: Seconds after its window that a window's transactions' feature records are waited for.
 DRAIN_S = 60.0
-#: Flat: the last window's p99 and memory within this share of the second window's.
+#: Flat: the last window's p99 and pipeline RSS within this share of the second window's.
 FLAT_WITHIN = 0.15
 MIB = 2**20
+Number = TypeVar("Number", int, float)
 #: The kinds of the pipeline's processes, as the RSS column names them.
 COMMAND, JVM, WORKERS = "command", "JVM", "Python workers"
 
@@ -176,6 +179,11 @@ class Window:
     #: The window's transactions without a feature record ``DRAIN_S`` after the window.
     missing: int = 0
 
+    @property
+    def pipeline_resident_bytes(self) -> int:
+        """The RSS of the pipeline's processes together at the window's end."""
+        return sum(resident for _, resident in self.pipeline_resident.values())
+
     def cells(self) -> list[str]:
         latency = (
             "no output"
@@ -196,8 +204,8 @@ class Window:
             ", ".join(f"{name} {cores:.2f}" for name, cores in self.cpu_cores.items()),
             processes,
             f"{self.broker_resident_bytes / MIB:,.0f} / {self.redis_resident_bytes / MIB:,.0f}",
-            ", ".join(f"{name} {rows:,.0f}" for name, rows in self.state_rows.items()) or "-",
-            ", ".join(f"{name} {size / MIB:,.1f}" for name, size in self.state_bytes.items()) or "-",
+            " / ".join(f"{rows:,.0f}" for rows in self.state_rows.values()) or "-",
+            " / ".join(f"{size / MIB:,.1f}" for size in self.state_bytes.values()) or "-",
             "-" if self.lag is None else f"{self.lag:,.0f}",
         ]
 
@@ -210,8 +218,8 @@ HEADERS = [
     "CPU cores",
     "pipeline RSS MiB by process, at the end",
     "broker / Valkey RSS MiB",
-    "state rows",
-    "state MiB",
+    "state rows, per operator",
+    "state MiB, per operator",
     "lag, records",
 ]
 
@@ -422,6 +430,10 @@ def soak(args: argparse.Namespace) -> Soak:
         stop = threading.Event()
         cleanup.callback(stop.set)  # runs first: a window waiting for its outputs gives up
         producer = clients.producer()
+        operators = by_label(scrape(watched.metrics_url), "fraud_state_rows", "operator")
+        print(
+            f"state per operator, in the state columns' order: {', '.join(operators) or 'none reported yet'}"
+        )
         print(report.markdown_header(HEADERS), flush=True)
         futures = []
         for w in range(window_count):
@@ -454,7 +466,7 @@ def soak(args: argparse.Namespace) -> Soak:
 
 
 def verdict(windows: list[Window]) -> report.Table:
-    """Whether the soak stayed flat: the last window's p99 and pipeline memory each within ``FLAT_WITHIN`` of
+    """Whether the soak stayed flat: the last window's p99 and pipeline RSS each within ``FLAT_WITHIN`` of
     the second window's (a window without output is not flat)."""
     second, last = windows[1], windows[-1]
 
@@ -464,7 +476,12 @@ def verdict(windows: list[Window]) -> report.Table:
     rows, flat = [], True
     for figure, unit, before, after in (
         ("latency p99", "ms", p99_ms(second), p99_ms(last)),
-        ("pipeline memory, mean PSS", "MiB", second.memory_mean_bytes / MIB, last.memory_mean_bytes / MIB),
+        (
+            "pipeline RSS, at the window's end",
+            "MiB",
+            second.pipeline_resident_bytes / MIB,
+            last.pipeline_resident_bytes / MIB,
+        ),
     ):
         change = after / before - 1 if before > 0 else math.inf
         within = abs(change) <= FLAT_WITHIN
@@ -482,13 +499,14 @@ def verdict(windows: list[Window]) -> report.Table:
         ["figure", f"window {second.label}", f"window {last.label}", "change", f"within {FLAT_WITHIN:.0%}"],
         rows,
         caption=(
-            f"Verdict: {'flat' if flat else 'NOT flat'} (the last window's p99 and pipeline memory against the "
+            f"Verdict: {'flat' if flat else 'NOT flat'} (the last window's p99 and pipeline RSS against the "
             f"second's, each within {FLAT_WITHIN:.0%} or not)"
         ),
     )
 
 
 def windows_table(result: Soak, args: argparse.Namespace) -> report.Table:
+    operators = [f"`{name}`" for name in result.windows[-1].state_rows]
     return report.Table(
         HEADERS,
         [window.cells() for window in result.windows],
@@ -507,10 +525,28 @@ def windows_table(result: Soak, args: argparse.Namespace) -> report.Table:
             "over the window, the bench's own (load generator, output reader) included: they share the host. "
             "The broker keeps every topic in memory: its RSS grows with the records written. "
             "State rows, bytes and lag: the pipeline's metrics endpoint at the window's end (`fraud_state_rows`, "
-            "`fraud_state_bytes` by operator; `fraud_lag_records` summed over the partitions of its inputs). "
+            f"`fraud_state_bytes` per operator: {', '.join(operators) or 'none reported'}; `fraud_lag_records`, "
+            "what its last micro-batch left behind the logs' ends, summed over the partitions of its inputs). "
             f"First feature record {result.first_output_s:.1f} s after launch.",
         ],
     )
+
+
+def above_zero(convert: Callable[[str], Number]) -> Callable[[str], Number]:
+    """An argument type: a number (``convert``, int or float) more than 0."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a{' whole' if convert is int else ''} number"
+            ) from None
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+        return value
+
+    return parse
 
 
 def interrupt_once(signum: int, frame: FrameType | None) -> None:
@@ -523,27 +559,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rate", type=float, default=1000.0, help="paced load, transactions/s")
-    parser.add_argument("--minutes", type=float, default=60.0, help="length of the paced load")
-    parser.add_argument("--window-minutes", type=float, default=5.0, help="one row of figures per window")
+    parser.add_argument("--rate", type=above_zero(float), default=1000.0, help="paced load, transactions/s")
+    parser.add_argument("--minutes", type=above_zero(float), default=60.0, help="length of the paced load")
     parser.add_argument(
-        "--customers", type=int, default=5000, help="of the simulated world, one card each at a time"
+        "--window-minutes", type=above_zero(float), default=5.0, help="one row of figures per window"
     )
-    parser.add_argument("--terminals", type=int, default=10000, help="of the simulated world")
+    parser.add_argument(
+        "--customers",
+        type=above_zero(int),
+        default=5000,
+        help="of the simulated world, one card each at a time",
+    )
+    parser.add_argument("--terminals", type=above_zero(int), default=10000, help="of the simulated world")
     parser.add_argument(
         "--backlog-days",
-        type=int,
+        type=above_zero(int),
         default=31,
         help="days of history produced before the load (the initial state)",
     )
     parser.add_argument(
         "--card-life-days",
-        type=int,
+        type=above_zero(int),
         default=60,
         help="days of event time before a customer's card is replaced",
     )
-    parser.add_argument("--partitions", type=int, default=4, help="of every topic")
-    parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the pipeline")
+    parser.add_argument("--partitions", type=above_zero(int), default=4, help="of every topic")
+    parser.add_argument("--trigger-interval-s", type=above_zero(float), default=0.2, help="of the pipeline")
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
