@@ -593,6 +593,8 @@ def main() -> None:
         parser.error(
             "--minutes must be 3 or more whole --window-minutes (the verdict compares the last with the second)"
         )
+    if round(args.rate * args.window_minutes * 60) < 2:
+        parser.error("--rate over a --window-minutes window must come to 2 transactions or more")
     print(f"settings: {report.args_settings(args)}; {STACK}", flush=True)
     signal.signal(signal.SIGINT, interrupt_once)
     started = time.monotonic()
