@@ -55,7 +55,7 @@ import orjson
 import pandas as pd
 import project_jobs
 import report
-from measure import Latency, OutputReader, TreeSampler, pace
+from measure import Latency, OutputReader, TreeSampler, pace, wait_for
 from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
@@ -73,19 +73,10 @@ DEFAULT_SIZES = "5000:31,50000:31,200000:7"
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "build" / "bench-microbatch"
 FRAUD = Path(sys.executable).parent / "fraud"
+PIPELINE = "fraud pipeline run"
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
 #: Progress ``durationMs`` phases, in the order a micro-batch runs them.
 DURATIONS = ("latestOffset", "queryPlanning", "walCommit", "getBatch", "addBatch", "commitOffsets")
-
-
-def wait_for(condition: Any, timeout_s: float, what: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if process.poll() is not None:
-            raise SystemExit(f"fraud pipeline run exited ({process.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no {what} after {timeout_s:.0f} s")
-        time.sleep(0.05)
 
 
 # --- The event log ----------------------------------------------------------------------------------------
@@ -372,7 +363,9 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
             launched = time.monotonic()
             sampler = TreeSampler(process.pid).start()
             try:
-                wait_for(lambda: reader.count >= produced.transactions, 3600, "backlog output", process)
+                wait_for(
+                    lambda: reader.count >= produced.transactions, 3600, "backlog output", process, PIPELINE
+                )
                 first_output_s = min(reader.first_seen.values()) - launched
                 backlog_s = max(reader.first_seen.values()) - launched
                 backlog_rate = produced.transactions / max(1e-9, backlog_s - first_output_s)
@@ -394,7 +387,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                 )
                 measured_from = started_wall + float(sent[warm] - sent[0])
                 measured_to = started_wall + float(sent[-1] - sent[0])
-                wait_for(lambda: reader.count >= wanted, 120, "paced output", process)
+                wait_for(lambda: reader.count >= wanted, 120, "paced output", process, PIPELINE)
             finally:
                 process.send_signal(signal.SIGINT)
                 try:

@@ -48,11 +48,8 @@ Quick: .venv/bin/python bench/bench_peers.py --customers 1000 --backlog-days 20 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -66,7 +63,7 @@ import orjson
 import pandas as pd
 import project_jobs
 import report
-from measure import Latency, OutputReader, TreeSampler, pace, steady_rate
+from measure import Latency, OutputReader, TreeSampler, pace, steady_rate, stop_tree
 from project_jobs import LABEL_DELAY_MS, MAX_EVENT_BYTES, TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
@@ -307,21 +304,6 @@ def command(system: System, run: Run, topics: Topics) -> list[str]:
         "--linger-ms",
         str(PRODUCER_LINGER_MS),
     ]
-
-
-def stop_tree(process: subprocess.Popen[bytes]) -> None:
-    """Terminate the system's process, then kill what is left of the process group it runs in (it was
-    started in a session of its own). Only the process gets SIGTERM: the project's stops its Spark query and
-    session, which the same signal to its JVM would kill first."""
-    with contextlib.suppress(ProcessLookupError):
-        process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        print(f"  pid {process.pid} still running 20 s after SIGTERM: killed")
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def wait_outputs(

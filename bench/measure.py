@@ -1,5 +1,6 @@
 """Measuring stream processors from outside, alike for every system: a pacing producer, an output reader,
-a sampler of a process tree's memory and CPU, and latency summaries.
+a sampler of a process tree's memory and CPU, latency summaries, and the start and stop of the system's
+process.
 
 One clock for all: ``time.monotonic()`` in the bench process, read when a transaction is handed to the
 producer and when its output record comes out of the reader's ``consume`` call.
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,15 +32,16 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def pace(
     producer: Producer,
-    topic: str,
+    topic: str | Sequence[str],
     keys: Sequence[bytes],
     values: Sequence[bytes],
     timestamps: Sequence[int],
     rate: float,
 ) -> np.ndarray:
     """Produce the records at ``rate`` records/s from now on (record i is due i / rate s after the start;
-    records that fell due together go out together); returns when each was handed to the producer
-    (monotonic seconds). Flushes at the end."""
+    records that fell due together go out together) to ``topic``, or each to its own topic (a sequence of
+    them); returns when each was handed to the producer (monotonic seconds). Flushes at the end."""
+    topics = [topic] * len(values) if isinstance(topic, str) else topic
     sent = np.empty(len(values))
     started = time.monotonic()
     i = 0
@@ -45,7 +49,7 @@ def pace(
         due = min(len(values), int((time.monotonic() - started) * rate) + 1)
         while i < due:
             try:
-                producer.produce(topic, values[i], keys[i], timestamp=timestamps[i])
+                producer.produce(topics[i], values[i], keys[i], timestamp=timestamps[i])
             except BufferError:
                 producer.poll(0.01)
                 continue
@@ -109,7 +113,7 @@ class OutputReader:
                         raise KafkaException(message.error())
                     if copies.is_copy(str(message.partition()), message.headers()):
                         continue
-                    record = orjson.loads(message.value())
+                    record = orjson.loads(message.value() or b"")
                     tx = record["tx_id"]
                     if tx in self.first_seen:
                         self.duplicates += 1
@@ -125,7 +129,7 @@ class OutputReader:
             self.error = exc
 
 
-def _tree(root: int) -> list[int]:
+def tree_pids(root: int) -> list[int]:
     """``root`` and its descendants, from /proc."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -149,6 +153,17 @@ def process_memory_bytes(pid: int) -> int:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
+    return resident_bytes(pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def resident_bytes(pid: int) -> int:
+    """The resident set size (RSS) of process ``pid``: its pages in memory, shared ones whole."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
 
 
@@ -160,6 +175,8 @@ class TreeSampler:
         self.root = root
         self.interval_s = interval_s
         self.peak_memory_bytes = 0
+        #: Each sample's time (monotonic seconds) and the tree's memory then.
+        self.memory_samples: list[tuple[float, int]] = []
         self._cpu_s: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sampler-{root}", daemon=True)
@@ -178,16 +195,51 @@ class TreeSampler:
 
     def sample(self) -> None:
         memory = 0
-        for pid in _tree(self.root):
+        for pid in tree_pids(self.root):
             with contextlib.suppress(OSError, IndexError, ValueError):
                 memory += process_memory_bytes(pid)
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                self._cpu_s[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+                self._cpu_s[pid] = cpu_seconds(pid)
         self.peak_memory_bytes = max(self.peak_memory_bytes, memory)
+        self.memory_samples.append((time.monotonic(), memory))
+
+    def memory_between(self, start_s: float, end_s: float) -> tuple[float, int]:
+        """The tree's mean and peak memory over the samples taken from ``start_s`` to ``end_s`` (monotonic
+        seconds); zeros when none was."""
+        taken = [memory for at, memory in list(self.memory_samples) if start_s <= at <= end_s]
+        return (sum(taken) / len(taken), max(taken)) if taken else (0.0, 0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, process: subprocess.Popen[bytes], name: str
+) -> None:
+    """Wait until ``condition()`` holds; exit the bench when ``process`` (the system, called ``name``) exits
+    first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise SystemExit(f"{name} exited ({process.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} after {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def stop_tree(process: subprocess.Popen[bytes]) -> None:
+    """Terminate the system's process, then kill what is left of the process group it runs in (it was
+    started in a session of its own). Only the process gets SIGTERM: the project's stops its Spark query and
+    session, which the same signal to its JVM would kill first."""
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        print(f"  pid {process.pid} still running 20 s after SIGTERM: killed")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def steady_rate(arrivals: np.ndarray, settle_s: float = 1.0) -> tuple[float, int]:

@@ -64,15 +64,21 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
 
 
+def markdown_row(cells: Sequence[object]) -> str:
+    """One row of a GitHub markdown table (pipes in cells escaped)."""
+    return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+
+def markdown_header(headers: Sequence[str]) -> str:
+    """The first two lines of a GitHub markdown table: its headers and the line under them."""
+    return f"{markdown_row(headers)}\n{markdown_row(['---'] * len(headers))}"
+
+
 def markdown_table(table: Table) -> str:
     """``table`` as GitHub markdown (pipes in cells escaped)."""
-
-    def row(cells: Sequence[object]) -> str:
-        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
-
     lines = [f"*{table.caption}*", ""] if table.caption else []
-    lines += [row(table.headers), row(["---"] * len(table.headers))]
-    lines += [row(cells) for cells in table.rows]
+    lines += [markdown_header(table.headers)]
+    lines += [markdown_row(cells) for cells in table.rows]
     lines += [f"\n{note}" for note in table.notes]
     return "\n".join(lines)
 

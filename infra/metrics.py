@@ -350,8 +350,8 @@ class JobMetrics:
             frontier = _offsets(source.get("endOffset")).get("frontier")
             if isinstance(frontier, int) and frontier > 0:
                 self.frontier_delay.labels(job).set(max(0.0, time.time() - frontier / 1000))
-        for operator in progress.get("stateOperators", []):
-            name = str(operator.get("operatorName", "state"))
+        operators = progress.get("stateOperators", [])
+        for name, operator in zip(operator_names(operators), operators, strict=True):
             self.state_rows.labels(job, name).set(operator.get("numRowsTotal") or 0)
             self.state_bytes.labels(job, name).set(operator.get("memoryUsedBytes") or 0)
         observed = (progress.get("observedMetrics") or {}).get(OBSERVATION)
@@ -432,6 +432,16 @@ def records_behind(progress: Mapping[str, Any]) -> dict[str, int]:
         for name, at in _offsets(source.get("endOffset")).get("offsets", {}).items():
             behind[name] = max(0, int(latest.get(name, at)) - int(at))
     return behind
+
+
+def operator_names(operators: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The label of each stateful operator of a progress report: its ``operatorName``, numbered (``#1``,
+    ``#2``, in the report's order) where several share it, as a job's stateful stages of one kind do."""
+    names = [str(operator.get("operatorName", "state")) for operator in operators]
+    return [
+        name if names.count(name) == 1 else f"{name}#{names[: i + 1].count(name)}"
+        for i, name in enumerate(names)
+    ]
 
 
 class ApiMetrics:

@@ -29,6 +29,7 @@ from infra.metrics import (
     counts_row,
     ended_at,
     observer_group,
+    operator_names,
 )
 
 TOPICS = Topics()
@@ -127,6 +128,21 @@ def test_progress_reports_and_batch_counts_become_metrics() -> None:
     assert b'fraud_alerts_total{job="pipeline"} 3.0' in generate_latest(metrics.registry)
     assert sample(metrics, "fraud_alert_latency_seconds_count") is None  # no watch: no latency
     assert metrics.totals()["alerts"] == 3 and metrics.totals()["dead:oversized"] == 2
+
+
+def test_stateful_operators_of_one_kind_are_numbered_and_each_keeps_its_state_figures() -> None:
+    stateful = "transformWithStateInPandasExec"
+    operators = [
+        {"operatorName": stateful, "numRowsTotal": 5_000, "memoryUsedBytes": 1024},
+        {"operatorName": "dedupe", "numRowsTotal": 2},
+        {"operatorName": stateful, "numRowsTotal": 10_000, "memoryUsedBytes": 2048},
+    ]
+    assert operator_names(operators) == [f"{stateful}#1", "dedupe", f"{stateful}#2"]
+    metrics = JobMetrics("pipeline")
+    metrics.on_progress({"batchId": 1, "stateOperators": operators})
+    assert sample(metrics, "fraud_state_rows", operator=f"{stateful}#1") == 5_000
+    assert sample(metrics, "fraud_state_rows", operator=f"{stateful}#2") == 10_000
+    assert sample(metrics, "fraud_state_bytes", operator=f"{stateful}#2") == 2048
 
 
 def test_a_batch_reads_its_offset_ranges_and_ends_after_its_duration() -> None:
