@@ -53,7 +53,7 @@ from scoring.ab import (
     score_range,
     shadow_pairs,
 )
-from scoring.job import check_computable
+from scoring.chooser import check_computable
 
 C = TxColumns
 

@@ -25,7 +25,7 @@ from infra.metrics import JobMetrics
 from infra.redis_store import RedisTarget
 from infra.score_stats import MINUTE_MS, SCORE_BINS
 from scoring.api import create_app
-from scoring.job import ScoresToRedis
+from scoring.redis_hook import ScoresToRedis
 from tests.support.factories import make_progress, make_score
 
 RETENTION_S = 7 * 86_400

@@ -42,7 +42,8 @@ from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.registry import CHAMPION, LoadedModel, load_model, promote
 from models.tracking import default_artifact_location
-from scoring.job import ScoringJobConfig, start_scoring_job, top_features
+from scoring.core import top_features
+from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 from tests.support.feature_jobs import (
     MAX_EVENT_BYTES,

@@ -32,7 +32,7 @@ from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from models.registry import load_model
-from scoring.job import score_each
+from scoring.core import score_each
 from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns
