@@ -36,6 +36,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
+from api.app import create_app
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings, redis_prefix
@@ -54,7 +55,6 @@ from ingest.tokens import card_token
 from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
-from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
@@ -28,7 +29,6 @@ from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, pars
 from fraud.state import StateService
 from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
-from scoring.api import create_app
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 
