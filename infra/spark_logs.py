@@ -37,6 +37,7 @@ POLL_S = 0.2
 #: level: at debug, some would log their calls' arguments, credentials included.
 PROJECT_LOGGERS = (
     "contracts",
+    "validation",
     "infra",
     "ingest",
     "features",

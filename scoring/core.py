@@ -24,10 +24,10 @@ from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
 from infra.metrics import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
-from ingest.columnar import validate_many
-from ingest.validation import MAX_DETAIL_CHARS, parse_event
 from models.registry import LoadedModel, MissingFeaturesError
 from scoring.model_cache import worker_model
+from validation.columnar import validate_many
+from validation.parse import MAX_DETAIL_CHARS, parse_event
 
 C = TxColumns
 
@@ -113,7 +113,7 @@ class Scorer:
         """The valid feature records as (event columns, feature frame, raw values, their rows in
         ``records``), in one or two parts; the others become dead letters in ``others``.
 
-        Records are validated in bulk (``ingest.columnar``); the few it cannot decide go through
+        Records are validated in bulk (``validation.columnar``); the few it cannot decide go through
         ``parse_event`` one by one, which also gives dead letters their reasons.
         """
         values = records.column("value")

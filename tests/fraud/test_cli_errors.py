@@ -141,7 +141,17 @@ def documented_exit_codes() -> set[int]:
 def test_every_exit_code_is_in_the_readmes_table() -> None:
     """Each error kind the project raises (every FraudError subclass of every module), and the codes the
     entry point sets itself, has a row in the README's table."""
-    for package in ("contracts", "infra", "ingest", "features", "models", "scoring", "api", "fraud"):
+    for package in (
+        "contracts",
+        "infra",
+        "ingest",
+        "features",
+        "models",
+        "scoring",
+        "api",
+        "validation",
+        "fraud",
+    ):
         for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
             importlib.import_module(module.name)
     kinds, pending = set(), [FraudError]
