@@ -44,9 +44,11 @@ from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
-from infra.clients import Clients, create_project_topics, read_topic, topic_counts
+from infra.clients import Clients
 from infra.embedded import EmbeddedStack
+from infra.kafka_log import read_topic, topic_counts
 from infra.redis_store import card_features_key
+from infra.topic_admin import create_project_topics
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events

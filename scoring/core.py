@@ -23,7 +23,7 @@ from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
-from infra.metrics import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
+from infra.stage_counts import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
 from models.registry import LoadedModel, MissingFeaturesError
 from scoring.model_cache import worker_model
 from validation.columnar import validate_many
@@ -37,7 +37,7 @@ SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_M
 TOP_FEATURES = 3
 
 
-#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.metrics``).
+#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.stage_counts``).
 SCORED_SCHEMA = pa.schema([(RECORDS_COLUMN, pa.binary()), *COUNTS_FIELDS])
 
 

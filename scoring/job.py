@@ -37,9 +37,9 @@ from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
-from infra.metrics import COUNTS_DDL, OBSERVATION, observations
 from infra.redis_store import RedisTarget
 from infra.spark import start_stream
+from infra.stage_counts import COUNTS_DDL, OBSERVATION, observations
 from models.registry import CHAMPION
 from scoring.chooser import batch_versions, model_choosers
 from scoring.core import Scorer, now_ms
@@ -68,7 +68,7 @@ class ScoringJobConfig:
     ending_offsets: str = LATEST
 
 
-#: Gets each micro-batch's summed counts (``infra.metrics.COUNTS``) and the model versions that served it.
+#: Gets each micro-batch's summed counts (``infra.stage_counts.COUNTS``) and the model versions that served it.
 BatchObserver = Callable[[Mapping[str, Any], Mapping[str, int | None]], None]
 
 

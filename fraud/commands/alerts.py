@@ -27,7 +27,8 @@ from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
-from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
+from infra.clients import Clients
+from infra.kafka_log import consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
 from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)

@@ -31,10 +31,12 @@ from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
 from features.job import layout_of
 from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
-from infra.clients import Clients, ensure_topics, read_topic, topic_counts
+from infra.clients import Clients
 from infra.embedded import StackInfo
+from infra.kafka_log import read_topic, topic_counts
 from infra.kafka_source.config import at_time
 from infra.redis_store import RedisTarget, card_features_key, card_score_key, get_alert
+from infra.topic_admin import ensure_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset

@@ -25,9 +25,11 @@ from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra.clients import Clients, Endpoints, ensure_topics, read_topic
+from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo
+from infra.kafka_log import read_topic
 from infra.redis_store import RedisTarget, card_features_key
+from infra.topic_admin import ensure_topics
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
