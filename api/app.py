@@ -32,7 +32,7 @@ from contracts.errors import ConfigError
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import check_bearer_token
 from infra.api_metrics import ApiMetrics
-from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
+from infra.redis_reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
 
 
 class CardFeatures(BaseModel):

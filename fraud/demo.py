@@ -47,7 +47,7 @@ from fraud.live import QueryJobs
 from infra.clients import Clients
 from infra.embedded import EmbeddedStack
 from infra.kafka_log import read_topic, topic_counts
-from infra.redis_store import card_features_key
+from infra.redis_keys import card_features_key
 from infra.topic_admin import create_project_topics
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table

@@ -30,7 +30,7 @@ from infra.clients import Clients
 from infra.input_watch import InputWatch, observer_group
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import JobMetrics
-from infra.redis_store import RedisTarget
+from infra.redis_connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
 from infra.topic_admin import create_project_topics
 from models.registry import CHAMPION, MODEL_LOADING_MODULES

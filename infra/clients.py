@@ -21,7 +21,7 @@ from contracts.errors import ServiceUnavailableError
 from contracts.settings import Settings
 from infra.embedded import EmbeddedStack, StackInfo
 from infra.kafka_outage import KafkaUnreachableError
-from infra.redis_store import RedisOptions, redis_client
+from infra.redis_connection import RedisOptions, redis_client
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20

@@ -37,7 +37,7 @@ from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
-from infra.redis_store import RedisTarget
+from infra.redis_connection import RedisTarget
 from infra.spark import start_stream
 from infra.stage_counts import COUNTS_DDL, OBSERVATION, observations
 from models.registry import CHAMPION

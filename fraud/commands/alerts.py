@@ -29,7 +29,8 @@ from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, pars
 from fraud.state import StateService
 from infra.clients import Clients
 from infra.kafka_log import consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
-from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
+from infra.redis_connection import check_access, client_for
+from infra.redis_reads import card_known, card_summary, get_alert
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 
