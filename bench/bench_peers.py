@@ -72,9 +72,10 @@ from features.batch import transactions_features
 from features.definitions import FeatureParams, card_avg_amount_column, card_nb_tx_column
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
-from infra.clients import PRODUCER_LINGER_MS, Clients, cluster_metadata, delete_topics, ensure_topics
+from infra.clients import PRODUCER_LINGER_MS, Clients, cluster_metadata
 from infra.embedded import temporary_stack
 from infra.kafka_source.planner import FETCH_WAIT_MS
+from infra.topic_admin import delete_topics, ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

@@ -27,11 +27,11 @@ import pyarrow as pa
 import report
 
 from contracts.events import DeadLetter, TransactionEvent
-from ingest.columnar import validate_many
 from ingest.files import clean_table
 from ingest.produce import events_from_table
 from ingest.simulator import SimulatorConfig, simulate
-from ingest.validation import parse_event
+from validation.columnar import validate_many
+from validation.parse import parse_event
 
 DAY_MS = 86_400_000
 MAX_BYTES = 16_384

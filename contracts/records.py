@@ -34,7 +34,7 @@ class FeatureRecord(TransactionEvent):
 
     As strict as the input events: other producers can write this topic, and a value the model cannot
     score (a string, an infinity) must become a dead letter, not a failed micro-batch. Which feature
-    names a record must carry is the scoring stage's to check (``scoring.job``).
+    names a record must carry is the scoring stage's to check (``scoring.core.parse_feature_record``).
     """
 
     late: bool

@@ -27,8 +27,8 @@ from features.rows import (
     decoded_batch,
     one_batch,
 )
-from ingest.columnar import validate_many
-from ingest.validation import parse_event
+from validation.columnar import validate_many
+from validation.parse import parse_event
 
 C = TxColumns
 
@@ -46,7 +46,7 @@ class DecodeOptions:
 def decode(records: pa.RecordBatch, options: DecodeOptions, clock_ms: int | None = None) -> pa.RecordBatch:
     """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows).
 
-    Records are validated in bulk (``ingest.columnar.validate_many``); the few it cannot decide go
+    Records are validated in bulk (``validation.columnar.validate_many``); the few it cannot decide go
     through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
     records' order, one per record. With ``clock_ms`` (the micro-batch's clock, ``Split.clock_ms``) and
     ``options.max_clock_skew_ms``, transactions dated too far ahead of it are dead rows

@@ -85,11 +85,13 @@ from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key,
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.kafka_source.splits import Split
-from infra.metrics import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, counts_row, observations
-from infra.redis_store import RedisTarget, card_features_key, set_latest_encoded
+from infra.redis_connection import RedisTarget
+from infra.redis_keys import card_features_key
+from infra.redis_store import set_latest_encoded
 from infra.schemas import spark_ddl
 from infra.spark import start_stream
 from infra.spark_state import PipelinedMap
+from infra.stage_counts import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, counts_row, observations
 from infra.state_store import StateReader
 from infra.timing import Timings
 

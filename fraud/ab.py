@@ -26,7 +26,8 @@ from features.definitions import DAY_MS
 from fraud.console import console
 from fraud.jobs import job_spark_session
 from fraud.options import FeatureSource, feature_params
-from infra.clients import Clients, mlflow_store, read_topic
+from infra.clients import Clients, mlflow_store
+from infra.kafka_log import read_topic
 from models.ab_report import render_html
 from models.comparison import Comparison, Decision, compare, decide
 from models.registry import (
@@ -53,7 +54,7 @@ from scoring.ab import (
     score_range,
     shadow_pairs,
 )
-from scoring.job import check_computable
+from scoring.chooser import check_computable
 
 C = TxColumns
 

@@ -36,6 +36,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
+from api.app import create_app
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings, redis_prefix
@@ -43,9 +44,11 @@ from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
-from infra.clients import Clients, create_project_topics, read_topic, topic_counts
+from infra.clients import Clients
 from infra.embedded import EmbeddedStack
-from infra.redis_store import card_features_key
+from infra.kafka_log import read_topic, topic_counts
+from infra.redis_keys import card_features_key
+from infra.topic_admin import create_project_topics
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events
@@ -54,7 +57,6 @@ from ingest.tokens import card_token
 from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
-from scoring.api import create_app
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"

@@ -26,11 +26,13 @@ from fraud.options import DEFAULT_MAX_RECORDS, JobName
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
 from infra.checkpoints import check_intact
-from infra.clients import Clients, create_project_topics
+from infra.clients import Clients
+from infra.input_watch import InputWatch, observer_group
 from infra.kafka_source.config import EARLIEST, LATEST, at_time
-from infra.metrics import InputWatch, JobMetrics, observer_group
-from infra.redis_store import RedisTarget
+from infra.metrics import JobMetrics
+from infra.redis_connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
+from infra.topic_admin import create_project_topics
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline

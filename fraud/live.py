@@ -1,4 +1,4 @@
-"""The running jobs as the live page's status strip shows them (``scoring.live.JobsView``).
+"""The running jobs as the live page's status strip shows them (``api.live.JobsView``).
 
 ``fraud serve`` shows the jobs registered under ``FRAUD_HOME`` (as ``fraud status`` finds them), through
 their metrics endpoints; ``fraud demo --follow`` shows the jobs it runs itself, through their queries' last
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.live import JobStatus
 from fraud.running import running_jobs
 from infra.metrics import Samples, ended_at, records_behind, records_read, scrape
-from scoring.live import JobStatus
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.state import STATE_JOBS
 from contracts.errors import ConfigError, FraudError, NotFoundError, ServiceUnavailableError, StateError
 from contracts.settings import NAMESPACE_PATTERN, Settings
 from features.definitions import DEFAULT_PARAMS, FeatureParams
 from fraud.options import checkpoint_dir
-from scoring.api import STATE_JOBS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -3,81 +3,44 @@
 Two feeds. Spark's progress report of each micro-batch (:meth:`JobMetrics.on_progress`): rows in and
 rates, the micro-batch's duration, how far each partition's offsets trail the log's end, the event-time
 frontier's delay, state rows and bytes per stateful operator. And the counts the stages attach to their
-output (:data:`COUNTS`, one column each next to the packed records: feature records, late events, scores,
-alerts, dead letters by reason), summed per micro-batch by Spark (``observe``) and handed over with the
-model versions that served it (:meth:`JobMetrics.on_batch`).
+output (``infra.stage_counts``: feature records, late events, scores, alerts, dead letters by reason),
+summed per micro-batch by Spark (``observe``) and handed over with the model versions that served it
+(:meth:`JobMetrics.on_batch`). With the job's input watch (``infra.input_watch``), the alert latency too.
 
 Counts are per micro-batch run: a micro-batch re-run after a crash counts again (metrics are for watching
 a job, the topics are the record).
-
-A job also watches its input log (:class:`InputWatch`, one consumer in the driver): when each record of its
-main input topic was appended (to a tail's precision, tens of milliseconds), for the alert latency, and it
-commits each micro-batch's end offsets to a consumer group of its own (:func:`observer_group`), so that
-Kafka's tools (``kafka-consumer-groups.sh --describe``) and ``fraud status`` show its lag. The group is for
-observation only: the job resumes from its checkpoint, never from the group.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import urllib.request
-from bisect import bisect_right
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.errors import ConfigError
-from contracts.events import DLQ_REASON_HEADER, Reason
-from contracts.records import ALERT_SOURCE_HEADER, parse_source_position
-from contracts.settings import Topics
-from infra.clients import KAFKA_LOGGER, log_bounds, partitions_of
+from contracts.records import parse_source_position
+from infra.input_watch import ARRIVALS_KEPT_S, InputWatch
+from infra.stage_counts import (
+    ALERT_COUNT,
+    ALERT_SOURCES,
+    DEAD_COUNTS,
+    FEATURE_COUNT,
+    LATE_COUNT,
+    OBSERVATION,
+    SCORE_COUNT,
+)
 
-_log = logging.getLogger(__name__)
-
-#: The counts the stages attach to their output rows, summed per micro-batch.
-FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT = "n_features", "n_late", "n_scores", "n_alerts"
-DEAD_COUNTS = {reason.value: f"n_dead_{reason.value}" for reason in Reason}
-COUNTS = (FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT, *DEAD_COUNTS.values())
-#: Next to the counts: the alerts' source records (``contracts.records.ALERT_SOURCE_HEADER``), collected.
-ALERT_SOURCES = "alert_sources"
-#: The counts' and sources' columns as Spark DDL (``mapInArrow`` and state outputs) and as Arrow fields.
-COUNTS_DDL = ", ".join([*(f"{name} bigint" for name in COUNTS), f"{ALERT_SOURCES} array<string>"])
-COUNTS_FIELDS = [*((name, pa.int64()) for name in COUNTS), (ALERT_SOURCES, pa.list_(pa.string()))]
-#: Fetches of the input watch kept for the alert latency: an alert's transaction older than this (held by
-#: the frontier, or read late) is not timed.
-ARRIVALS_KEPT_S = 600.0
-#: The name of the observed metrics in Spark's progress reports.
-OBSERVATION = "fraud"
 #: Micro-batch durations, seconds.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120)
 #: Alert latencies, seconds.
 LATENCY_BUCKETS = (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
-#: API request durations, seconds.
-REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
-#: The start of the consumer groups the jobs commit their offsets to, for observation.
-OBSERVER_GROUP_PREFIX = "fraud-observed."
-
-
-def observer_group(job: str, namespace: str = "") -> str:
-    """The consumer group a job commits its processed offsets to: ``fraud-observed.[<namespace>.]<job>``."""
-    return f"{OBSERVER_GROUP_PREFIX}{namespace + '.' if namespace else ''}{job}"
 
 
 def records_read(progress: Mapping[str, Any]) -> int:
@@ -93,167 +56,6 @@ def _read(raw: Any) -> int:
     return int(_offsets(raw).get("read", 0))
 
 
-def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, int]:
-    """The counts of a state call's or a task's sink records (``infra.kafka_sink.records.COLUMNS``):
-    records per output topic, dead letters by reason (from their ``dlq.reason`` header)."""
-    counts = dict.fromkeys(COUNTS, 0)
-    counts[LATE_COUNT] = late
-    if not records.num_rows:
-        return counts
-    topic = records.column("topic")
-    for name, where in (
-        (FEATURE_COUNT, topics.features),
-        (SCORE_COUNT, topics.scores),
-        (ALERT_COUNT, topics.alerts),
-    ):
-        counts[name] = int(pc.sum(pc.equal(topic, where)).as_py() or 0)
-    dead = records.filter(pc.equal(topic, topics.dead_letter))
-    for headers in dead.column("headers").to_pylist() if dead.num_rows else ():
-        reason = next((h["value"] for h in headers or () if h["key"] == DLQ_REASON_HEADER), b"")
-        column = DEAD_COUNTS.get(bytes(reason or b"").decode(errors="replace"))
-        if column is not None:
-            counts[column] += 1
-    return counts
-
-
-def alert_sources(records: pa.Table, topics: Topics) -> list[str]:
-    """The source positions of a state call's or a task's alert records, from their headers."""
-    alerts = records.filter(pc.equal(records.column("topic"), topics.alerts))
-    found = []
-    for headers in alerts.column("headers").to_pylist() if alerts.num_rows else ():
-        value = next((h["value"] for h in headers or () if h["key"] == ALERT_SOURCE_HEADER), None)
-        if value:
-            found.append(bytes(value).decode(errors="replace"))
-    return found
-
-
-def counts_row(counts: Mapping[str, int], sources: Sequence[str] = ()) -> dict[str, list[Any]]:
-    """Columns of one output row carrying ``counts`` and the alerts' ``sources`` (next to its packed
-    records)."""
-    return {**{name: [int(counts.get(name, 0))] for name in COUNTS}, ALERT_SOURCES: [list(sources)]}
-
-
-def observations() -> list[Any]:
-    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``): the counts summed, the
-    alerts' sources collected."""
-    from pyspark.sql import functions as F
-
-    return [
-        *(F.sum(name).alias(name) for name in COUNTS),
-        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
-    ]
-
-
-class Arrivals:
-    """When the records of some partitions were appended: per partition, the first offset of each fetch and
-    when it came. Records from one fetch's first offset to the next's arrived with that fetch."""
-
-    def __init__(self, partitions: Collection[str]) -> None:
-        self._firsts: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in partitions}
-        self._lock = threading.Lock()
-
-    def note(self, firsts: Mapping[str, int], at: float) -> None:
-        """A fetch at ``at`` (seconds since the epoch) whose first record of each partition had this offset."""
-        with self._lock:
-            for name, offset in firsts.items():
-                offsets, times = self._firsts[name]
-                offsets.append(offset)
-                times.append(at)
-
-    def appended_at(self, name: str, offset: int) -> float | None:
-        """When the record at ``offset`` of partition ``name`` (``topic/partition``) came; None when not
-        known (before the watch began, forgotten, or a partition not watched)."""
-        with self._lock:
-            offsets, times = self._firsts.get(name, ((), ()))
-            i = bisect_right(offsets, offset) - 1
-            return times[i] if i >= 0 else None
-
-    def forget(self, before_s: float) -> None:
-        """Forget the fetches before ``before_s``."""
-        with self._lock:
-            for offsets, times in self._firsts.values():
-                drop = bisect_right(times, before_s)
-                del offsets[:drop], times[:drop]
-
-
-class InputWatch:
-    """The driver's watch on a job's input log: when its main topics' records were appended, and a consumer
-    group to show what the job has processed.
-
-    A thread tails the topics from their end as the job starts (read_uncommitted: a record counts as
-    appended before its transaction commits) and notes, per partition and fetch, the first offset it got
-    and the time (:class:`Arrivals`): records appended while the job runs have an append time to a fetch's
-    precision (tens of milliseconds), older ones none. :meth:`commit` commits a micro-batch's end offsets
-    to ``group``.
-    """
-
-    def __init__(self, kafka_config: Mapping[str, Any], topics: Sequence[str], group: str) -> None:
-        """Watch ``topics`` (none: only commit to ``group``)."""
-        self.group = group
-        self._consumer = Consumer(
-            {
-                **kafka_config,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "isolation.level": "read_uncommitted",
-                "fetch.wait.max.ms": 20,
-                "enable.partition.eof": True,  # for log_bounds
-                "queued.max.messages.kbytes": 4096,
-            },
-            logger=KAFKA_LOGGER,
-        )
-        partitions = [(topic, p) for topic in topics for p in partitions_of(self._consumer, topic)]
-        # The log's end as it is (Tansu reports a high watermark short of it: infra.clients.log_bounds).
-        ends = log_bounds(self._consumer, partitions) if partitions else {}
-        self._consumer.assign(
-            [TopicPartition(*_topic_partition(name), end) for name, (_, end) in ends.items()]
-        )
-        self.arrivals = Arrivals([f"{topic}/{p}" for topic, p in partitions])
-        self._client = threading.Lock()  # the consumer, shared by the tail and the commits
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tail, name="input-watch", daemon=True)
-        if partitions:
-            self._thread.start()
-
-    def _tail(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self._client:
-                    messages = self._consumer.consume(10_000, timeout=0.05)
-            except (KafkaException, RuntimeError):  # the broker away, or the consumer closed
-                time.sleep(0.5)
-                continue
-            firsts: dict[str, int] = {}
-            for message in messages:
-                if message.error() is None:
-                    firsts.setdefault(f"{message.topic()}/{message.partition()}", message.offset() or 0)
-            self.arrivals.note(firsts, time.time())
-            if not messages:
-                time.sleep(0.01)
-
-    def commit(self, ends: Mapping[str, int]) -> None:
-        """Commit the end offsets of a micro-batch (``topic/partition``: offset) to the group, without
-        waiting: a commit that fails (the broker away) is made good by the next micro-batch's."""
-        offsets = [TopicPartition(*_topic_partition(name), int(at)) for name, at in ends.items()]
-        try:
-            with self._client:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as error:
-            _log.debug("committing offsets to %s failed: %s", self.group, error)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        with self._client:
-            self._consumer.close()
-
-
-def _topic_partition(name: str) -> tuple[str, int]:
-    topic, _, partition = name.rpartition("/")
-    return topic, int(partition)
-
-
 class JobMetrics:
     """The metrics of one job (``job`` label), in a registry of their own."""
 
@@ -266,7 +68,7 @@ class JobMetrics:
     ) -> None:
         """``watch``: the job's input watch (alert latency, observed offsets); ``redis_failures``: the
         count of the job's failed Redis write attempts so far
-        (``infra.redis_store.RedisTarget.write_failures``)."""
+        (``infra.redis_connection.RedisTarget.write_failures``)."""
         self.job = job
         self.registry = registry or CollectorRegistry()
         self.watch = watch
@@ -379,7 +181,8 @@ class JobMetrics:
         self._redis_failures_seen = total
 
     def on_batch(self, counts: Mapping[str, Any], versions: Mapping[str, int | None] | None = None) -> None:
-        """The summed counts of a micro-batch's output (:data:`COUNTS`) and the model versions that served it."""
+        """The summed counts of a micro-batch's output (``infra.stage_counts.COUNTS``) and the model versions
+        that served it."""
         job = self.job
         for name, counter in (
             (FEATURE_COUNT, self.feature_records),
@@ -442,32 +245,6 @@ def operator_names(operators: Sequence[Mapping[str, Any]]) -> list[str]:
         name if names.count(name) == 1 else f"{name}#{names[: i + 1].count(name)}"
         for i, name in enumerate(names)
     ]
-
-
-class ApiMetrics:
-    """The metrics of an HTTP API (``fraud serve``): requests by route template, method and status, and
-    their durations by route."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        self.requests = Counter(
-            "fraud_api_requests", "Requests answered", ["route", "method", "status"], registry=self.registry
-        )
-        self.duration = Histogram(
-            "fraud_api_request_duration_seconds",
-            "Time to answer a request",
-            ["route"],
-            buckets=REQUEST_BUCKETS,
-            registry=self.registry,
-        )
-
-    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.duration.labels(route).observe(seconds)
-
-    def exposition(self) -> tuple[bytes, str]:
-        """The metrics in Prometheus' text format, and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
 #: Seconds a metrics endpoint may take to answer.

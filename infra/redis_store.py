@@ -1,4 +1,4 @@
-"""Redis keys and idempotent writes of the lookup store, defined once.
+"""Idempotent writes of the lookup store (its keys: ``infra.redis_keys``).
 
 Every key starts with a prefix chosen by the job (empty for the live pipeline), so isolated runs such as
 A/B replays never touch the live keys. Writes are idempotent: writing the same micro-batch again (a
@@ -12,22 +12,17 @@ few hundred keys at a time; on a Redis Cluster those keys would need a common ha
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import orjson
 import pyarrow as pa
 from pydantic import BaseModel
 
-from contracts.errors import ServiceUnavailableError
-from contracts.privacy import redact_url
 from contracts.records import AlertRecord, ScoreRecord
 from infra.arrow_json import newest_rows, read_records, text_arrays
-from infra.retry import wait_out
-
-T = TypeVar("T")
+from infra.redis_keys import JSON_FIELDS, alert_key, card_alerts_key, card_score_key, recent_alerts_key
 
 #: Sets each hash to its fields unless it holds a newer record; records are ordered by (event_time_ms,
 #: tx_id). KEYS = the hashes; ARGV = ttl_s, the fields' names (a JSON array), then per key: event_time_ms,
@@ -68,177 +63,6 @@ return set
 """
 #: Records per script call: one call blocks Redis while it runs, so a large batch is sent in slices.
 _SET_IF_NEWER_SLICE = 500
-
-
-@dataclass(frozen=True)
-class RedisOptions:
-    """How to log in to a Redis server beyond its URL: an ACL user and password, TLS with the CA that signs
-    the server's certificate and a client certificate (mutual TLS). Unset fields leave the URL's own."""
-
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)  # a secret: never in a repr
-    tls: bool = False
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``redis.Redis.from_url`` that apply these options."""
-        import redis
-
-        kwargs: dict[str, Any] = {}
-        if self.username is not None:
-            kwargs["username"] = self.username
-        if self.password is not None:
-            kwargs["password"] = self.password
-        if self.tls:
-            kwargs["connection_class"] = redis.SSLConnection
-        tls_files = {
-            "ssl_ca_certs": self.ca_file,
-            "ssl_certfile": self.cert_file,
-            "ssl_keyfile": self.key_file,
-        }
-        kwargs.update({name: value for name, value in tls_files.items() if value is not None})
-        return kwargs
-
-
-#: A server reached by its URL alone (the embedded stack's Valkey).
-URL_ONLY = RedisOptions()
-
-
-def redis_client(url: str, options: RedisOptions = URL_ONLY, **kwargs: Any) -> Any:
-    """A new redis-py client of ``url`` with ``options`` (and any other client ``kwargs``)."""
-    import redis
-
-    return redis.Redis.from_url(url, **options.client_kwargs(), **kwargs)
-
-
-class RedisAccessError(ServiceUnavailableError):
-    """Redis answers, but refuses the credentials (a wrong password or user) or a command (an ACL user
-    without it): a setting to correct, not an outage to wait out."""
-
-
-@contextlib.contextmanager
-def refused_access(url: str) -> Iterator[None]:
-    """Redis's refusals inside the block as :class:`RedisAccessError` (one line: server, what it said,
-    what to check)."""
-    import redis
-
-    try:
-        yield
-    except redis.AuthenticationError as exc:
-        raise RedisAccessError(
-            f"Redis at {redact_url(url)} refused the credentials ({exc}): check FRAUD_REDIS_USERNAME and "
-            "FRAUD_REDIS_PASSWORD (or the user and password of FRAUD_REDIS_URL)"
-        ) from None
-    except redis.exceptions.NoPermissionError as exc:
-        raise RedisAccessError(
-            f"Redis at {redact_url(url)} refused a command ({exc}): its ACL user needs the commands the "
-            "jobs run on their keys (docs/operations.md)"
-        ) from None
-
-
-def check_access(client: Any, url: str) -> None:
-    """A PING with ``client``'s credentials: refused credentials raise :class:`RedisAccessError`; a Redis
-    that does not answer passes (an outage: the writes wait it out).
-
-    Raises:
-        RedisAccessError: Redis refused the credentials.
-    """
-    import redis
-
-    with contextlib.suppress(redis.ConnectionError, redis.TimeoutError), refused_access(url):
-        try:
-            client.ping()
-        except redis.exceptions.NoPermissionError:
-            return  # an ACL user may be denied PING and still write: its writes will tell
-
-
-@dataclass(frozen=True)
-class RedisTarget:
-    """Where a job keeps its lookups: the server, the key prefix of its namespace (empty for the live
-    pipeline), how long what it writes is kept (``Settings.alert_retention_s``) and how to log in."""
-
-    url: str
-    prefix: str
-    retention_s: int
-    options: RedisOptions = URL_ONLY
-    #: Who writes (a job's name): its failed write attempts are counted under it (:func:`write_failures`).
-    writer: str = ""
-
-    def __repr__(self) -> str:
-        return (
-            f"RedisTarget({redact_url(self.url)!r}, prefix={self.prefix!r}, retention_s={self.retention_s}, "
-            f"options={self.options!r}, writer={self.writer!r})"
-        )
-
-    def client(self) -> Any:
-        """This process's client of the server (Spark workers reuse it across micro-batches)."""
-        return client_for(self.url, self.options)
-
-    def write(self, operation: Callable[[Any], T]) -> T:
-        """``operation(client)``, waiting out a Redis outage (a restart, a failover, a network cut): the
-        writes are idempotent and must not be lost, so they are retried until Redis answers.
-
-        Raises:
-            RedisAccessError: Redis refused the credentials or the command (no outage: waiting would
-                never end).
-        """
-        import redis
-
-        with refused_access(self.url):
-            return wait_out(
-                lambda: operation(self.client()),
-                f"Redis at {redact_url(self.url)}",
-                (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError),
-                on_recovered=self._count_failures,
-                permanent=(redis.AuthenticationError,),
-            )
-
-    def check_access(self) -> None:
-        """Fail now if Redis refuses the credentials (:func:`check_access`), before a job starts."""
-        check_access(self.client(), self.url)
-
-    def _count_failures(self, failures: int) -> None:
-        """Add an outage's failed attempts to the writer's count, in Redis (write tasks may run on any
-        executor; the job's driver reads the count for its metrics)."""
-        with contextlib.suppress(Exception):  # a count must never fail the write it follows
-            self.client().hincrby(stats_key(self.prefix), f"{self.writer}:write_failures", failures)
-
-    def write_failures(self) -> int | None:
-        """The writer's failed write attempts so far (all its runs), or None when Redis does not answer."""
-        try:
-            stored = self.client().hget(stats_key(self.prefix), f"{self.writer}:write_failures")
-        except Exception:
-            return None
-        return int(stored or 0)
-
-
-_CLIENTS: dict[tuple[str, RedisOptions], Any] = {}
-#: Seconds a Redis call may wait for the server before it counts as away.
-SOCKET_TIMEOUT_S = 5.0
-
-
-def client_for(url: str, options: RedisOptions = URL_ONLY) -> Any:
-    """A redis-py client for ``url`` and ``options``, one per process (Spark workers reuse it across
-    micro-batches)."""
-    if (url, options) not in _CLIENTS:
-        # Timeouts, so that a server that stops answering (paused, cut off) is an error to wait out
-        # (RedisTarget.write) rather than a write blocked forever.
-        _CLIENTS[url, options] = redis_client(
-            url, options, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
-        )
-    return _CLIENTS[url, options]
-
-
-def stats_key(prefix: str = "") -> str:
-    """Hash of the writers' counts (``<writer>:write_failures``)."""
-    return f"{prefix}stats:redis"
-
-
-def card_features_key(card_id: str, prefix: str = "") -> str:
-    """Hash with the latest features of a card."""
-    return f"{prefix}card:{card_id}:features"
 
 
 def set_latest(client: Any, records: Iterable[tuple[str, int, int, Mapping[str, object]]], ttl_s: int) -> int:
@@ -330,10 +154,6 @@ def _text_of(value: object) -> str:
 #: Size bound of the recent-alerts set behind the live page: only the newest (by event time) are kept.
 RECENT_ALERTS_MAX = 1_000
 
-#: Fields of an alert hash stored as JSON text; the others are plain Redis strings.
-_JSON_FIELDS = ("features", "top_features")
-#: Integer fields of the alert and score hashes (Redis returns text).
-_INT_FIELDS = ("schema_version", "tx_id", "event_time_ms", "scored_at_ms", "model_version")
 
 #: Writes one alert. KEYS = alert hash, card's alert set, recent-alert set; ARGV = tx_id, event_time_ms,
 #: retention_ms, ttl_s, recent_max, field, value, ... Returns 1 if the alert hash did not exist before.
@@ -350,26 +170,6 @@ end
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1 - tonumber(ARGV[5]))
 return new
 """
-
-
-def alert_key(tx_id: int, prefix: str = "") -> str:
-    """Hash with the fields of one alert."""
-    return f"{prefix}alert:{tx_id}"
-
-
-def card_alerts_key(card_id: str, prefix: str = "") -> str:
-    """Sorted set of a card's alerts: member tx_id, score event_time_ms."""
-    return f"{prefix}card:{card_id}:alerts"
-
-
-def card_score_key(card_id: str, prefix: str = "") -> str:
-    """Hash with the latest score of a card (newest by (event_time_ms, tx_id))."""
-    return f"{prefix}card:{card_id}:score"
-
-
-def recent_alerts_key(prefix: str = "") -> str:
-    """Sorted set of the newest alerts of all cards (tx_id by event_time_ms), bounded in size."""
-    return f"{prefix}alerts:recent"
 
 
 def write_alerts(
@@ -461,58 +261,6 @@ def _arrow_type(annotation: Any) -> pa.DataType:
     return types[annotation]
 
 
-def get_alert(client: Any, tx_id: int, prefix: str = "") -> AlertRecord | None:
-    """The stored alert of a transaction, or None (no alert, or expired)."""
-    return _alert_from_hash(client.hgetall(alert_key(tx_id, prefix)))
-
-
-def card_alerts(client: Any, card_id: str, prefix: str = "", limit: int = 100) -> list[AlertRecord]:
-    """A card's stored alerts, newest (by event time) first."""
-    tx_ids = client.zrevrange(card_alerts_key(card_id, prefix), 0, limit - 1)
-    return _alerts_of(client, tx_ids, prefix)
-
-
-def recent_alerts(
-    client: Any, prefix: str = "", limit: int = 50, after_ms: int | None = None
-) -> list[AlertRecord]:
-    """The newest alerts of all cards, newest (by event time) first; only later than ``after_ms`` if given."""
-    low = "-inf" if after_ms is None else f"({after_ms}"
-    tx_ids = client.zrevrangebyscore(recent_alerts_key(prefix), "+inf", low, start=0, num=limit)
-    return _alerts_of(client, tx_ids, prefix)
-
-
-def card_known(client: Any, card_id: str, prefix: str = "") -> bool:
-    """Whether anything (features, a score or alerts) is stored for the card."""
-    keys = (
-        card_features_key(card_id, prefix),
-        card_score_key(card_id, prefix),
-        card_alerts_key(card_id, prefix),
-    )
-    return int(client.exists(*keys)) > 0
-
-
-def card_summary(client: Any, card_id: str, prefix: str = "", limit: int = 20) -> dict[str, Any]:
-    """What is known about a card: latest features, latest score and newest alerts.
-
-    Returns ``{"card_id", "features", "score", "alerts"}``: ``features`` is None or ``{"tx_id",
-    "event_time_ms", "terminal_id", "amount", "late", "values": {feature: value}}`` (from the feature
-    job's ``card_features_key``), ``score`` a :class:`ScoreRecord` or None, ``alerts`` newest first.
-    """
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(card_features_key(card_id, prefix))
-    pipe.hgetall(card_score_key(card_id, prefix))
-    raw_features, raw_score = pipe.execute()
-    score = None
-    if raw_score:
-        score = ScoreRecord.model_validate({**_decode_hash(raw_score), "card_id": card_id})
-    return {
-        "card_id": card_id,
-        "features": _features_from_hash(raw_features) if raw_features else None,
-        "score": score,
-        "alerts": card_alerts(client, card_id, prefix, limit),
-    }
-
-
 #: What a card's latest score hash leaves out of the score: the card, which its key names.
 _SCORE_LEFT_OUT = frozenset({"card_id"})
 
@@ -523,62 +271,10 @@ def _to_hash(record: BaseModel) -> dict[str, str | int | float]:
     for name, value in record.model_dump(
         exclude=set(_SCORE_LEFT_OUT) if isinstance(record, ScoreRecord) else None
     ).items():
-        if name in _JSON_FIELDS:
+        if name in JSON_FIELDS:
             fields[name] = orjson.dumps(value).decode()
         elif isinstance(value, bool):
             fields[name] = int(value)
         else:
             fields[name] = value
     return fields
-
-
-def _text(value: bytes | str) -> str:
-    """Redis replies are bytes, or str from a client made with ``decode_responses=True``."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _decode_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    decoded: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = _text(key)
-        if name in _JSON_FIELDS:
-            decoded[name] = orjson.loads(value)
-        elif name in _INT_FIELDS:
-            decoded[name] = int(value)
-        else:
-            decoded[name] = _text(value)
-    return decoded
-
-
-def _alert_from_hash(raw: Mapping[Any, Any]) -> AlertRecord | None:
-    return AlertRecord.model_validate(_decode_hash(raw)) if raw else None
-
-
-def _alerts_of(client: Any, tx_ids: list[Any], prefix: str) -> list[AlertRecord]:
-    """The alerts of these tx ids in order, skipping any whose hash has expired."""
-    if not tx_ids:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for tx_id in tx_ids:
-        pipe.hgetall(alert_key(int(tx_id), prefix))
-    return [alert for alert in map(_alert_from_hash, pipe.execute()) if alert is not None]
-
-
-#: Fields of the feature job's ``card:{card_id}:features`` hash that describe the transaction, not a feature.
-_FEATURE_HASH_META = ("tx_id", "event_time_ms", "terminal_id", "amount", "late")
-
-
-def _features_from_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    fields = {_text(key): _text(value) for key, value in raw.items()}
-    return {
-        "tx_id": int(fields.get("tx_id", 0)),
-        "event_time_ms": int(fields.get("event_time_ms", 0)),
-        "terminal_id": fields.get("terminal_id", ""),
-        "amount": float(fields["amount"]) if fields.get("amount") else None,
-        "late": fields.get("late") == "1",
-        "values": {
-            name: float(value) if value != "" else None
-            for name, value in sorted(fields.items())
-            if name not in _FEATURE_HASH_META
-        },
-    }

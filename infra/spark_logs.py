@@ -35,7 +35,18 @@ POLL_S = 0.2
 #: The loggers a log level applies to: the project's packages (and the lines of Spark's Python workers
 #: without a logger of their own, :func:`relog`). Other libraries log warnings and errors only, whatever the
 #: level: at debug, some would log their calls' arguments, credentials included.
-PROJECT_LOGGERS = ("contracts", "infra", "ingest", "features", "models", "scoring", "fraud", "spark.worker")
+PROJECT_LOGGERS = (
+    "contracts",
+    "validation",
+    "infra",
+    "ingest",
+    "features",
+    "models",
+    "scoring",
+    "api",
+    "fraud",
+    "spark.worker",
+)
 
 
 class CardNumberFilter(logging.Filter):

@@ -10,7 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from contracts.events import DeadLetter, from_message
-from infra.clients import Clients, read_topic
+from infra.clients import Clients
+from infra.kafka_log import read_topic
 
 
 @dataclass

@@ -1,17 +1,16 @@
-"""Validation of raw event bytes: a valid event or a dead letter with a machine-readable reason.
+"""Validation at the edge, of the events ingest takes in: transactions (card numbers stop here, events dated
+too far ahead are refused) and labels, each a valid event or a dead letter with a machine-readable reason.
 
-Errors are data: nothing here raises for bad input. The same functions serve file import and the
-stream jobs, so a record is judged the same wherever it enters.
+Errors are data: nothing here raises for bad input. The records themselves are judged by
+``validation.parse.parse_event``, as everywhere else.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
 
 from contracts.events import (
     DEFAULT_MAX_CLOCK_SKEW_MS,
@@ -23,66 +22,7 @@ from contracts.events import (
 )
 from contracts.privacy import mask_card_numbers
 from ingest.tokens import TERMINAL_TOKEN_PREFIX, terminal_token
-
-EventT = TypeVar("EventT", bound=BaseModel)
-
-# Pydantic error types, by the reason they stand for; the first reason found in this order wins.
-_REASON_OF_ERROR: list[tuple[Reason, frozenset[str]]] = [
-    (Reason.MALFORMED_JSON, frozenset({"json_invalid", "json_type"})),
-    (Reason.NOT_AN_OBJECT, frozenset({"model_type", "model_attributes_type", "dict_type"})),
-    (Reason.MISSING_FIELD, frozenset({"missing"})),
-    (Reason.UNEXPECTED_FIELD, frozenset({"extra_forbidden"})),
-    (
-        Reason.WRONG_TYPE,
-        frozenset({"int_type", "float_type", "string_type", "bool_type", "int_from_float", "int_parsing"}),
-    ),
-]
-#: Dead-letter details are cut to this many characters.
-MAX_DETAIL_CHARS = 500
-
-
-def reason_of(error: ValidationError) -> tuple[Reason, str]:
-    """The dead-letter reason and a short human detail for a pydantic validation error."""
-    errors = error.errors(include_url=False, include_input=False)
-    detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in errors)[
-        :MAX_DETAIL_CHARS
-    ]
-    for e in errors:
-        if e["loc"] == ("schema_version",) and e["type"] == "literal_error":
-            return Reason.UNKNOWN_SCHEMA_VERSION, detail
-    types = {e["type"] for e in errors}
-    for reason, kinds in _REASON_OF_ERROR:
-        if types & kinds:
-            return reason, detail
-    return Reason.INVALID_VALUE, detail
-
-
-def parse_event(
-    model: type[EventT],
-    raw: bytes,
-    source: str,
-    max_bytes: int,
-    partition: int | None = None,
-    offset: int | None = None,
-) -> EventT | DeadLetter:
-    """Parse and validate one JSON event of ``model``; a :class:`DeadLetter` when it is not valid."""
-    if len(raw) > max_bytes:
-        return DeadLetter(
-            raw=raw,
-            source=source,
-            reason=Reason.OVERSIZED,
-            detail=f"{len(raw)} bytes, more than the limit of {max_bytes}",
-            partition=partition,
-            offset=offset,
-        )
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as error:
-        reason, detail = reason_of(error)
-        return DeadLetter(
-            raw=raw, source=source, reason=reason, detail=detail, partition=partition, offset=offset
-        )
-
+from validation.parse import parse_event
 
 #: Detail of the dead letter of a transaction whose terminal id looks like a card number (no token key).
 CARD_NUMBER_IN_TERMINAL_ID = "terminal_id: looks like a card number (13-19 digits, Luhn-valid); never stored"

@@ -39,7 +39,8 @@ from models.comparison import CARD_ID, DAY, LABEL, SCORE_A, SCORE_B, TX_ID
 from models.registry import LoadedModel
 from models.replay import ReplayedEvents, replay_dataset
 from models.splits import TARGET, EvalProtocol, evaluation_days
-from scoring.job import Scorer, score_each, worker_model
+from scoring.core import Scorer, score_each
+from scoring.model_cache import worker_model
 
 C = TxColumns
 

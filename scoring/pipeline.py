@@ -6,7 +6,7 @@ transactions, and the latest features, scores and alerts in Redis. The terminal 
 (``FeatureJobConfig.hook``), with the model version the driver chose for the micro-batch: no second
 query, no second read and validation of the features topic, no second micro-batch on the way to an alert.
 The separate jobs (``fraud features run`` + ``fraud score run``) stay what replays and A/B runs use; both
-ways score with the same code (``scoring.job.score_rows``) and give the same scores.
+ways score with the same code (``scoring.core.score_rows``) and give the same scores.
 
 Model updates without restart and exactly-once work as in the scoring job (``scoring.job``): the driver
 re-reads the alias every ``model_check_interval_s``, records the version of each micro-batch in the
@@ -45,18 +45,11 @@ from infra.kafka_sink.records import SinkRows
 from infra.spark import start_stream
 from infra.timing import Timings
 from models.registry import CHAMPION
-from scoring.job import (
-    SCORED_EVENT_FIELDS,
-    BatchObserver,
-    ScoresToRedis,
-    batch_versions,
-    model_choosers,
-    now_ms,
-    score_rows,
-    scoring_clock,
-    shadow_rows,
-    worker_model,
-)
+from scoring.chooser import batch_versions, model_choosers
+from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
+from scoring.job import BatchObserver, scoring_clock
+from scoring.model_cache import worker_model
+from scoring.redis_hook import ScoresToRedis
 
 #: Spark local properties carrying the model version of a micro-batch (and the shadow's) and its scoring
 #: time to its tasks.

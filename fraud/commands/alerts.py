@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
@@ -26,9 +27,10 @@ from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
-from infra.clients import Clients, consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
-from infra.redis_store import card_known, card_summary, check_access, client_for, get_alert
-from scoring.api import create_app
+from infra.clients import Clients
+from infra.kafka_log import consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
+from infra.redis_connection import check_access, client_for
+from infra.redis_reads import card_known, card_summary, get_alert
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 

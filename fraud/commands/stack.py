@@ -9,17 +9,16 @@ from rich.table import Table
 
 from contracts.settings import Settings
 from fraud.console import console, counts_table, err_console, settings_of
-from infra.clients import (
-    Clients,
-    cluster_metadata,
+from infra.clients import Clients, cluster_metadata
+from infra.embedded import HOST, EmbeddedStack, StackInfo
+from infra.kafka_log import topic_counts
+from infra.topic_admin import (
     create_project_topics,
     delete_topics,
     existing_topics,
     shorter_retention,
     topic_configs,
-    topic_counts,
 )
-from infra.embedded import HOST, EmbeddedStack, StackInfo
 
 #: The broker's topic configs ``topics describe`` shows besides the settings' (Kafka reports dozens).
 _SHOWN = ("retention.", "cleanup.policy", "min.insync.replicas")

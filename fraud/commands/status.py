@@ -19,9 +19,11 @@ from contracts.settings import Settings
 from fraud.commands.stack import stack_table
 from fraud.console import console, settings_of
 from fraud.running import running_jobs
-from infra.clients import Clients, NotConfiguredError, cluster_metadata, log_bounds
+from infra.clients import Clients, NotConfiguredError, cluster_metadata
 from infra.embedded import EmbeddedStack
-from infra.metrics import OBSERVER_GROUP_PREFIX, Samples, scrape
+from infra.input_watch import OBSERVER_GROUP_PREFIX
+from infra.kafka_log import log_bounds
+from infra.metrics import Samples, scrape
 
 #: The consumer that finds the logs' bounds: a fetch of an empty or fully read partition answers at once
 #: instead of after librdkafka's default 500 ms wait, and one consumer reads every partition together.
@@ -106,7 +108,7 @@ def jobs_table(urls: dict[str, str]) -> Table:
 
 
 def groups_table(clients: Clients) -> Table:
-    """The jobs' observer groups (``infra.metrics.observer_group``): committed offsets against the log's end."""
+    """The jobs' observer groups (``infra.input_watch.observer_group``): committed offsets against the log's end."""
     admin = clients.admin()
     groups = sorted(
         group.group_id

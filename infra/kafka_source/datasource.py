@@ -40,7 +40,7 @@ each partition's records end (past transaction markers) and the timestamps the f
 a micro-batch costs milliseconds. A partition that received records after the broker last reported its
 end counts as possibly holding more, like one that admission control left records in. The start of a
 query and of an ``availableNow`` run find each partition's first record and true end by reading
-(:func:`infra.clients.log_bounds`, exact on Apache Kafka too).
+(:func:`infra.kafka_log.log_bounds`, exact on Apache Kafka too).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from contracts.errors import NotFoundError
-from infra.clients import cluster_metadata, first_offsets, log_bounds
+from infra.clients import cluster_metadata
+from infra.kafka_log import first_offsets, log_bounds
 from infra.kafka_outage import wait_for_kafka
 from infra.kafka_source.config import EARLIEST, KafkaSourceConfig, time_of
 from infra.kafka_source.planner import (

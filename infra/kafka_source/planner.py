@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from contracts.errors import ServiceUnavailableError
 from contracts.provenance import CopyFilter, Provenance, WriterMarks, provenance_of
-from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, HistoryGapError, cluster_metadata, consumed
+from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, cluster_metadata
+from infra.kafka_log import HistoryGapError, consumed
 from infra.kafka_outage import KafkaUnreachableError, wait_for_kafka
 from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
 

@@ -17,7 +17,8 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
 from contracts.provenance import Provenance, provenance_of
-from infra.clients import KAFKA_LOGGER, consumed
+from infra.clients import KAFKA_LOGGER
+from infra.kafka_log import consumed
 from infra.kafka_source.config import RAW_FIELDS, KafkaSourceConfig
 from infra.kafka_source.planner import FETCH_WAIT_MS, POLL_S, check_deadline, deadline
 from infra.kafka_source.splits import Split, SplitGroup, tp_name

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason
 from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
 from features.definitions import FEATURE_COLUMNS
-from scoring.job import parse_feature_record
+from scoring.core import parse_feature_record
 from tests.support.factories import CARD_A, make_alert, make_score
 from tests.support.samples import FEATURE
 

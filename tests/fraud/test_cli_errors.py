@@ -9,6 +9,7 @@ import pkgutil
 import re
 import socket
 import subprocess
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
@@ -141,7 +142,8 @@ def documented_exit_codes() -> set[int]:
 def test_every_exit_code_is_in_the_readmes_table() -> None:
     """Each error kind the project raises (every FraudError subclass of every module), and the codes the
     entry point sets itself, has a row in the README's table."""
-    for package in ("contracts", "infra", "ingest", "features", "models", "scoring", "fraud"):
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    for package in pyproject["tool"]["importlinter"]["root_packages"]:  # every package of the project
         for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
             importlib.import_module(module.name)
     kinds, pending = set(), [FraudError]

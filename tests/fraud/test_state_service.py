@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.settings import Settings
 from fraud.state import StateService, state_checkpoint
-from scoring.api import create_app
 
 CARD = "0123456789abcdef0123456789abcdef"
 #: Names a client may send: traversals, absolute paths, encodings, and the names the project gives.

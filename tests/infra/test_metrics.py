@@ -13,23 +13,19 @@ from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
+from infra.input_watch import Arrivals, observer_group
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE
-from infra.metrics import (
+from infra.metrics import JobMetrics, batch_ranges, ended_at, operator_names
+from infra.stage_counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
     DEAD_COUNTS,
     FEATURE_COUNT,
     LATE_COUNT,
     SCORE_COUNT,
-    Arrivals,
-    JobMetrics,
     alert_sources,
     batch_counts,
-    batch_ranges,
     counts_row,
-    ended_at,
-    observer_group,
-    operator_names,
 )
 
 TOPICS = Topics()

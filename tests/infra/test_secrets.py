@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_source.config import KafkaSourceConfig
-from infra.redis_store import RedisOptions, RedisTarget
+from infra.redis_connection import RedisOptions, RedisTarget
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for
 KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.password": PASSWORD}

@@ -21,9 +21,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import DEFAULT_PARAMS, FeatureParams
-from infra.clients import Clients, create_project_topics, read_topic, topic_counts
+from infra.clients import Clients
 from infra.embedded import StackInfo
-from infra.redis_store import RedisTarget
+from infra.kafka_log import read_topic, topic_counts
+from infra.redis_connection import RedisTarget
+from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from models.dataset import Dataset
 from models.estimators import ModelSpec, feature_set

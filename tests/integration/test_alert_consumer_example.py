@@ -14,7 +14,8 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 
 from contracts.settings import Settings
-from infra.clients import Clients, offset_bounds
+from infra.clients import Clients
+from infra.kafka_log import offset_bounds
 from tests.support.factories import CARD_B, make_alert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "alert_consumer.py"

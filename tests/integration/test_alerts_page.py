@@ -25,13 +25,14 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
+from api.app import create_app
 from fraud.live import RegisteredJobs
 from fraud.running import registered, this_job
 from infra.embedded import HOST, StackInfo, free_port
 from infra.metrics import JobMetrics
-from infra.redis_store import card_features_key, set_latest, write_alerts, write_scores
+from infra.redis_keys import card_features_key
+from infra.redis_store import set_latest, write_alerts, write_scores
 from infra.score_stats import score_stats, write_score_stats
-from scoring.api import create_app
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_progress, make_score
 
 RETENTION_S = 7 * 86_400

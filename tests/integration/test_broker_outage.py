@@ -28,7 +28,7 @@ from confluent_kafka import Message
 
 from contracts.records import ScoreRecord
 from features.definitions import FeatureParams
-from infra.clients import read_topic
+from infra.kafka_log import read_topic
 from infra.txn_lock import lock_path
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate

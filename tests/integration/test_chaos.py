@@ -46,8 +46,10 @@ from contracts.provenance import CopyFilter, provenance_of
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
-from infra.clients import Clients, read_topic
-from infra.redis_store import alert_key, get_alert
+from infra.clients import Clients
+from infra.kafka_log import read_topic
+from infra.redis_keys import alert_key
+from infra.redis_reads import get_alert
 from infra.txn_lock import lock_path
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate

@@ -10,7 +10,8 @@ import pandas as pd
 from contracts.events import Reason, from_message
 from contracts.settings import DEMO_TOKEN_KEY, Settings
 from fraud.demo import BAD_EVENTS_FILE
-from infra.clients import Clients, read_topic, topic_counts
+from infra.clients import Clients
+from infra.kafka_log import read_topic, topic_counts
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import FRAUD, run_fraud
 

@@ -28,8 +28,9 @@ from prometheus_client import CollectorRegistry
 
 from contracts.settings import Settings, known_env_names
 from fraud.cli import app
+from infra.api_metrics import ApiMetrics
 from infra.embedded import StackInfo, free_port, temporary_stack, valkey_binary
-from infra.metrics import ApiMetrics, JobMetrics
+from infra.metrics import JobMetrics
 from infra.spark import JIT_OPTIONS
 from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
 

@@ -8,8 +8,9 @@ import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from infra.clients import ensure_topics, log_bounds
 from infra.embedded import EmbeddedStack, StackError, StackInfo, pid_runs
+from infra.kafka_log import log_bounds
+from infra.topic_admin import ensure_topics
 
 
 def test_session_stack_serves_kafka_and_redis(stack: StackInfo) -> None:

@@ -42,8 +42,10 @@ from contracts.settings import Settings, Topics
 from features.definitions import HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig
 from fraud.progress import records_read
-from infra.clients import Clients, ensure_topics, read_topic
+from infra.clients import Clients
 from infra.embedded import StackInfo
+from infra.kafka_log import read_topic
+from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (

@@ -18,14 +18,14 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from api.app import create_app
 from fraud.live import RegisteredJobs
 from fraud.running import RunningJob, jobs_dir, registered, this_job
 from infra.embedded import StackInfo
 from infra.metrics import JobMetrics
-from infra.redis_store import RedisTarget
+from infra.redis_connection import RedisTarget
 from infra.score_stats import MINUTE_MS, SCORE_BINS
-from scoring.api import create_app
-from scoring.job import ScoresToRedis
+from scoring.redis_hook import ScoresToRedis
 from tests.support.factories import make_progress, make_score
 
 RETENTION_S = 7 * 86_400

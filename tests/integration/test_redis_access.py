@@ -18,7 +18,7 @@ import redis
 
 from contracts.settings import Settings
 from infra.embedded import StackInfo, free_port
-from infra.redis_store import RedisAccessError, RedisOptions, RedisTarget, check_access, redis_client
+from infra.redis_connection import RedisAccessError, RedisOptions, RedisTarget, check_access, redis_client
 from tests.support.scripts import run_fraud
 
 PASSWORD = f"acl-{uuid.uuid4().hex}"

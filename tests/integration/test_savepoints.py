@@ -38,8 +38,10 @@ from features.job import FeatureJobConfig
 from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
 from infra.checkpoints import LAYOUT_FILE, query_location
-from infra.clients import Clients, create_project_topics, read_topic
+from infra.clients import Clients
+from infra.kafka_log import read_topic
 from infra.savepoints import last_committed
+from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import kill_tree

@@ -31,10 +31,14 @@ from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
 from features.job import layout_of
 from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
-from infra.clients import Clients, ensure_topics, read_topic, topic_counts
+from infra.clients import Clients
 from infra.embedded import StackInfo
+from infra.kafka_log import read_topic, topic_counts
 from infra.kafka_source.config import at_time
-from infra.redis_store import RedisTarget, card_features_key, card_score_key, get_alert
+from infra.redis_connection import RedisTarget
+from infra.redis_keys import card_features_key, card_score_key
+from infra.redis_reads import get_alert
+from infra.topic_admin import ensure_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
@@ -42,7 +46,8 @@ from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.registry import CHAMPION, LoadedModel, load_model, promote
 from models.tracking import default_artifact_location
-from scoring.job import ScoringJobConfig, start_scoring_job, top_features
+from scoring.core import top_features
+from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 from tests.support.feature_jobs import (
     MAX_EVENT_BYTES,

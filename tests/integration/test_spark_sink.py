@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 
 from contracts.provenance import provenance_of
 from contracts.settings import Settings
-from infra.clients import Clients, partitions_of
+from infra.clients import Clients
+from infra.kafka_log import partitions_of
 from infra.kafka_sink import datasource, transactions
 from infra.kafka_sink.config import MARKER_PARTITION, KafkaSinkConfig, SinkIdReusedError, checkpoint_sink_id
 from infra.kafka_sink.datasource import (

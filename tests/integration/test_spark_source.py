@@ -8,7 +8,8 @@ from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
-from infra.clients import Clients, read_topic
+from infra.clients import Clients
+from infra.kafka_log import read_topic
 from infra.kafka_source import reader
 from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import read_batch, read_stream, source_options

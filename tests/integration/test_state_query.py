@@ -24,6 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 
+from api.app import create_app
 from contracts.events import TxColumns
 from contracts.settings import Settings
 from features.buckets import card_bucket
@@ -42,7 +43,6 @@ from infra.clients import Clients
 from infra.spark import stop_between_batches
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
-from scoring.api import create_app
 from tests.support.feature_jobs import Simulated, job_config, simulated
 from tests.support.scripts import run_fraud
 

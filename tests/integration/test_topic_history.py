@@ -16,16 +16,11 @@ from pyspark.sql import SparkSession
 
 from contracts.settings import Settings, TopicRetention
 from fraud.progress import JobFailedError
-from infra.clients import (
-    Clients,
-    HistoryGapError,
-    consumed,
-    create_project_topics,
-    delete_topics,
-    topic_configs,
-)
+from infra.clients import Clients
+from infra.kafka_log import HistoryGapError, consumed
 from infra.kafka_source.config import KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
+from infra.topic_admin import create_project_topics, delete_topics, topic_configs
 
 FRAUD = str(Path(sys.executable).parent / "fraud")
 T0 = 1_522_540_800_000

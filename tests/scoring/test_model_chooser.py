@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-import scoring.job
+import scoring.model_cache
 from contracts.errors import ServiceUnavailableError
 from features.definitions import DEFAULT_PARAMS
 from models.dataset import Dataset
@@ -22,7 +22,8 @@ from models.registry import CHAMPION, MODEL_NAME, ModelNotFoundError, load_model
 from models.splits import SplitPlan
 from models.tracking import default_artifact_location, log_training
 from models.training import TrainingResult, train_and_evaluate
-from scoring.job import ModelChooser, worker_model
+from scoring.chooser import ModelChooser
+from scoring.model_cache import worker_model
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_alias_moves_switch_versions_failures_keep_serving_and_reruns_keep_their
     uri = registry_client(store_uri).get_model_version_download_uri(MODEL_NAME, str(broken))
     shutil.rmtree(urlparse(uri).path)
     promote(store_uri, broken, CHAMPION)
-    with caplog.at_level(logging.ERROR, logger="scoring.job"):
+    with caplog.at_level(logging.ERROR, logger="scoring.chooser"):
         assert chooser.version_for(2) == first
     assert f"version {first} keeps serving" in caplog.text
 
@@ -81,7 +82,7 @@ def test_a_registry_outage_never_stalls_a_micro_batch_and_is_logged_once(
 
     # A registry that answers, without the model: every check fails, the version serving goes on; one line.
     chooser.tracking_uri = f"sqlite:///{tmp_path / 'other-mlflow.db'}"
-    with caplog.at_level(logging.WARNING, logger="scoring.job"):
+    with caplog.at_level(logging.WARNING, logger="scoring.chooser"):
         assert [chooser.version_for(batch) for batch in range(1, 4)] == [version] * 3
         chooser.tracking_uri = store_uri
         assert chooser.version_for(4) == version
@@ -115,8 +116,8 @@ def test_a_worker_that_needs_the_model_while_mlflow_is_away_waits_for_it(
             raise refusals.pop()
         return load_model(tracking_uri, version=version)
 
-    monkeypatch.setattr(scoring.job, "load_model", load_after_an_outage)
-    monkeypatch.setattr(scoring.job, "_MODELS", {})
+    monkeypatch.setattr(scoring.model_cache, "load_model", load_after_an_outage)
+    monkeypatch.setattr(scoring.model_cache, "_MODELS", {})
     with caplog.at_level(logging.WARNING, logger="infra.retry"):
         model = worker_model(store_uri, version)
     assert model.version == version and not refusals

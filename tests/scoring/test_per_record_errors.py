@@ -20,7 +20,7 @@ from models.registry import load_model
 from models.splits import SplitPlan
 from models.tracking import default_artifact_location, log_training
 from models.training import train_and_evaluate
-from scoring.job import Scorer, score_each
+from scoring.core import Scorer, score_each
 
 T0_MS = 1_522_540_800_000
 TOPICS = Topics()

@@ -23,14 +23,9 @@ from contracts.settings import Topics
 from features.definitions import FEATURE_COLUMNS
 from infra.kafka_sink.records import SinkRows
 from models.registry import LoadedModel
-from scoring.job import (
-    check_computable,
-    parse_feature_record,
-    score_rows,
-    shadow_rows,
-    top_features,
-    topic_values,
-)
+from scoring.chooser import check_computable
+from scoring.core import parse_feature_record, score_rows, shadow_rows, top_features
+from scoring.redis_hook import topic_values
 from tests.support.samples import FEATURE
 
 TOPICS = Topics()

@@ -25,14 +25,17 @@ from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
-from infra.clients import Clients, Endpoints, ensure_topics, read_topic
+from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo
-from infra.redis_store import RedisTarget, card_features_key
+from infra.kafka_log import read_topic
+from infra.redis_connection import RedisTarget
+from infra.redis_keys import card_features_key
+from infra.topic_admin import ensure_topics
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from models.registry import load_model
-from scoring.job import score_each
+from scoring.core import score_each
 from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns

@@ -33,11 +33,11 @@ from contracts.events import (
 )
 from contracts.records import FeatureRecord
 from features.definitions import FEATURE_COLUMNS
-from ingest import columnar
-from ingest.columnar import UnsupportedModelError, Validated, validate_many
 from ingest.produce import label_for
-from ingest.validation import parse_event
 from tests.support.samples import FEATURE, GOOD, TOKEN
+from validation import columnar
+from validation.columnar import UnsupportedModelError, Validated, validate_many
+from validation.parse import parse_event
 
 MAX_BYTES = 16_384
 FEATURES = {"features": FEATURE_COLUMNS}

@@ -2,11 +2,11 @@
 
 JSON endpoints serve the lookups of ``infra.redis_store`` (OpenAPI spec at ``/openapi.json``, docs at
 ``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up,
-with a status strip and charts fed by the routes of ``scoring.live``.
+with a status strip and charts fed by the routes of ``api.live``.
 The API only reads Redis, so it sees what the scoring job has written: idempotent upserts keyed by tx id,
 so a re-run of a micro-batch never shows an alert twice. Given a reader of the jobs' state
-(:class:`JobStates`), it also serves what the feature job holds for a card or a terminal (``/state/...``):
-read from the job's checkpoint, seconds rather than milliseconds.
+(``api.state.JobStates``), it also serves what the feature job holds for a card or a terminal
+(``/state/...``): read from the job's checkpoint, seconds rather than milliseconds.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Annotated, Any, Literal, Protocol, get_args
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
@@ -25,17 +25,14 @@ from redis import RedisError
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
-from contracts.errors import ConfigError, FraudError, NotFoundError
-from contracts.events import CARD_TOKEN_PATTERN
+from api.live import JobsView, add_live_routes
+from api.params import CardIdParam, Limit, TxIdParam
+from api.state import JobStates, add_state_routes
+from contracts.errors import ConfigError
 from contracts.records import AlertRecord, ScoreRecord
-from contracts.settings import NAMESPACE_PATTERN, check_bearer_token
-from infra.metrics import ApiMetrics
-from infra.redis_store import card_alerts, card_known, card_summary, get_alert, recent_alerts
-from scoring.live import JobsView, add_live_routes
-
-TxIdParam = Annotated[int, Path(ge=0, lt=2**63, description="Transaction id (non-negative int64).")]
-CardIdParam = Annotated[str, Path(pattern=CARD_TOKEN_PATTERN, description="Card token (32 hex digits).")]
-Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many alerts, newest first.")]
+from contracts.settings import check_bearer_token
+from infra.api_metrics import ApiMetrics
+from infra.redis_reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
 
 
 class CardFeatures(BaseModel):
@@ -56,80 +53,6 @@ class CardSummary(BaseModel):
     features: CardFeatures | None = Field(description="Latest features (null if none are stored).")
     score: ScoreRecord | None = Field(description="Latest score (null if none is stored).")
     alerts: list[AlertRecord] = Field(description="Newest alerts first.")
-
-
-#: The jobs that keep state: the feature job, and the pipeline (features and scoring in one query).
-StateJobName = Literal["features", "pipeline"]
-STATE_JOBS: tuple[str, ...] = get_args(StateJobName)
-JobParam = Annotated[StateJobName, Query(description="Whose state: the feature job's or the pipeline's.")]
-NamespaceParam = Annotated[
-    str,
-    Query(
-        pattern=f"^$|{NAMESPACE_PATTERN}",
-        description="The job's namespace, as its run was given it (empty: the live one).",
-    ),
-]
-
-
-class StateAt(BaseModel):
-    """Where a job's state was read and what it reflects."""
-
-    checkpoint: str
-    batch_id: int = Field(description="The last committed micro-batch: the state as it left it.")
-    frontier_ms: int | None = Field(description="Its event-time frontier (UTC ms; null before any record).")
-    final: bool = Field(description="It was the last micro-batch of an --once run (it released everything).")
-
-
-class CardWindow(BaseModel):
-    window: str
-    window_ms: int
-    feature: str = Field(description="The count feature of the window (card_nb_tx_7d).")
-    nb_tx: int
-    amount_sum: float
-    avg_amount: float | None
-
-
-class CardStateView(StateAt):
-    """What the feature job holds for a card (``fraud state card --json``)."""
-
-    card_id: str
-    card_bucket: int
-    card_buckets: int | None
-    bucket_frontier_ms: int | None
-    windows_end_ms: int | None
-    windows: list[CardWindow] = Field(description="The card's transactions in (end - window, end].")
-    events: list[dict[str, Any]] = Field(
-        description="Released transactions and waiting events, oldest first."
-    )
-
-
-class TerminalWindow(BaseModel):
-    window: str
-    window_ms: int
-    nb_tx: int
-    risk: float
-
-
-class TerminalStateView(StateAt):
-    """What the feature job holds for a terminal (``fraud state terminal --json``)."""
-
-    terminal_id: str
-    terminal_bucket: int
-    terminal_buckets: int | None
-    transaction_times_ms: list[int]
-    labels: list[dict[str, Any]] = Field(description="The first known label of each transaction kept.")
-    windows: list[TerminalWindow] = Field(
-        description="The terminal features of a transaction at the frontier."
-    )
-
-
-class JobStates(Protocol):
-    """What a stateful job holds, as JSON (``fraud.state.StateService``): raises ``NotFoundError`` for
-    what is not there, another ``FraudError`` for a state it cannot read."""
-
-    def card(self, job: str, namespace: str, card_id: str) -> dict[str, Any]: ...
-
-    def terminal(self, job: str, namespace: str, terminal_id: str) -> dict[str, Any]: ...
 
 
 class Health(BaseModel):
@@ -155,7 +78,7 @@ def create_app(
     otherwise); what holds no data stays open (:data:`OPEN_PATHS`): ``/healthz``, the page (it sends the
     token it is given in its URL fragment, ``/#token=...``) and the API's description (``/docs``,
     ``/openapi.json``). With ``states``, ``/state/cards/{card_id}`` and ``/state/terminals/{id}`` answer
-    from the jobs' checkpoints (:func:`add_state_routes`). The live page's figures (``scoring.live``) show
+    from the jobs' checkpoints (:func:`add_state_routes`). The live page's figures (``api.live``) show
     ``jobs``, when given.
 
     Raises:
@@ -185,7 +108,7 @@ def create_app(
         description="Alerts, scores and latest features of cards, from the Redis lookup store.",
         version="1",
     )
-    page = resources.files("scoring").joinpath("static/index.html").read_text()
+    page = resources.files("api").joinpath("static/index.html").read_text()
 
     @app.exception_handler(RedisError)
     async def redis_unavailable(request: Request, exc: RedisError) -> JSONResponse:
@@ -280,46 +203,3 @@ def create_app(
     if states is not None:
         add_state_routes(app, states, guarded)
     return app
-
-
-def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> None:
-    """``/state/cards/{card_id}`` and ``/state/terminals/{terminal_id}``: what ``states`` reads."""
-
-    def job_state(read: Callable[[JobStates], dict[str, Any]]) -> dict[str, Any]:
-        try:
-            return read(states)
-        except ConfigError as exc:  # a job or namespace the query's own checks let through
-            raise HTTPException(422, str(exc)) from None
-        except NotFoundError as exc:
-            raise HTTPException(404, str(exc)) from None
-        except FraudError as exc:
-            raise HTTPException(409, str(exc)) from None
-
-    @app.get(
-        "/state/cards/{card_id}",
-        dependencies=guarded,
-        response_model=CardStateView,
-        tags=["state"],
-        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for the card"}},
-    )
-    def card_state(card_id: CardIdParam, job: JobParam = "features", namespace: NamespaceParam = "") -> Any:
-        """What the feature job holds for a card at its last committed micro-batch: its transactions and
-        waiting events, the card windows at the frontier (as `fraud state card --json`; seconds: each read
-        is a Spark job over the checkpoint)."""
-        return job_state(lambda read: read.card(job, namespace, card_id))
-
-    @app.get(
-        "/state/terminals/{terminal_id}",
-        dependencies=guarded,
-        response_model=TerminalStateView,
-        tags=["state"],
-        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for it"}},
-    )
-    def terminal_state(
-        terminal_id: Annotated[str, Path(min_length=1, max_length=64, description="Terminal id.")],
-        job: JobParam = "features",
-        namespace: NamespaceParam = "",
-    ) -> Any:
-        """What the feature job holds for a terminal: its transaction times, its labels, and the terminal
-        features at the frontier (as `fraud state terminal --json`)."""
-        return job_state(lambda read: read.terminal(job, namespace, terminal_id))

@@ -1,9 +1,9 @@
-"""What the live page's routes make of the counts (``scoring.live``): pure parts."""
+"""What the live page's routes make of the counts (``api.live``): pure parts."""
 
 from __future__ import annotations
 
+from api.live import distribution, minutes_until, model_in_use
 from infra.score_stats import MINUTE_MS, SCORE_BINS, Counts, ScoredModel
-from scoring.live import distribution, minutes_until, model_in_use
 
 
 def test_minutes_end_with_the_current_one() -> None:

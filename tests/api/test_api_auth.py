@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
 
+from api.app import OPEN_PATHS, create_app
 from contracts.errors import ConfigError
-from scoring.api import OPEN_PATHS, create_app
-from tests.scoring.test_api_state import CARD, States
+from tests.api.test_api_state import CARD, States
 
 #: Tokens a server may have (visible ASCII, no spaces): a few kinds, each server made once.
 TOKENS = ("s3cret", "x", "Bearer", "a+b/c=", "0123456789abcdef" * 4, "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")

@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from api.app import create_app
 from contracts.errors import NotFoundError, StateError
-from scoring.api import create_app
 
 CARD = "0123456789abcdef0123456789abcdef"
 

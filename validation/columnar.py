@@ -1,6 +1,6 @@
 """Columnar validation of raw event bytes: many records at once, judged exactly as ``parse_event`` does.
 
-``validate_many`` is a fast path in front of :func:`ingest.validation.parse_event`. It accepts a record
+``validate_many`` is a fast path in front of :func:`validation.parse.parse_event`. It accepts a record
 only when pydantic would accept it with exactly the same values; every other record is handed back as
 *slow*, for the caller to run ``parse_event`` on (which then gives the dead-letter reason). It never
 rejects a record itself, so the dead letters and their reasons stay pydantic's.

@@ -1,0 +1,78 @@
+"""The counts the stages attach to their output: one column each next to the packed records (feature
+records, late events, scores, alerts, dead letters by reason, the alerts' source records), summed per
+micro-batch by Spark (``observe``) for the jobs' metrics (``infra.metrics``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from contracts.events import DLQ_REASON_HEADER, Reason
+from contracts.records import ALERT_SOURCE_HEADER
+from contracts.settings import Topics
+
+#: The counts the stages attach to their output rows, summed per micro-batch.
+FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT = "n_features", "n_late", "n_scores", "n_alerts"
+DEAD_COUNTS = {reason.value: f"n_dead_{reason.value}" for reason in Reason}
+COUNTS = (FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT, *DEAD_COUNTS.values())
+#: Next to the counts: the alerts' source records (``contracts.records.ALERT_SOURCE_HEADER``), collected.
+ALERT_SOURCES = "alert_sources"
+#: The counts' and sources' columns as Spark DDL (``mapInArrow`` and state outputs) and as Arrow fields.
+COUNTS_DDL = ", ".join([*(f"{name} bigint" for name in COUNTS), f"{ALERT_SOURCES} array<string>"])
+COUNTS_FIELDS = [*((name, pa.int64()) for name in COUNTS), (ALERT_SOURCES, pa.list_(pa.string()))]
+#: The name of the observed metrics in Spark's progress reports.
+OBSERVATION = "fraud"
+
+
+def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, int]:
+    """The counts of a state call's or a task's sink records (``infra.kafka_sink.records.COLUMNS``):
+    records per output topic, dead letters by reason (from their ``dlq.reason`` header)."""
+    counts = dict.fromkeys(COUNTS, 0)
+    counts[LATE_COUNT] = late
+    if not records.num_rows:
+        return counts
+    topic = records.column("topic")
+    for name, where in (
+        (FEATURE_COUNT, topics.features),
+        (SCORE_COUNT, topics.scores),
+        (ALERT_COUNT, topics.alerts),
+    ):
+        counts[name] = int(pc.sum(pc.equal(topic, where)).as_py() or 0)
+    dead = records.filter(pc.equal(topic, topics.dead_letter))
+    for headers in dead.column("headers").to_pylist() if dead.num_rows else ():
+        reason = next((h["value"] for h in headers or () if h["key"] == DLQ_REASON_HEADER), b"")
+        column = DEAD_COUNTS.get(bytes(reason or b"").decode(errors="replace"))
+        if column is not None:
+            counts[column] += 1
+    return counts
+
+
+def alert_sources(records: pa.Table, topics: Topics) -> list[str]:
+    """The source positions of a state call's or a task's alert records, from their headers."""
+    alerts = records.filter(pc.equal(records.column("topic"), topics.alerts))
+    found = []
+    for headers in alerts.column("headers").to_pylist() if alerts.num_rows else ():
+        value = next((h["value"] for h in headers or () if h["key"] == ALERT_SOURCE_HEADER), None)
+        if value:
+            found.append(bytes(value).decode(errors="replace"))
+    return found
+
+
+def counts_row(counts: Mapping[str, int], sources: Sequence[str] = ()) -> dict[str, list[Any]]:
+    """Columns of one output row carrying ``counts`` and the alerts' ``sources`` (next to its packed
+    records)."""
+    return {**{name: [int(counts.get(name, 0))] for name in COUNTS}, ALERT_SOURCES: [list(sources)]}
+
+
+def observations() -> list[Any]:
+    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``): the counts summed, the
+    alerts' sources collected."""
+    from pyspark.sql import functions as F
+
+    return [
+        *(F.sum(name).alias(name) for name in COUNTS),
+        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
+    ]
