@@ -270,9 +270,36 @@ def paged_entries(
     return Written(values, newest_times), pages
 
 
+#: Bits of the first field's span (from its least value) that :func:`_sorted_rows` packs below the rank of
+#: a row's slot and key: 139 years of milliseconds.
+_FIELD_BITS = 42
+
+
 def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
-    """The order of rows by slot, key, then their fields (the canonical order of an entry)."""
-    fields = [rows.rows[name] for name in reversed(rows.rows.dtype.names or ())]
+    """The order of rows by slot, key, then their fields (the canonical order of an entry).
+
+    One sort of an int64 that packs the rank of (slot, key) above the first field where both fit, as event
+    times do, then the rows that tie on it sorted by the other fields; ``np.lexsort`` over every field
+    (several times slower) where they do not fit."""
+    names = rows.rows.dtype.names or ()
+    if len(rows.slots) and names:
+        _, rank = np.unique(rows.slots * (int(codes.max()) + 1) + codes, return_inverse=True)
+        first = rows.rows[names[0]].astype(np.int64)
+        span = first - first.min()
+        if int(rank.max()) < 2 ** (63 - _FIELD_BITS) and int(span.max()) < 2**_FIELD_BITS:
+            packed = (rank.astype(np.int64) << _FIELD_BITS) | span
+            order = np.argsort(packed, kind="stable")
+            ordered = packed[order]
+            tie = ordered[1:] == ordered[:-1]
+            if len(names) > 1 and tie.any():
+                tied = np.zeros(len(order), dtype=bool)
+                tied[1:] |= tie
+                tied[:-1] |= tie
+                at = np.flatnonzero(tied)
+                rest = [rows.rows[name][order[at]] for name in reversed(names[1:])]
+                order[at] = order[at][np.lexsort((*rest, ordered[at]))]
+            return order
+    fields = [rows.rows[name] for name in reversed(names)]
     return np.lexsort((*fields, codes, rows.slots))
 
 

@@ -10,9 +10,11 @@ from features.buckets import card_bucket, terminal_buckets
 from features.core import CardState, TerminalState
 from features.definitions import HOUR_MS
 from features.entries import (
+    CARD_ROW,
     Layout,
     Pages,
     Rows,
+    _sorted_rows,
     card_entries,
     card_rows,
     newest_of_entry,
@@ -189,3 +191,18 @@ def test_the_store_expires_an_entry_once_its_newest_event_is_behind_the_horizon_
     assert removed == 0, "an hour is expired once"
     clock, removed = store.expire(clock, later + HOUR_MS, newest_of)
     assert removed == 2 and not entries and not index and len(clock.hours) == 0
+
+
+def test_entries_are_packed_in_one_canonical_order_whether_rows_tie_on_their_first_field_or_not() -> None:
+    """Rows sorted by slot, key, then each field, as ``np.lexsort`` orders them: with distinct times (one
+    sort of a packed key) and with times that tie (the sort over every field)."""
+    rng = np.random.default_rng(4)
+    for times in (T0 + rng.permutation(3_000), T0 + rng.integers(0, 50, 3_000)):
+        rows = np.empty(3_000, dtype=CARD_ROW)
+        rows["time"], rows["tx_id"], rows["cents"] = times, rng.permutation(3_000), rng.integers(0, 9, 3_000)
+        keys = rng.choice(CARDS[:50], 3_000)
+        slots = rng.integers(0, 7, 3_000)
+        codes, _ = pd.factorize(keys, sort=True)
+        expected = np.lexsort((rows["cents"], rows["tx_id"], rows["time"], codes, slots))
+        order = _sorted_rows(Rows(slots, keys, rows, "time"), codes.astype(np.int64))
+        assert (order == expected).all()
