@@ -6,7 +6,7 @@ by window, to see whether it stays flat (latency and memory neither creep up nor
    with, and the champion's training data); the days after them feed the load. Cards churn: each customer's
    card is replaced by a fresh simulated one every ``--card-life-days`` days of event time, each customer on
    a day of its own, so that every simulated day some cards stop appearing and as many new ones start; the
-   state's expiry must remove the old ones (an entry leaves once its newest transaction is the card history,
+   state's expiry must remove the old ones (a page leaves once its newest transaction is the card history,
    30 days, behind the newest event of its bucket).
 2. Starts the embedded stack, registers the champion (``project_jobs.train_champion``), produces the
    backlog, starts ``fraud pipeline run`` (continuous, its metrics endpoint on: ``FRAUD_METRICS_PORT``) as a
