@@ -100,8 +100,10 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
             late.update(tx_id=10**12, **{EVENT_TIME_MS: late[EVENT_TIME_MS] - 86_400_000})
             producer.produce(topics.transactions, orjson.dumps(late), sim.events.tx_keys[-1])
             producer.flush()
-            while metric("fraud_late_events_total") < 1:
-                assert time.monotonic() < deadline, "the late transaction was not counted"
+            # (Transactions of the second part may be late too: one partition read to its end while another
+            # is still being written moves the frontier past the other's next records.)
+            while metric("fraud_feature_records_total") < expected + 1:
+                assert time.monotonic() < deadline, "the late transaction's record was not counted"
                 time.sleep(1)
             time.sleep(3)  # micro-batches that read nothing: the lag they see is the log's end
             samples = scrape(port)
@@ -121,7 +123,8 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
         )
         assert letters == {Reason.DUPLICATE_TX_ID: 1, Reason.MALFORMED_JSON: 1}
         assert value("fraud_feature_records_total") == len(features) == expected + 1
-        assert value("fraud_late_events_total") == sum(record["late"] for record in features) == 1
+        assert value("fraud_late_events_total") == sum(record["late"] for record in features) >= 1
+        assert next(record["late"] for record in features if record["tx_id"] == late["tx_id"]) is True
         scores = [orjson.loads(m.value() or b"") for m in read_topic(clients, out_topics.scores)]
         assert value("fraud_scores_total") == len(scores) == expected + 1
         # Dead rows shared some micro-batches' frames with the scored ones: the ints stay ints.
