@@ -53,7 +53,7 @@ from features.job import (
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
-from infra.checkpoints import LAYOUT_FILE
+from infra.checkpoints import LAYOUT_FILE, check_intact
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
@@ -129,10 +129,12 @@ def open_job_state(checkpoint: Path) -> JobState:
 
     Raises:
         CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
-        StateError: the directory is a checkpoint of another kind of job.
+        StateError: the directory is a checkpoint of another kind of job, or it is damaged
+            (``infra.checkpoints.check_intact``).
     """
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")
+    check_intact(checkpoint)
     batch = committed_batch(checkpoint / QUERY_DIR)
     layout_file = checkpoint / LAYOUT_FILE
     if not layout_file.is_file():

@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from infra.checkpoints import QUERY_DIR, per_batch_until
+from infra.checkpoints import QUERY_DIR, check_intact, per_batch_until
 from infra.kafka_sink.config import SINK_ID_FILES
 
 #: Files of a checkpoint's state store, by version: ``V.changelog``, ``V_<id>.zip``...
@@ -121,6 +121,7 @@ def copy_committed(checkpoint: Path, to: Path, left_out: tuple[str, ...] = ()) -
     Raises:
         NotFoundError: ``checkpoint`` holds no query checkpoint.
         NothingCommittedError: the query has committed no batch yet.
+        DamagedCheckpointError: a file its last committed batch needs is missing or cut short.
         IncompleteCopyError: the copy lacks state its batch needs (the query's maintenance removed it while
             it was copied): take the copy again.
     """
@@ -130,6 +131,7 @@ def copy_committed(checkpoint: Path, to: Path, left_out: tuple[str, ...] = ()) -
     batch = last_committed(query)
     if batch is None:
         raise NothingCommittedError(f"checkpoint {checkpoint} has no committed micro-batch yet")
+    check_intact(checkpoint)  # a copy of a damaged checkpoint would fail only when a job starts from it
     copied = Copied(batch)
     left_out = (SINK_ID_FILES, *left_out)
     # Top-down: a directory's files are listed before its subdirectories, so the SST files of every snapshot

@@ -24,6 +24,7 @@ from features.inspect import (
 )
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
+from infra.checkpoints import DamagedCheckpointError
 from infra.kafka_source.splits import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch
 
@@ -205,6 +206,13 @@ def test_a_checkpoint_gives_the_feature_parameters_its_job_records(tmp_path: Pat
     bind_specs(checkpoint, recorded)
     assert open_job_state(checkpoint).params == recorded
     assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == recorded
+
+
+def test_a_damaged_checkpoint_is_said_before_spark_reads_it(tmp_path: Path) -> None:
+    checkpoint = a_checkpoint(tmp_path / "cp", commits=3)
+    (checkpoint / "query" / "offsets" / "1").unlink()
+    with pytest.raises(DamagedCheckpointError, match=r"query/offsets/1 is missing"):
+        open_job_state(checkpoint)
 
 
 def test_what_is_missing_is_said_in_one_line(tmp_path: Path) -> None:

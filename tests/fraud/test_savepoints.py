@@ -16,7 +16,7 @@ from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
-from tests.support.checkpoints import LAYOUT, LEGACY_LAYOUT, TOPICS, end_offset, spark_checkpoint
+from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, end_offset, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
 
@@ -180,7 +180,7 @@ def run_on(query: Path, batch: int) -> None:
     (query / "offsets" / str(batch)).write_text((query / "offsets" / str(batch - 1)).read_text())
     (query / "commits" / str(batch)).write_text("v1\n{}")
     for store in query.glob("state/*/[0-9]"):
-        (store / f"{batch + 1}.changelog").write_bytes(b"changes")
+        (store / f"{batch + 1}.changelog").write_bytes(CHANGES)
 
 
 def test_deleting_a_savepoint_removes_its_directory(savepoint: savepoints.Savepoint) -> None:

@@ -4,22 +4,13 @@ the shapes Spark writes them)."""
 from __future__ import annotations
 
 import json
-import struct
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from contracts.errors import StateError
-from infra.checkpoints import LZ4_MAGIC, DamagedCheckpointError, check_intact
-
-RAW = 0x10
-
-
-def lz4_stream(*blocks: bytes) -> bytes:
-    """Spark's LZ4 block stream of raw blocks, ended by the empty block ``finish()`` writes."""
-    out = b"".join(LZ4_MAGIC + struct.pack("<Biii", RAW, len(b), len(b), 0) + b for b in blocks)
-    return out + LZ4_MAGIC + struct.pack("<Biii", RAW, 0, 0, 0)
+from infra.checkpoints import DamagedCheckpointError, check_intact
+from tests.support.checkpoints import a_zip, lz4_stream
 
 
 def checkpoint(tmp_path: Path, batches: int = 3, committed: int = 3) -> Path:
@@ -37,8 +28,7 @@ def checkpoint(tmp_path: Path, batches: int = 3, committed: int = 3) -> Path:
     store = query / "state" / "0" / "0"
     for version in range(1, batches + 1):
         (store / f"{version}.changelog").write_bytes(lz4_stream(b"put", json.dumps(version).encode()))
-    with zipfile.ZipFile(store / "2.zip", "w") as archive:
-        archive.writestr("metadata", "{}")
+    (store / "2.zip").write_bytes(a_zip(metadata="{}"))
     return tmp_path / "cp"
 
 

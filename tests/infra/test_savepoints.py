@@ -9,7 +9,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError
-from infra.checkpoints import QUERY_DIR
+from infra import savepoints as savepoints_module
+from infra.checkpoints import QUERY_DIR, DamagedCheckpointError, check_intact
 from infra.savepoints import (
     IncompleteCopyError,
     NothingCommittedError,
@@ -120,11 +121,26 @@ def test_no_checkpoint_and_nothing_committed_are_told_apart(tmp_path: Path) -> N
         copy_committed(tmp_path / "new", tmp_path / "copy")
 
 
-def test_a_copy_without_the_state_its_batch_needs_is_refused(tmp_path: Path) -> None:
+def test_a_copy_without_the_state_its_batch_needs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     checkpoint = spark_checkpoint(tmp_path / "features", committed=4)
-    (checkpoint / QUERY_DIR / "state/1/0/3.changelog").unlink()  # removed while the copy ran
+
+    def checked_then_removed(path: Path) -> None:  # the query's maintenance removes it once checked
+        check_intact(path)
+        (path / QUERY_DIR / "state/1/0/3.changelog").unlink()
+
+    monkeypatch.setattr(savepoints_module, "check_intact", checked_then_removed)
     with pytest.raises(IncompleteCopyError, match=r"state/1/0: no version 3"):
         copy_committed(checkpoint, tmp_path / "copy")
+
+
+def test_a_damaged_checkpoint_is_not_copied(tmp_path: Path) -> None:
+    checkpoint = spark_checkpoint(tmp_path / "features", committed=4)
+    (checkpoint / QUERY_DIR / "state/1/0/3.changelog").write_bytes(b"LZ4Block")
+    with pytest.raises(DamagedCheckpointError, match=r"query/state/1/0/3.changelog is cut short"):
+        copy_committed(checkpoint, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
 
 
 def test_a_snapshot_makes_the_changes_before_it_unneeded(tmp_path: Path) -> None:

@@ -4,13 +4,16 @@ the jobs' JSON files)."""
 
 from __future__ import annotations
 
+import io
 import json
+import struct
+import zipfile
 from pathlib import Path
 
 from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
 from features.entries import Layout
-from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
+from infra.checkpoints import LAYOUT_FILE, LZ4_MAGIC, QUERY_DIR
 
 #: The layout of this version's checkpoints by default.
 LAYOUT = Layout().as_record()
@@ -19,6 +22,29 @@ LEGACY_LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 TOPICS = ("transactions", "labels")
 SCHEMA = "0_432b40a5-b4d6-4dfc-b357-231239527084"
 IN_FLIGHT_SCHEMA = "5_9f1e7c52-5cf7-4e1c-9d38-6a1b2c3d4e5f"
+
+
+#: An LZ4 block stored raw (not compressed).
+RAW = 0x10
+
+
+def lz4_stream(*blocks: bytes) -> bytes:
+    """Spark's LZ4 block stream of raw blocks, ended by the empty block ``finish()`` writes (the shape of a
+    state store changelog)."""
+    out = b"".join(LZ4_MAGIC + struct.pack("<Biii", RAW, len(b), len(b), 0) + b for b in blocks)
+    return out + LZ4_MAGIC + struct.pack("<Biii", RAW, 0, 0, 0)
+
+
+def a_zip(**files: str) -> bytes:
+    """A zip archive of ``files`` (the shape of a RocksDB state store snapshot)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+CHANGES = lz4_stream(b"changes")
 
 
 def end_offset(batch: int) -> dict[str, object]:
@@ -81,10 +107,10 @@ def spark_checkpoint(
         for partition in (0, 1):
             store = state / str(partition)
             (store / "_metadata").mkdir(parents=True, exist_ok=True)
-            _write(store / "1.zip", b"PK snapshot of version 1")
+            _write(store / "1.zip", a_zip(metadata="{}"))
             _write(store / "SSTs" / "000008-7b504904-48d2-4daa-b671-5814d46fb27b.sst", b"sst")
             for version in range(1, last + 2):  # version v is written by batch v - 1
-                _write(store / f"{version}.changelog", b"changes")
+                _write(store / f"{version}.changelog", CHANGES)
             _write(store / f".{last + 2}.changelog.0e7a.tmp", b"being written", crc=False)
     _write(checkpoint / LAYOUT_FILE, json.dumps(layout or LAYOUT), crc=False)
     _write(checkpoint / SPECS_FILE, json.dumps(spec_record(DEFAULT_PARAMS)), crc=False)
