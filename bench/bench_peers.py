@@ -634,11 +634,7 @@ def reference_features(frame: pd.DataFrame, cards: np.ndarray) -> dict[int, dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--customers", type=int, default=5000)
-    parser.add_argument("--terminals", type=int, default=10000)
+    parser = report.world_parser(__doc__)
     parser.add_argument(
         "--backlog-days", type=int, default=31, help="31 days of 5,000 customers: about 300k transactions"
     )

@@ -267,11 +267,7 @@ def paced_loads(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--customers", type=int, default=5000)
-    parser.add_argument("--terminals", type=int, default=10000)
+    parser = report.world_parser(__doc__)
     parser.add_argument(
         "--unpaced-days", type=int, default=21, help="21 days of 5,000 customers: about 200k transactions"
     )

@@ -18,7 +18,6 @@ Quick: .venv/bin/python bench/bench_upgrade.py --customers 500 --days 60 --no-re
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -69,11 +68,7 @@ def values_by_tx(clients: Clients, topic: str, tx_ids: set[int]) -> dict[int, by
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--customers", type=int, default=5000)
-    parser.add_argument("--terminals", type=int, default=10000)
+    parser = report.world_parser(__doc__)
     parser.add_argument(
         "--days", type=int, default=61, help="the history: the first version runs over all but its last day"
     )

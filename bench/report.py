@@ -45,6 +45,15 @@ class Table:
     notes: Sequence[str] = field(default_factory=tuple)
 
 
+def world_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A script's argument parser (its docstring as help) with the size of the simulated world:
+    ``--customers`` (cards) and ``--terminals``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--customers", type=int, default=5000)
+    parser.add_argument("--terminals", type=int, default=10000)
+    return parser
+
+
 def add_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``--no-report``: print the figures without touching docs/benchmarks.md."""
     parser.add_argument(
