@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -75,6 +76,15 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
+
+
+class JobName(StrEnum):
+    """The streaming jobs: their run commands' names, checkpoints' and metrics' ``job`` label, Redis writer,
+    observer group and Spark application."""
+
+    FEATURES = "features"
+    SCORING = "scoring"
+    PIPELINE = "pipeline"
 
 
 class Topics(BaseModel):

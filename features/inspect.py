@@ -54,7 +54,7 @@ from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE, check_intact
-from infra.kafka_source.splits import NO_FRONTIER
+from infra.kafka_source.offsets import NO_FRONTIER
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import orjson
 import pandas as pd
@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
-from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS, Topics
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS, JobName, Topics
 from features.compat import bind_specs
 from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
@@ -89,9 +89,16 @@ from infra.redis_connection import RedisTarget
 from infra.redis_keys import card_features_key
 from infra.redis_store import set_latest_encoded
 from infra.schemas import spark_ddl
-from infra.spark import start_stream
+from infra.spark import observations, start_stream
 from infra.spark_state import PipelinedMap
-from infra.stage_counts import COUNTS_DDL, OBSERVATION, alert_sources, batch_counts, counts_row, observations
+from infra.stage_counts import (
+    COUNTS_DDL,
+    OBSERVATION,
+    BatchObserver,
+    alert_sources,
+    batch_counts,
+    counts_row,
+)
 from infra.state_store import StateReader
 from infra.timing import Timings
 
@@ -144,40 +151,6 @@ def bucket_state(
     )
 
 
-class CardStage(StatefulProcessor):
-    """``features.stateful.card_call`` per card bucket."""
-
-    def __init__(self, params: FeatureParams, layout: Layout) -> None:
-        self.params = params
-        self.layout = layout
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = bucket_state(handle, CARD_STATE_VAR, CARD_BUCKET_STATE, CARD_ENTRIES_VAR, CARD_INDEX_VAR)
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-    ) -> Iterator[pd.DataFrame]:
-        timings = Timings("card-stage")
-        with timings.phase("input"):
-            frame = unpack(rows)
-        out = card_call(self.state, frame, self.params, self.layout, timings)
-        if len(out):
-            with timings.phase("output"):
-                packed = pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
-            yield packed
-        timings.log()
-
-    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
-        """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
-        is_bucket = initialState["slot"] == BUCKET_ROW
-        pending, frontier = initialState.loc[is_bucket, ["pending", "frontier"]].iloc[0]
-        history, _ = unpack_cards(initialState.loc[~is_bucket, "value"].tolist())
-        card_start(self.state, CardBucket(history, from_blob(pending), int(frontier)), self.layout)
-
-    def close(self) -> None:
-        pass
-
-
 class FeatureRowsHook(Protocol):
     """More sink records made from the feature rows of one state call: ``hook(rows, values)`` gets the
     feature rows (event columns, late flag, features) and their feature records' JSON, and returns a table
@@ -186,52 +159,100 @@ class FeatureRowsHook(Protocol):
     def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None: ...
 
 
-class TerminalStage(StatefulProcessor):
+class BucketStage(StatefulProcessor):
+    """The shell of a stateful stage around its pure call (``features.stateful``): per bucket, its events
+    unpacked, the stage's call on the bucket's state variables, its output packed into one frame; each
+    phase timed (``infra.timing``: ``<stage>.input``, the call's phases, ``<stage>.<output phase>``)."""
+
+    #: The stage's name in the timings, the phase its output is made in, and its state variables: the
+    #: bucket's value (name, schema), its entries and their expiry index.
+    name: ClassVar[str]
+    output_phase: ClassVar[str]
+    variables: ClassVar[tuple[str, str, str, str]]
+
+    def __init__(self, params: FeatureParams, layout: Layout) -> None:
+        self.params = params
+        self.layout = layout
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = bucket_state(handle, *self.variables)
+
+    def call(self, frame: pd.DataFrame, timings: Timings) -> pd.DataFrame:
+        """The stage's output rows for the bucket's events ``frame``."""
+        raise NotImplementedError
+
+    def output(self, out: pd.DataFrame) -> pd.DataFrame:
+        """The rows ``call`` made, packed into the frame the stage emits."""
+        raise NotImplementedError
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        timings = Timings(self.name)
+        with timings.phase("input"):
+            frame = unpack(rows)
+        out = self.call(frame, timings)
+        if len(out):
+            with timings.phase(self.output_phase):
+                packed = self.output(out)
+            yield packed
+        timings.log()
+
+    def close(self) -> None:
+        pass
+
+
+class CardStage(BucketStage):
+    """``features.stateful.card_call`` per card bucket: the card features, packed per terminal bucket."""
+
+    name = "card-stage"
+    output_phase = "output"
+    variables = (CARD_STATE_VAR, CARD_BUCKET_STATE, CARD_ENTRIES_VAR, CARD_INDEX_VAR)
+
+    def call(self, frame: pd.DataFrame, timings: Timings) -> pd.DataFrame:
+        return card_call(self.state, frame, self.params, self.layout, timings)
+
+    def output(self, out: pd.DataFrame) -> pd.DataFrame:
+        return pack_frame(out, TERMINAL_BUCKET, card_stage_fields(self.params))
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+        """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
+        is_bucket = initialState["slot"] == BUCKET_ROW
+        pending, frontier = initialState.loc[is_bucket, ["pending", "frontier"]].iloc[0]
+        history, _ = unpack_cards(initialState.loc[~is_bucket, "value"].tolist())
+        card_start(self.state, CardBucket(history, from_blob(pending), int(frontier)), self.layout)
+
+
+class TerminalStage(BucketStage):
     """``features.stateful.terminal_call`` per terminal bucket.
 
     Emits the sink's Kafka records, packed: one row per call, built here rather than row by row in the JVM.
     """
 
+    name = "terminal-stage"
+    output_phase = "records"  # the hook's scoring included
+    variables = (TERMINAL_STATE_VAR, TERMINAL_BUCKET_STATE, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR)
+
     def __init__(
         self, params: FeatureParams, layout: Layout, topics: Topics, hook: FeatureRowsHook | None = None
     ) -> None:
-        self.params = params
-        self.layout = layout
+        super().__init__(params, layout)
         self.topics = topics
         self.hook = hook
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = bucket_state(
-            handle, TERMINAL_STATE_VAR, TERMINAL_BUCKET_STATE, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR
-        )
+    def call(self, frame: pd.DataFrame, timings: Timings) -> pd.DataFrame:
+        return terminal_call(self.state, frame, self.params, self.layout, timings)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-    ) -> Iterator[pd.DataFrame]:
-        timings = Timings("terminal-stage")
-        with timings.phase("input"):
-            frame = unpack(rows)
-        out = terminal_call(self.state, frame, self.params, self.layout, timings)
-        if len(out):
-            with timings.phase("records"):  # the hook's scoring included
-                records = kafka_records(
-                    out, self.topics.features, self.topics.dead_letter, self.params, self.hook
-                )
-                late = int(out.loc[out[KIND] == RowKind.FEATURES, LATE].fillna(False).astype(bool).sum())
-                counts = counts_row(
-                    batch_counts(records, self.topics, late), alert_sources(records, self.topics)
-                )
-                packed = pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
-            yield packed
-        timings.log()
+    def output(self, out: pd.DataFrame) -> pd.DataFrame:
+        records = kafka_records(out, self.topics.features, self.topics.dead_letter, self.params, self.hook)
+        late = int(out.loc[out[KIND] == RowKind.FEATURES, LATE].fillna(False).astype(bool).sum())
+        counts = counts_row(batch_counts(records, self.topics, late), alert_sources(records, self.topics))
+        return pd.DataFrame({RECORDS_COLUMN: [pack_records(records)], **counts})
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
         """A rescaled start's first micro-batch: the bucket's re-keyed state (:func:`initial_states`)."""
         terminals, _ = unpack_terminals(initialState["value"].tolist())
         terminal_start(self.state, terminals, self.layout)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -272,10 +293,43 @@ class FeatureJobConfig:
     #: commits: later runs resume the checkpoint.
     rescale: Rescale | None = None
 
+    #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
+    #: first task (``infra.spark_daemon``).
+    name: ClassVar[JobName] = JobName.FEATURES
+    preload: ClassVar[tuple[str, ...]] = (__name__,)
+    #: Where alerts come from: the feature job writes none.
+    alert_inputs: ClassVar[tuple[str, ...]] = ()
+
     @property
     def layout(self) -> Layout:
         """What routes the job's events to its state (``features.entries``)."""
         return Layout(self.card_buckets, self.terminal_buckets, self.card_slots, self.terminal_slots)
+
+    @property
+    def description(self) -> str:
+        return f"Feature job running (checkpoint {self.checkpoint})"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.topics.transactions, self.topics.labels)
+
+    @property
+    def feature_part(self) -> FeatureJobConfig:
+        """The part of the job that keeps the features' state: all of it."""
+        return self
+
+    def with_rescale(self, rescale: Rescale | None) -> FeatureJobConfig:
+        return replace(self, rescale=rescale)
+
+    def start(
+        self,
+        spark: SparkSession,
+        *,
+        once: bool,
+        trigger_interval_s: float,
+        on_batch: BatchObserver | None = None,  # its counts come with its progress reports
+    ) -> StreamingQuery:
+        return start_feature_job(spark, self, once=once, trigger_interval_s=trigger_interval_s)
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:

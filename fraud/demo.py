@@ -144,7 +144,11 @@ def demo_command(
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
         checkpoints = (settings.home / "checkpoints" / namespace).resolve()
         features = jobs.feature_job_config(
-            settings, settings.topics, checkpoints / "features", FeatureParams(), scope=scope
+            settings,
+            topics=settings.topics,
+            checkpoint=checkpoints / "features",
+            params=FeatureParams(),
+            scope=scope,
         )
         jobs.run_job(settings, features, once=True, trigger_interval_s=0.0, namespace=namespace)
 
@@ -154,7 +158,9 @@ def demo_command(
         console.rule(
             "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
         )
-        scoring = jobs.scoring_job_config(settings, settings.topics, checkpoints / "scoring", scope=scope)
+        scoring = jobs.scoring_job_config(
+            settings, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
+        )
         jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
 
         console.rule("Summary")
@@ -287,19 +293,24 @@ def follow_live(
         scope = jobs.Scope(namespace)
         features = jobs.feature_job_config(
             settings,
-            settings.topics,
-            checkpoints / "features",
-            FeatureParams(),
+            topics=settings.topics,
+            checkpoint=checkpoints / "features",
+            params=FeatureParams(),
             max_records=20_000,
             scope=scope,
         )
         scoring = jobs.scoring_job_config(
-            settings, settings.topics, checkpoints / "scoring", max_records=20_000, scope=scope
+            settings,
+            topics=settings.topics,
+            checkpoint=checkpoints / "scoring",
+            max_records=20_000,
+            scope=scope,
         )
+        jobs.prepare_services(settings, features)
+        jobs.prepare_services(settings, scoring)
         queries = jobs.start_live_jobs(spark, features, scoring, trigger_interval_s=0.5)
-        names = (jobs.describe(features)[0], jobs.describe(scoring)[0])
-        for name, query in zip(names, queries, strict=True):
-            live_jobs.add(name, query)
+        live_jobs.add(features.name, queries[0])
+        live_jobs.add(scoring.name, queries[1])
     producer.start()
     console.rule("Live")
     console.print(

@@ -10,19 +10,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.settings import Settings, Topics, redis_prefix
+from contracts.settings import JobName, Settings, Topics, redis_prefix
 from features import job as feature_job
 from features.definitions import FeatureParams
-from features.job import FeatureJobConfig, start_feature_job
+from features.job import FeatureJobConfig
+from features.rescale import Rescale
 from fraud import savepoints
 from fraud.console import console, summary_table
-from fraud.options import DEFAULT_MAX_RECORDS, JobName
+from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
 from infra.checkpoints import check_intact
@@ -32,16 +34,15 @@ from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import JobMetrics
 from infra.redis_connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
+from infra.stage_counts import BatchObserver
 from infra.topic_admin import create_project_topics
-from models.registry import CHAMPION, MODEL_LOADING_MODULES
-from scoring.job import BatchObserver, ScoringJobConfig, start_scoring_job
-from scoring.pipeline import PipelineConfig, start_pipeline
+from models.registry import CHAMPION
+from scoring.job import ScoringJobConfig
+from scoring.pipeline import PipelineConfig
 
-#: Modules every Python worker of the jobs imports before its first task (``infra.spark_daemon``).
-SPARK_PRELOAD = (feature_job.__name__,)
-#: The same and what loading a model imports, for the jobs that score: each scoring worker would otherwise
-#: spend seconds importing MLflow and skops in its first micro-batch (5 s each, two at once, on 2 cores).
-SCORING_PRELOAD = (*SPARK_PRELOAD, *MODEL_LOADING_MODULES)
+#: Modules the Python workers of the feature job, and of the jobs that score, import before their first task.
+SPARK_PRELOAD = FeatureJobConfig.preload
+SCORING_PRELOAD = ScoringJobConfig.preload
 
 
 def import_ahead(modules: tuple[str, ...]) -> threading.Thread:
@@ -72,10 +73,55 @@ def job_spark_session(
     return spark
 
 
-def _clients_with_topics(settings: Settings, topics: Topics) -> Clients:
-    clients = Clients.from_settings(settings)
-    create_project_topics(clients.admin(), settings, topics)
-    return clients
+class Job(Protocol):
+    """A streaming job as the app runs it: ``FeatureJobConfig``, ``ScoringJobConfig`` and ``PipelineConfig``
+    each say what they are, read and write, and start themselves."""
+
+    #: Its name (``contracts.settings.JobName``): its run command's, metrics' label, Spark application's.
+    name: ClassVar[JobName]
+    #: What its Python workers import before their first task (``infra.spark_daemon``).
+    preload: ClassVar[tuple[str, ...]]
+
+    @property
+    def topics(self) -> Topics: ...
+    @property
+    def checkpoint(self) -> Path: ...
+    @property
+    def kafka_config(self) -> dict[str, Any]: ...
+    @property
+    def redis(self) -> RedisTarget: ...
+    @property
+    def description(self) -> str:
+        """The line that says what runs."""
+        ...
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The topics it reads."""
+        ...
+
+    @property
+    def alert_inputs(self) -> tuple[str, ...]:
+        """The topics whose records its alerts come from (its alert latency is measured from their append)."""
+        ...
+
+    @property
+    def feature_part(self) -> FeatureJobConfig | None:
+        """The part of it that keeps the features' state (None: it keeps none)."""
+        ...
+
+    def with_rescale(self, rescale: Rescale | None) -> Job:
+        """The same job, its first micro-batch re-keying another layout's state (``features.rescale``)."""
+        ...
+
+    def start(
+        self,
+        spark: SparkSession,
+        *,
+        once: bool,
+        trigger_interval_s: float,
+        on_batch: BatchObserver | None = None,
+    ) -> StreamingQuery: ...
 
 
 @dataclass(frozen=True)
@@ -97,26 +143,24 @@ class Scope:
 
 
 def redis_target(settings: Settings, clients: Clients, *, prefix: str = "", writer: str = "") -> RedisTarget:
-    """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention;
-    a Redis that refuses the credentials stops the job here, before Spark starts (``RedisAccessError``)."""
-    target = RedisTarget(
+    """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention."""
+    return RedisTarget(
         clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options(), writer
     )
-    target.check_access()
-    return target
 
 
 def feature_job_config(
     settings: Settings,
+    *,
     topics: Topics,
     checkpoint: Path,
     params: FeatureParams,
     max_records: int | None = DEFAULT_MAX_RECORDS,
     scope: Scope = Scope(),
-    writer: str = JobName.FEATURES.value,
+    writer: str = JobName.FEATURES,
 ) -> FeatureJobConfig:
-    """The feature job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
-    clients = _clients_with_topics(settings, topics)
+    """The feature job over ``topics`` with the connections of ``settings`` (no I/O: ``prepare_services``)."""
+    clients = Clients.from_settings(settings)
     return FeatureJobConfig(
         kafka_config=clients.kafka_config(),
         topics=topics,
@@ -137,6 +181,7 @@ def feature_job_config(
 
 def scoring_job_config(
     settings: Settings,
+    *,
     topics: Topics,
     checkpoint: Path,
     alias: str = CHAMPION,
@@ -145,15 +190,13 @@ def scoring_job_config(
     scope: Scope = Scope(),
     shadow_alias: str | None = None,
 ) -> ScoringJobConfig:
-    """The scoring job over ``topics`` with the connections of ``settings`` (topics created if missing)."""
-    clients = _clients_with_topics(settings, topics)
+    """The scoring job over ``topics`` with the connections of ``settings`` (no I/O: ``prepare_services``)."""
+    clients = Clients.from_settings(settings)
     return ScoringJobConfig(
         kafka_config=clients.kafka_config(),
         topics=topics,
         checkpoint=checkpoint,
-        redis=redis_target(
-            settings, clients, prefix=redis_prefix(scope.namespace), writer=JobName.SCORING.value
-        ),
+        redis=redis_target(settings, clients, prefix=redis_prefix(scope.namespace), writer=JobName.SCORING),
         tracking_uri=clients.endpoints.mlflow_tracking_uri,
         max_event_bytes=settings.max_event_bytes,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
@@ -167,6 +210,7 @@ def scoring_job_config(
 
 def pipeline_config(
     settings: Settings,
+    *,
     topics: Topics,
     checkpoint: Path,
     params: FeatureParams,
@@ -176,15 +220,15 @@ def pipeline_config(
     scope: Scope = Scope(),
     shadow_alias: str | None = None,
 ) -> PipelineConfig:
-    """The one-query pipeline over ``topics`` with the connections of ``settings``."""
+    """The one-query pipeline over ``topics`` with the connections of ``settings`` (no I/O)."""
     features = feature_job_config(
         settings,
-        topics,
-        checkpoint,
+        topics=topics,
+        checkpoint=checkpoint,
         params=params,
         max_records=max_records,
         scope=scope,
-        writer=JobName.PIPELINE.value,
+        writer=JobName.PIPELINE,
     )
     return PipelineConfig(
         features=features,
@@ -195,136 +239,70 @@ def pipeline_config(
     )
 
 
-JobConfig = FeatureJobConfig | ScoringJobConfig | PipelineConfig
+def prepare_services(settings: Settings, job: Job) -> None:
+    """What a job needs of the services before Spark starts: its topics (created if missing), and a Redis
+    that takes its credentials (a refusal stops it here: ``RedisAccessError``)."""
+    create_project_topics(Clients.from_settings(settings).admin(), settings, job.topics)
+    job.redis.check_access()
 
 
-def preload_of(config: JobConfig) -> tuple[str, ...]:
-    """The modules the workers of a job import ahead: the feature job loads no model."""
-    return SPARK_PRELOAD if isinstance(config, FeatureJobConfig) else SCORING_PRELOAD
-
-
-def start_job(
-    spark: SparkSession,
-    config: JobConfig,
-    *,
-    once: bool,
-    trigger_interval_s: float,
-    on_batch: BatchObserver | None = None,
-) -> StreamingQuery:
-    """Start the job ``config`` describes: the feature job, the scoring job or the pipeline. ``on_batch``:
-    see ``scoring.job.start_scoring_job`` (the feature job's counts come with its progress reports)."""
-    if isinstance(config, FeatureJobConfig):
-        return start_feature_job(spark, config, once=once, trigger_interval_s=trigger_interval_s)
-    if isinstance(config, ScoringJobConfig):
-        return start_scoring_job(
-            spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
-        )
-    return start_pipeline(spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch)
-
-
-def describe(config: JobConfig) -> tuple[str, str]:
-    """The name of a job (features, scoring, pipeline), and the line that says what runs."""
-    if isinstance(config, FeatureJobConfig):
-        return JobName.FEATURES.value, f"Feature job running (checkpoint {config.checkpoint})"
-    name, what = (
-        (JobName.SCORING.value, "Scoring job")
-        if isinstance(config, ScoringJobConfig)
-        else (JobName.PIPELINE.value, "Pipeline")
-    )
-    return name, f"{what} running (model alias {config.alias!r}, checkpoint {config.checkpoint})"
-
-
-def alert_inputs(config: JobConfig) -> list[str]:
-    """The topic whose records a job's alerts come from (its alert latency is measured from their append);
-    none for the feature job, which writes no alerts."""
-    if isinstance(config, FeatureJobConfig):
-        return []
-    if isinstance(config, ScoringJobConfig):
-        return [config.topics.features]
-    return [config.features.topics.transactions]
-
-
-def job_metrics(settings: Settings, config: JobConfig, namespace: str) -> JobMetrics:
+def job_metrics(job: Job, namespace: str) -> JobMetrics:
     """The metrics of a job, with its watch on its input topic and its Redis writes."""
-    job, _ = describe(config)
-    kafka_config = (
-        config.kafka_config if not isinstance(config, PipelineConfig) else config.features.kafka_config
-    )
-    redis = config.redis if not isinstance(config, PipelineConfig) else config.features.redis
-    watch = InputWatch(kafka_config, alert_inputs(config), observer_group(job, namespace))
-    return JobMetrics(job, watch=watch, redis_failures=redis.write_failures)
+    watch = InputWatch(job.kafka_config, list(job.alert_inputs), observer_group(job.name, namespace))
+    return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures)
 
 
-def feature_config_of(config: JobConfig) -> FeatureJobConfig | None:
-    """The feature job's part of a job (the feature job itself, or the pipeline's); None for the scoring job."""
-    if isinstance(config, ScoringJobConfig):
-        return None
-    return config if isinstance(config, FeatureJobConfig) else config.features
-
-
-def start_from_savepoint(settings: Settings, config: JobConfig, path: Path) -> JobConfig:
+def start_from_savepoint(settings: Settings, job: Job, path: Path) -> Job:
     """Start the job's checkpoint (new and empty) from the savepoint at ``path`` once it is found to fit the
     job (``fraud.savepoints.start_from``): a copy in the savepoint's layout, a rescale into another
     (``FRAUD_CARD_BUCKETS``, ``FRAUD_TERMINAL_BUCKETS``, ``FRAUD_SPARK_SHUFFLE_PARTITIONS``), or the
-    checkpoint an earlier start from it made. The job's config, with the rescale's first state and
-    source position while the rescaled checkpoint's first micro-batch has not committed.
+    checkpoint an earlier start from it made. The job, with the rescale's first state and source position
+    while the rescaled checkpoint's first micro-batch has not committed.
 
     Raises:
         StateError: the savepoint does not fit the job, or the checkpoint holds another state.
     """
-    job, _ = describe(config)
-    features = feature_config_of(config)
-    inputs: tuple[str, ...]
-    if features is None:
-        layout, params, inputs = None, None, (config.topics.features,)
-    else:
-        layout, params = feature_job.layout_of(features), features.params
-        inputs = (features.topics.transactions, features.topics.labels)
+    features = job.feature_part
+    layout, params = (None, None) if features is None else (feature_job.layout_of(features), features.params)
     start = savepoints.start_from(
-        path, config.checkpoint, job, layout, params, inputs, settings.spark_shuffle_partitions
+        path, job.checkpoint, job.name, layout, params, job.inputs, settings.spark_shuffle_partitions
     )
     savepoint = start.savepoint
     where = f"savepoint {path} (batch {savepoint.batch}, frontier {savepoints.iso_ms(savepoint.frontier_ms)})"
     if start.how == "copied":
-        console.print(f"Starting from {where} in checkpoint {config.checkpoint}.")
+        console.print(f"Starting from {where} in checkpoint {job.checkpoint}.")
     elif start.how == "resumed":
-        console.print(f"Resuming checkpoint {config.checkpoint}, started from {where}.")
+        console.print(f"Resuming checkpoint {job.checkpoint}, started from {where}.")
     else:
         console.print(
-            f"Starting from {where} in checkpoint {config.checkpoint}, rescaled ({start.change}): the first "
+            f"Starting from {where} in checkpoint {job.checkpoint}, rescaled ({start.change}): the first "
             "micro-batch re-keys the savepoint's state."
         )
-    if start.rescale is None or features is None:
-        return config
-    rescaled = replace(features, rescale=start.rescale)
-    if isinstance(config, PipelineConfig):
-        return replace(config, features=rescaled)
-    return rescaled
+    return job if start.rescale is None else job.with_rescale(start.rescale)
 
 
-def prepare_start(settings: Settings, config: JobConfig, from_savepoint: Path | None) -> JobConfig:
+def prepare_start(settings: Settings, job: Job, from_savepoint: Path | None) -> Job:
     """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
     rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check that
     the files Spark needs to resume it are there and whole (``infra.checkpoints.check_intact``), and its
-    layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job's config to
-    run.
+    layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job to run.
 
     Raises:
         StateError: the savepoint or the checkpoint does not fit the job, or the checkpoint is damaged.
     """
-    path = from_savepoint or savepoints.unfinished_rescale(config.checkpoint)
+    path = from_savepoint or savepoints.unfinished_rescale(job.checkpoint)
     if path is not None:
-        config = start_from_savepoint(settings, config, path)
-    check_intact(config.checkpoint)
-    features = feature_config_of(config)
-    if features is not None:
-        feature_job.prepare_checkpoint(features)
-    return config
+        job = start_from_savepoint(settings, job, path)
+    check_intact(job.checkpoint)
+    if job.feature_part is not None:
+        feature_job.prepare_checkpoint(job.feature_part)
+    return job
 
 
 def run_job(
     settings: Settings,
-    config: JobConfig,
+    job: Job,
+    *,
     once: bool,
     trigger_interval_s: float,
     namespace: str = "",
@@ -334,26 +312,28 @@ def run_job(
     there; a bar shows how far), stop Spark, and print a summary. The job serves its metrics
     (``FRAUD_METRICS_PORT``, else a free port of ``FRAUD_METRICS_HOST``) and is listed for ``fraud status``
     while it runs. With ``from_savepoint``, the job starts from that savepoint (``prepare_start``)."""
-    config = prepare_start(settings, config, from_savepoint)
-    job, what = describe(config)
-    metrics = job_metrics(settings, config, namespace)
+    prepare_services(settings, job)
+    job = prepare_start(settings, job, from_savepoint)
+    metrics = job_metrics(job, namespace)
     try:
         port = metrics.serve(settings.metrics_port or 0, settings.metrics_host)
         url = f"http://{settings.metrics_host}:{port}/metrics"
-        entry = this_job(job, namespace, url, metrics.watch.group if metrics.watch else "")
+        entry = this_job(job.name, namespace, url, metrics.watch.group if metrics.watch else "")
         with registered(settings.home, entry):
             with console.status("Starting Spark..."):
-                spark = job_spark_session(settings, f"fraud-{job}", preload_of(config))
+                spark = job_spark_session(settings, f"fraud-{job.name}", job.preload)
             ctrl_c_interrupts_the_command_only()
             try:
-                config.checkpoint.mkdir(parents=True, exist_ok=True)
+                job.checkpoint.mkdir(parents=True, exist_ok=True)
                 check_executors(
-                    spark, preload_of(config), (config.checkpoint,), settings.spark_executor_start_timeout_s
+                    spark, job.preload, (job.checkpoint,), settings.spark_executor_start_timeout_s
                 )
-                query = start_job(
-                    spark, config, once=once, trigger_interval_s=trigger_interval_s, on_batch=metrics.on_batch
+                query = job.start(
+                    spark, once=once, trigger_interval_s=trigger_interval_s, on_batch=metrics.on_batch
                 )
-                console.print(f"{what}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}.")
+                console.print(
+                    f"{job.description}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}."
+                )
                 report = watch_query(query, on_progress=metrics.on_progress, bar=once)
             finally:
                 stop_session(spark)  # also stops the Python workers and their Kafka consumers
@@ -372,8 +352,7 @@ def start_live_jobs(
 ) -> list[StreamingQuery]:
     """The feature job and the scoring job, running side by side in one session until stopped."""
     return [
-        start_job(spark, config, once=False, trigger_interval_s=trigger_interval_s)
-        for config in (features, scoring)
+        job.start(spark, once=False, trigger_interval_s=trigger_interval_s) for job in (features, scoring)
     ]
 
 

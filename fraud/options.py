@@ -21,15 +21,6 @@ from models.splits import KNOWN_FRAUDS, RECENT_FRAUD_DAYS
 DEFAULT_MAX_RECORDS = 100_000
 
 
-class JobName(StrEnum):
-    """The streaming jobs: their run commands' names, checkpoints' and metrics' ``job`` label, Redis writer,
-    observer group and Spark application."""
-
-    FEATURES = "features"
-    SCORING = "scoring"
-    PIPELINE = "pipeline"
-
-
 FeatureDelayOption = Annotated[
     float,
     typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),

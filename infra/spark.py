@@ -28,6 +28,7 @@ import pyspark
 from py4j.protocol import Py4JError
 from pyspark import RDD, InheritableThread, SparkConf, SparkContext
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts.errors import ConfigError
@@ -35,6 +36,7 @@ from contracts.settings import DEFAULT_EXECUTOR_START_TIMEOUT_S, Settings
 from infra import spark_daemon
 from infra.spark_daemon import PRELOAD_ENV
 from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
+from infra.stage_counts import ALERT_SOURCES, COUNTS
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's
@@ -375,3 +377,12 @@ def stop_between_batches(query: StreamingQuery, timeout_s: float = 60.0) -> None
 def _process_all_available(query: StreamingQuery) -> None:
     with contextlib.suppress(Exception):  # a failed query raises its error here; it is stopped next anyway
         query.processAllAvailable()
+
+
+def observations() -> list[Any]:
+    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``): the counts summed, the
+    alerts' sources collected."""
+    return [
+        *(F.sum(name).alias(name) for name in COUNTS),
+        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
+    ]

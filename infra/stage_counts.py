@@ -4,7 +4,7 @@ micro-batch by Spark (``observe``) for the jobs' metrics (``infra.metrics``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +25,8 @@ COUNTS_DDL = ", ".join([*(f"{name} bigint" for name in COUNTS), f"{ALERT_SOURCES
 COUNTS_FIELDS = [*((name, pa.int64()) for name in COUNTS), (ALERT_SOURCES, pa.list_(pa.string()))]
 #: The name of the observed metrics in Spark's progress reports.
 OBSERVATION = "fraud"
+#: Gets each micro-batch's summed counts (``COUNTS``) and the model versions that served it.
+BatchObserver = Callable[[Mapping[str, Any], Mapping[str, int | None]], None]
 
 
 def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, int]:
@@ -65,14 +67,3 @@ def counts_row(counts: Mapping[str, int], sources: Sequence[str] = ()) -> dict[s
     """Columns of one output row carrying ``counts`` and the alerts' ``sources`` (next to its packed
     records)."""
     return {**{name: [int(counts.get(name, 0))] for name in COUNTS}, ALERT_SOURCES: [list(sources)]}
-
-
-def observations() -> list[Any]:
-    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``): the counts summed, the
-    alerts' sources collected."""
-    from pyspark.sql import functions as F
-
-    return [
-        *(F.sum(name).alias(name) for name in COUNTS),
-        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
-    ]

@@ -16,6 +16,7 @@ the lines of Spark's Python workers reach the command's log (``infra.spark_logs`
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,10 +70,11 @@ class Timings:
         """One line with the phases (and the task's stage, partition and micro-batch, in a Spark task)."""
         if not self.enabled:
             return
-        from pyspark import TaskContext
-
         where = dict(self.context)
-        task = TaskContext.get()
+        # In a Spark task PySpark is loaded; outside one (a pure core's tests, a bench) there is no task to
+        # name, and timing does not load Spark for it.
+        spark = sys.modules.get("pyspark")
+        task = spark.TaskContext.get() if spark is not None else None
         if task is not None:
             batch = task.getLocalProperty(BATCH_ID_PROPERTY)
             where.update(stage=task.stageId(), task=task.partitionId())

@@ -21,33 +21,34 @@ each committed Kafka transaction, idempotently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from contracts.settings import Topics
-from infra.checkpoints import PerBatch, pinned_layout, query_location
+from contracts.settings import JobName, Topics
+from features import job as feature_job
+from features.rescale import Rescale
+from infra.checkpoints import pinned_layout
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
-from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.redis_connection import RedisTarget
-from infra.spark import start_stream
-from infra.stage_counts import COUNTS_DDL, OBSERVATION, observations
-from models.registry import CHAMPION
-from scoring.chooser import batch_versions, model_choosers
-from scoring.core import Scorer, now_ms
+from infra.spark import observations
+from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
+from models.registry import CHAMPION, MODEL_LOADING_MODULES
+from scoring.core import Scorer
+from scoring.query import ScoredBatch, ScoresWithModels, start_scoring_query
 from scoring.redis_hook import ScoresToRedis
 
 
 @dataclass(frozen=True)
-class ScoringJobConfig:
+class ScoringJobConfig(ScoresWithModels):
     """What one run of the scoring job reads, uses and writes (all from parameters, never globals)."""
 
     kafka_config: dict[str, Any] = field(repr=False)  # credentials: never in a repr
@@ -67,9 +68,41 @@ class ScoringJobConfig:
     starting_offsets: str = EARLIEST
     ending_offsets: str = LATEST
 
+    #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
+    #: first task (``infra.spark_daemon``): loading a model takes seconds of MLflow and skops imports.
+    name: ClassVar[JobName] = JobName.SCORING
+    preload: ClassVar[tuple[str, ...]] = (feature_job.__name__, *MODEL_LOADING_MODULES)
+    #: The part of the job that keeps the features' state: none.
+    feature_part: ClassVar[None] = None
 
-#: Gets each micro-batch's summed counts (``infra.stage_counts.COUNTS``) and the model versions that served it.
-BatchObserver = Callable[[Mapping[str, Any], Mapping[str, int | None]], None]
+    @property
+    def description(self) -> str:
+        return f"Scoring job running (model alias {self.alias!r}, checkpoint {self.checkpoint})"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.topics.features,)
+
+    @property
+    def alert_inputs(self) -> tuple[str, ...]:
+        """The topic whose records its alerts come from (its alert latency is measured from their append)."""
+        return self.inputs
+
+    def with_rescale(self, rescale: Rescale | None) -> ScoringJobConfig:
+        """Keyed state to re-key at the start: the scoring job has none (a savepoint of it is copied)."""
+        return self
+
+    def start(
+        self,
+        spark: SparkSession,
+        *,
+        once: bool,
+        trigger_interval_s: float,
+        on_batch: BatchObserver | None = None,
+    ) -> StreamingQuery:
+        return start_scoring_job(
+            spark, self, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
+        )
 
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
@@ -89,12 +122,6 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
     return read_stream(spark, source)
 
 
-def scoring_clock(checkpoint: Path) -> PerBatch:
-    """When each micro-batch is scored (its records' ``scored_at_ms``), recorded in the checkpoint before
-    the batch is written: a re-run writes the same records, and Redis agrees with the topic."""
-    return PerBatch(checkpoint / "scored-at.json")
-
-
 def start_scoring_job(
     spark: SparkSession,
     config: ScoringJobConfig,
@@ -109,14 +136,6 @@ def start_scoring_job(
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
-    register_sink(spark)
-    chooser, shadow = model_choosers(
-        config.tracking_uri,
-        alias=config.alias,
-        shadow_alias=config.shadow_alias,
-        interval_s=config.model_check_interval_s,
-        checkpoint=config.checkpoint,
-    )
     sink = KafkaSinkConfig(
         kafka_config=config.kafka_config,
         sink_id=checkpoint_sink_id(config.checkpoint, "scores"),
@@ -124,29 +143,30 @@ def start_scoring_job(
         after_commit=ScoresToRedis(config.redis, config.topics.alerts, config.topics.scores),
     )
 
-    clock = scoring_clock(config.checkpoint)
-
-    def score_micro_batch(records: DataFrame, batch_id: int) -> None:
-        versions = batch_versions(batch_id, chooser, shadow)
+    def score_micro_batch(records: DataFrame, batch: ScoredBatch) -> Mapping[str, Any]:
         scorer = Scorer(
             tracking_uri=config.tracking_uri,
-            version=versions["model"],
+            version=batch.versions["model"],
             topics=config.topics,
             max_event_bytes=config.max_event_bytes,
-            shadow_version=versions.get("shadow"),
-            scored_at_ms=clock.get(batch_id, now_ms),
+            shadow_version=batch.versions.get("shadow"),
+            scored_at_ms=batch.scored_at_ms,
         )
         counted = Observation(OBSERVATION)
         scored = records.mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
         observed = scored.observe(counted, *observations())
-        write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch_id)
-        if on_batch is not None:
-            on_batch(counted.get, versions)
+        write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch.batch_id)
+        return counted.get
 
-    writer = (
-        feature_records(spark, config)
-        .writeStream.foreachBatch(score_micro_batch)
-        .option("checkpointLocation", str(query_location(config.checkpoint)))
-        .queryName(f"scoring-{config.topics.scores}")
+    return start_scoring_query(
+        spark,
+        job=config.name,
+        query_name=f"scoring-{config.topics.scores}",
+        checkpoint=config.checkpoint,
+        models=config.models,
+        stream=lambda: feature_records(spark, config),
+        write=score_micro_batch,
+        once=once,
+        trigger_interval_s=trigger_interval_s,
+        on_batch=on_batch,
     )
-    return start_stream(writer, once, trigger_interval_s)

@@ -18,8 +18,10 @@ the version it was scored by the first time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pandas as pd
 import pyarrow as pa
@@ -28,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.records import source_position
-from contracts.settings import Topics
+from contracts.settings import JobName, Topics
 from features.job import (
     FeatureJobConfig,
     LatestFeaturesToRedis,
@@ -36,19 +38,19 @@ from features.job import (
     feature_stream,
     prepare_checkpoint,
 )
+from features.rescale import Rescale
 from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from infra.checkpoints import query_location
 from infra.kafka_sink.config import AfterCommitAll
-from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import SinkRows
-from infra.spark import start_stream
+from infra.redis_connection import RedisTarget
+from infra.stage_counts import BatchObserver
 from infra.timing import Timings
 from models.registry import CHAMPION
-from scoring.chooser import batch_versions, model_choosers
 from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
-from scoring.job import BatchObserver, scoring_clock
+from scoring.job import ScoringJobConfig
 from scoring.model_cache import worker_model
+from scoring.query import ScoredBatch, ScoresWithModels, start_scoring_query
 from scoring.redis_hook import ScoresToRedis
 
 #: Spark local properties carrying the model version of a micro-batch (and the shadow's) and its scoring
@@ -63,7 +65,7 @@ EVENT_TYPES = dict(EVENT_FIELDS)
 
 
 @dataclass(frozen=True)
-class PipelineConfig:
+class PipelineConfig(ScoresWithModels):
     """The feature job's configuration plus what scoring needs (all from parameters, never globals)."""
 
     features: FeatureJobConfig
@@ -73,6 +75,11 @@ class PipelineConfig:
     #: A second alias scored beside the serving one, to the shadow scores topic (``scoring.job``).
     shadow_alias: str | None = None
 
+    #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
+    #: first task (``infra.spark_daemon``), a model's loading included.
+    name: ClassVar[JobName] = JobName.PIPELINE
+    preload: ClassVar[tuple[str, ...]] = ScoringJobConfig.preload
+
     @property
     def topics(self) -> Topics:
         return self.features.topics
@@ -80,6 +87,47 @@ class PipelineConfig:
     @property
     def checkpoint(self) -> Path:
         return self.features.checkpoint
+
+    @property
+    def kafka_config(self) -> dict[str, Any]:
+        return self.features.kafka_config
+
+    @property
+    def redis(self) -> RedisTarget:
+        return self.features.redis
+
+    @property
+    def description(self) -> str:
+        return f"Pipeline running (model alias {self.alias!r}, checkpoint {self.checkpoint})"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.features.inputs
+
+    @property
+    def alert_inputs(self) -> tuple[str, ...]:
+        """The topic whose records its alerts come from (its alert latency is measured from their append)."""
+        return (self.topics.transactions,)
+
+    @property
+    def feature_part(self) -> FeatureJobConfig:
+        """The part of the job that keeps the features' state."""
+        return self.features
+
+    def with_rescale(self, rescale: Rescale | None) -> PipelineConfig:
+        return replace(self, features=self.features.with_rescale(rescale))
+
+    def start(
+        self,
+        spark: SparkSession,
+        *,
+        once: bool,
+        trigger_interval_s: float,
+        on_batch: BatchObserver | None = None,
+    ) -> StreamingQuery:
+        return start_pipeline(
+            spark, self, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
+        )
 
 
 @dataclass(frozen=True)
@@ -148,15 +196,7 @@ def start_pipeline(
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
-    register_sink(spark)
     prepare_checkpoint(config.features)
-    chooser, shadow = model_choosers(
-        config.tracking_uri,
-        alias=config.alias,
-        shadow_alias=config.shadow_alias,
-        interval_s=config.model_check_interval_s,
-        checkpoint=config.checkpoint,
-    )
     scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
     features = replace(config.features, hook=scorer)
     # Alerts and the latest score of each card first (what alert consumers wait for), then its features.
@@ -167,26 +207,24 @@ def start_pipeline(
         )
     )
     sink = replace(feature_sink(features), after_commit=to_redis)
-    clock = scoring_clock(config.checkpoint)
 
-    def write_batch(records: DataFrame, batch_id: int) -> None:
-        timings = Timings("pipeline-batch", batch=batch_id)
-        with timings.phase("versions"):
-            context = records.sparkSession.sparkContext
-            context.setLocalProperty(SCORED_AT_PROPERTY, str(clock.get(batch_id, now_ms)))
-            versions = batch_versions(batch_id, chooser, shadow)
-            context.setLocalProperty(MODEL_VERSION_PROPERTY, str(versions["model"]))
-            context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(versions.get("shadow", "")))
-        with timings.phase("write"):
-            write_micro_batch(records, sink, batch_id)
-        timings.log()
-        if on_batch is not None:
-            on_batch({}, versions)
+    def write_batch(records: DataFrame, batch: ScoredBatch) -> Mapping[str, Any]:
+        context = records.sparkSession.sparkContext
+        context.setLocalProperty(SCORED_AT_PROPERTY, str(batch.scored_at_ms))
+        context.setLocalProperty(MODEL_VERSION_PROPERTY, str(batch.versions["model"]))
+        context.setLocalProperty(SHADOW_VERSION_PROPERTY, str(batch.versions.get("shadow") or ""))
+        write_micro_batch(records, sink, batch.batch_id)
+        return {}
 
-    writer = (
-        feature_stream(spark, features)
-        .writeStream.foreachBatch(write_batch)
-        .option("checkpointLocation", str(query_location(config.checkpoint)))
-        .queryName(f"pipeline-{config.topics.features}")
+    return start_scoring_query(
+        spark,
+        job=config.name,
+        query_name=f"pipeline-{config.topics.features}",
+        checkpoint=config.checkpoint,
+        models=config.models,
+        stream=lambda: feature_stream(spark, features),
+        write=write_batch,
+        once=once,
+        trigger_interval_s=trigger_interval_s,
+        on_batch=on_batch,
     )
-    return start_stream(writer, once, trigger_interval_s)

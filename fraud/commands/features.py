@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from contracts.settings import JobName
 from features.batch import file_features
 from features.definitions import DAY_MS
 from fraud.console import console, settings_of
@@ -25,11 +27,9 @@ from fraud.options import (
     TriggerIntervalOption,
     WindowsOption,
     check_output_file,
-    check_start,
-    checkpoint_dir,
     feature_params,
-    time_range,
 )
+from fraud.streaming import run_streaming_job
 from ingest.files import parse_mapping
 
 app = typer.Typer(
@@ -111,16 +111,20 @@ def run_command(
     longest window plus the label delay earlier for exact features); --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
-    settings = settings_of(ctx)
-    start, end = time_range(from_time, to_time)
-    check_start(from_time, from_savepoint)
-    config = jobs.feature_job_config(
-        settings,
-        settings.topics.in_namespace(namespace),
-        checkpoint_dir(settings, checkpoint, "features", namespace),
-        feature_params(feature_delay_days, allowed_lateness_s, windows),
-        max_records,
-        jobs.Scope(namespace, start, end),
+    build = partial(
+        jobs.feature_job_config,
+        params=feature_params(feature_delay_days, allowed_lateness_s, windows),
+        max_records=max_records,
     )
-    once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)
+    run_streaming_job(
+        ctx,
+        JobName.FEATURES,
+        build,
+        namespace=namespace,
+        checkpoint=checkpoint,
+        from_time=from_time,
+        to_time=to_time,
+        from_savepoint=from_savepoint,
+        once=once,
+        trigger_interval_s=trigger_interval_s,
+    )

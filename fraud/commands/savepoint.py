@@ -10,9 +10,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from contracts.settings import JobName
 from fraud import savepoints
 from fraud.console import console, settings_of
-from fraud.options import JobName, check_namespace, checkpoint_dir
+from fraud.options import check_namespace, checkpoint_dir
 
 app = typer.Typer(
     help="Savepoints: a job's state, source offsets and event-time frontier at a committed micro-batch; "

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fraud.console import settings_of
+from contracts.settings import JobName
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
     DEFAULT_WINDOWS,
@@ -25,11 +26,9 @@ from fraud.options import (
     ToOption,
     TriggerIntervalOption,
     WindowsOption,
-    check_start,
-    checkpoint_dir,
     feature_params,
-    time_range,
 )
+from fraud.streaming import run_streaming_job
 from models.registry import CHAMPION
 
 app = typer.Typer(
@@ -63,21 +62,25 @@ def run_command(
     In a namespace it reads that namespace's features topic; --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
-    settings = settings_of(ctx)
-    start, end = time_range(from_time, to_time)
-    check_start(from_time, from_savepoint)
-    config = jobs.scoring_job_config(
-        settings,
-        settings.topics.in_namespace(namespace),
-        checkpoint_dir(settings, checkpoint, "scoring", namespace),
-        alias,
-        model_check_interval_s,
-        max_records,
-        jobs.Scope(namespace, start, end),
-        shadow,
+    build = partial(
+        jobs.scoring_job_config,
+        alias=alias,
+        model_check_interval_s=model_check_interval_s,
+        max_records=max_records,
+        shadow_alias=shadow,
     )
-    once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)
+    run_streaming_job(
+        ctx,
+        JobName.SCORING,
+        build,
+        namespace=namespace,
+        checkpoint=checkpoint,
+        from_time=from_time,
+        to_time=to_time,
+        from_savepoint=from_savepoint,
+        once=once,
+        trigger_interval_s=trigger_interval_s,
+    )
 
 
 @pipeline_app.command("run")
@@ -104,19 +107,23 @@ def pipeline_command(
     alerts to Kafka and Redis. --to ends the run there."""
     from fraud import jobs  # heavy: PySpark and the jobs, imported only when a job runs
 
-    settings = settings_of(ctx)
-    start, end = time_range(from_time, to_time)
-    check_start(from_time, from_savepoint)
-    config = jobs.pipeline_config(
-        settings,
-        settings.topics.in_namespace(namespace),
-        checkpoint_dir(settings, checkpoint, "pipeline", namespace),
-        feature_params(feature_delay_days, allowed_lateness_s, windows),
-        alias,
-        model_check_interval_s,
-        max_records,
-        jobs.Scope(namespace, start, end),
-        shadow,
+    build = partial(
+        jobs.pipeline_config,
+        params=feature_params(feature_delay_days, allowed_lateness_s, windows),
+        alias=alias,
+        model_check_interval_s=model_check_interval_s,
+        max_records=max_records,
+        shadow_alias=shadow,
     )
-    once = once or end is not None
-    jobs.run_job(settings, config, once, trigger_interval_s, namespace, from_savepoint)
+    run_streaming_job(
+        ctx,
+        JobName.PIPELINE,
+        build,
+        namespace=namespace,
+        checkpoint=checkpoint,
+        from_time=from_time,
+        to_time=to_time,
+        from_savepoint=from_savepoint,
+        once=once,
+        trigger_interval_s=trigger_interval_s,
+    )

@@ -87,7 +87,8 @@ from infra.kafka_sink.config import (
     SinkConfigError,
     SinkWriteError,
 )
-from infra.kafka_sink.records import unpacked, validate_schema
+from infra.kafka_sink.records import unpacked
+from infra.kafka_sink.spark_schema import validate_schema
 from infra.kafka_sink.transactions import (
     TransactionalWriter,
     cached_writer,

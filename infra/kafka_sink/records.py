@@ -18,32 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructType,
-)
 
 from contracts.events import DeadLetter, to_record
-from infra.kafka_sink.config import SinkConfigError, SinkWriteError
+from infra.kafka_sink.config import SinkWriteError
 
-#: Type of the ``headers`` column (Spark's own Kafka sink uses the same shape), e.g. for ``F.lit(None).cast(...)``.
-HEADERS_TYPE = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
-#: The same as an Arrow type, for packed records (:func:`pack_records`).
+#: Accepted input columns (their Spark types: ``infra.kafka_sink.spark_schema``).
+COLUMNS = ("topic", "key", "value", "timestamp_ms", "headers", "partition")
+#: The type of the ``headers`` column as Arrow's, for packed records (:func:`pack_records`).
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-#: Accepted input columns and their types.
-COLUMNS: dict[str, tuple[DataType, ...]] = {
-    "topic": (StringType(),),
-    "key": (BinaryType(), StringType()),
-    "value": (BinaryType(), StringType()),
-    "timestamp_ms": (LongType(),),
-    "headers": (HEADERS_TYPE,),
-    "partition": (IntegerType(),),
-}
 #: The column of packed input: Arrow IPC streams of rows with :data:`COLUMNS` (see the module docstring).
 RECORDS_COLUMN = "records"
 #: The schema of packed input, as Arrow and as a Spark DDL string.
@@ -117,50 +99,6 @@ def newest_per_key(batches: list[pa.RecordBatch], topic: str) -> list[bytes]:
     newest = np.full(len(keys.dictionary) + 1, np.iinfo(np.int64).min)
     np.maximum.at(newest, codes, times)
     return rows["value"].filter(pa.array(times == newest[codes])).to_pylist()
-
-
-def validate_schema(schema: StructType, default_topic: str | None) -> None:
-    """Check the input columns against :data:`COLUMNS`.
-
-    Raises:
-        SinkConfigError: an unknown column, a wrong type, no ``value``, or no topic at all.
-    """
-    fields = {field.name: field.dataType for field in schema.fields}
-    if RECORDS_COLUMN in fields:
-        if list(fields) != [RECORDS_COLUMN] or not isinstance(fields[RECORDS_COLUMN], BinaryType):
-            raise SinkConfigError(
-                f"the Kafka sink cannot write this schema: packed input is a single binary column "
-                f"{RECORDS_COLUMN!r}, got {schema.simpleString()}"
-            )
-        return
-    problems = [f"unknown column {name!r}" for name in fields if name not in COLUMNS]
-    for name, data_type in fields.items():
-        allowed = COLUMNS.get(name)
-        if allowed is not None and not any(_same_type(data_type, ok) for ok in allowed):
-            wanted = " or ".join(ok.simpleString() for ok in allowed)
-            problems.append(f"column {name!r} is {data_type.simpleString()}, expected {wanted}")
-    if "value" not in fields:
-        problems.append("column 'value' is required")
-    if "topic" not in fields and default_topic is None:
-        problems.append("column 'topic' is required unless the sink has a default topic")
-    if problems:
-        raise SinkConfigError(f"the Kafka sink cannot write this schema: {'; '.join(problems)}")
-
-
-def _same_type(actual: DataType, expected: DataType) -> bool:
-    """Type equality that ignores nullability (Spark's equality does not)."""
-    if isinstance(expected, ArrayType):
-        return isinstance(actual, ArrayType) and _same_type(actual.elementType, expected.elementType)
-    if isinstance(expected, StructType):
-        return (
-            isinstance(actual, StructType)
-            and [f.name for f in actual.fields] == [f.name for f in expected.fields]
-            and all(
-                _same_type(a.dataType, e.dataType)
-                for a, e in zip(actual.fields, expected.fields, strict=True)
-            )
-        )
-    return type(actual) is type(expected)
 
 
 def kafka_headers(raw: list[dict[str, Any]] | None) -> list[tuple[str, bytes | None]] | None:

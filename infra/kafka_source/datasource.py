@@ -64,6 +64,7 @@ from infra.clients import cluster_metadata
 from infra.kafka_log import first_offsets, log_bounds
 from infra.kafka_outage import wait_for_kafka
 from infra.kafka_source.config import EARLIEST, KafkaSourceConfig, time_of
+from infra.kafka_source.offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka_source.planner import (
     DRAIN_S,
     FIRST_BATCH_MAX_RECORDS,
@@ -78,7 +79,7 @@ from infra.kafka_source.planner import (
     share,
 )
 from infra.kafka_source.reader import read_group
-from infra.kafka_source.splits import NO_FRONTIER, Split, group_splits, parse_tp, tp_name
+from infra.kafka_source.splits import Split, group_splits
 from infra.spark_config import config_from, config_options
 from infra.spark_logs import mark_worker_logs
 

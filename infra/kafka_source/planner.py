@@ -23,7 +23,7 @@ from contracts.provenance import CopyFilter, Provenance, WriterMarks, provenance
 from infra.clients import KAFKA_LOGGER, TRANSACTION_TIMEOUT_MS, cluster_metadata
 from infra.kafka_log import HistoryGapError, consumed
 from infra.kafka_outage import KafkaUnreachableError, wait_for_kafka
-from infra.kafka_source.splits import NO_FRONTIER, parse_tp, tp_name
+from infra.kafka_source.offsets import NO_FRONTIER, parse_tp, tp_name
 
 POLL_S = 0.05
 #: How long a read waits for the records it planned. A read_committed reader cannot pass a transaction that

@@ -20,8 +20,9 @@ from contracts.provenance import Provenance, provenance_of
 from infra.clients import KAFKA_LOGGER
 from infra.kafka_log import consumed
 from infra.kafka_source.config import RAW_FIELDS, KafkaSourceConfig
+from infra.kafka_source.offsets import tp_name
 from infra.kafka_source.planner import FETCH_WAIT_MS, POLL_S, check_deadline, deadline
-from infra.kafka_source.splits import Split, SplitGroup, tp_name
+from infra.kafka_source.splits import Split, SplitGroup
 from infra.timing import Timings
 
 _Record = tuple[int, int, bytes | None, bytes | None, Provenance | None]  # offset, timestamp, key, value, ...

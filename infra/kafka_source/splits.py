@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from contracts.provenance import CopyFilter
-
-#: A frontier before any event: nothing is complete yet.
-NO_FRONTIER = -(2**62)
+from infra.kafka_source.offsets import tp_name
 
 
 @dataclass(frozen=True)
@@ -52,12 +50,3 @@ def group_splits(splits: Sequence[Split], tasks: int | None) -> list[SplitGroup]
     partitions (similar sizes, usually) are balanced."""
     n = len(splits) if tasks is None else max(1, min(tasks, len(splits)))
     return [SplitGroup(tuple(splits[i::n])) for i in range(n)]
-
-
-def tp_name(topic: str, partition: int) -> str:
-    return f"{topic}/{partition}"
-
-
-def parse_tp(name: str) -> tuple[str, int]:
-    topic, _, partition = name.rpartition("/")
-    return topic, int(partition)

@@ -28,8 +28,8 @@ from infra.kafka_sink.records import (
     kafka_headers,
     newest_per_key,
     pack_records,
-    validate_schema,
 )
+from infra.kafka_sink.spark_schema import validate_schema
 from infra.kafka_sink.transactions import marker_decision
 from infra.spark_config import config_from
 

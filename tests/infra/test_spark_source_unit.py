@@ -5,6 +5,7 @@ import pytest
 from contracts.errors import ConfigError
 from infra.kafka_source.config import KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import KafkaStreamReader
+from infra.kafka_source.offsets import NO_FRONTIER
 from infra.kafka_source.planner import (
     Tail,
     _frontier,
@@ -13,7 +14,7 @@ from infra.kafka_source.planner import (
     release_without_records,
     share,
 )
-from infra.kafka_source.splits import NO_FRONTIER, Split, SplitGroup, group_splits
+from infra.kafka_source.splits import Split, SplitGroup, group_splits
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
 

@@ -98,7 +98,9 @@ def test_the_feature_query_plans_progress_and_configs_show_no_secret(
     )
     result = run_fraud(settings, "ingest", str(write_events(tmp_path / "events.jsonl")))
     assert result.returncode == 0, result.stderr
-    config = feature_job_config(secret_settings, settings.topics, tmp_path / "checkpoint", FeatureParams())
+    config = feature_job_config(
+        secret_settings, topics=settings.topics, checkpoint=tmp_path / "checkpoint", params=FeatureParams()
+    )
     assert config.kafka_config["sasl.password"] == SASL_PASSWORD  # the secret is really carried
     query = finished_query(spark, config)
     assert topic_counts(clients, [settings.topics.features])[settings.topics.features] == 20

@@ -244,18 +244,16 @@ def rescale_runs(
             update={"card_buckets": buckets, "terminal_buckets": buckets, "spark_shuffle_partitions": shuffle}
         )
         checkpoint = home / "rescaled" / namespace
-        config = jobs.prepare_start(
+        job = jobs.feature_job_config(
             settings,
-            jobs.feature_job_config(
-                settings,
-                settings.topics.in_namespace(namespace),
-                checkpoint,
-                params,
-                RESCALED_MAX_RECORDS,
-                jobs.Scope(namespace, end_ms=end_ms),
-            ),
-            start,
+            topics=settings.topics.in_namespace(namespace),
+            checkpoint=checkpoint,
+            params=params,
+            max_records=RESCALED_MAX_RECORDS,
+            scope=jobs.Scope(namespace, end_ms=end_ms),
         )
+        jobs.prepare_services(settings, job)
+        config = jobs.prepare_start(settings, job, start)
         assert isinstance(config, FeatureJobConfig)
         assert (config.rescale is not None) == (start is not None), "a re-keyed first state, only at first"
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))  # as the job's session would have it

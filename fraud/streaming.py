@@ -1,0 +1,53 @@
+"""What the run commands of the streaming jobs (``fraud features run``, ``fraud score run``, ``fraud pipeline
+run``) share: where a run reads and writes, from their common options, and the run itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from contracts.settings import JobName
+from fraud.console import settings_of
+from fraud.options import check_start, checkpoint_dir, time_range
+
+if TYPE_CHECKING:  # PySpark and the jobs: imported only when a job runs
+    from fraud.jobs import Job
+
+
+def run_streaming_job(
+    ctx: typer.Context,
+    job: JobName,
+    build: Callable[..., Job],  # fraud.jobs.*_config, the command's own options bound
+    *,
+    namespace: str,
+    checkpoint: Path | None,
+    from_time: str | None,
+    to_time: str | None,
+    from_savepoint: Path | None,
+    once: bool,
+    trigger_interval_s: float,
+) -> None:
+    """Run ``job`` as its run command's options say: in ``namespace`` (its topics, Redis keys and
+    checkpoint), over ``--from``/``--to`` (a range ends the run at ``--to``), or from a savepoint."""
+    from fraud import jobs  # heavy: PySpark and the jobs
+
+    settings = settings_of(ctx)
+    start, end = time_range(from_time, to_time)
+    check_start(from_time, from_savepoint)
+    config = build(
+        settings,
+        topics=settings.topics.in_namespace(namespace),
+        checkpoint=checkpoint_dir(settings, checkpoint, job, namespace),
+        scope=jobs.Scope(namespace, start, end),
+    )
+    jobs.run_job(
+        settings,
+        config,
+        once=once or end is not None,
+        trigger_interval_s=trigger_interval_s,
+        namespace=namespace,
+        from_savepoint=from_savepoint,
+    )
