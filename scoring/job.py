@@ -160,10 +160,8 @@ def start_scoring_job(
 
     return start_scoring_query(
         spark,
-        job=config.name,
+        config,
         query_name=f"scoring-{config.topics.scores}",
-        checkpoint=config.checkpoint,
-        models=config.models,
         stream=lambda: feature_records(spark, config),
         write=score_micro_batch,
         once=once,

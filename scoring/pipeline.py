@@ -218,10 +218,8 @@ def start_pipeline(
 
     return start_scoring_query(
         spark,
-        job=config.name,
+        config,
         query_name=f"pipeline-{config.topics.features}",
-        checkpoint=config.checkpoint,
-        models=config.models,
         stream=lambda: feature_stream(spark, features),
         write=write_batch,
         once=once,

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from contracts.settings import JobName
 from infra.checkpoints import PerBatch, query_location
 from infra.kafka_sink.datasource import register as register_sink
 from infra.spark import start_stream
@@ -73,26 +74,36 @@ class ScoresWithModels:
         )
 
 
+class ScoringQueryJob(Protocol):
+    """What the shell needs of a job that scores: its name, its checkpoint and its models."""
+
+    name: ClassVar[JobName]
+
+    @property
+    def checkpoint(self) -> Path: ...
+    @property
+    def models(self) -> ModelChoice: ...
+
+
 def start_scoring_query(
     spark: SparkSession,
+    job: ScoringQueryJob,
     *,
-    job: str,
     query_name: str,
-    checkpoint: Path,
-    models: ModelChoice,
     stream: Callable[[], DataFrame],
     write: BatchWriter,
     once: bool,
     trigger_interval_s: float,
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start a scoring query over ``stream()`` (built once the models are found), ``write`` writing each
-    micro-batch. ``once`` processes everything available, then stops.
+    """Start ``job``'s scoring query over ``stream()`` (built once the models are found), ``write`` writing
+    each micro-batch. ``once`` processes everything available, then stops.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
     register_sink(spark)
+    models, checkpoint = job.models, job.checkpoint
     chooser, shadow = model_choosers(
         models.tracking_uri,
         alias=models.alias,
@@ -103,7 +114,7 @@ def start_scoring_query(
     clock = scoring_clock(checkpoint)
 
     def micro_batch(records: DataFrame, batch_id: int) -> None:
-        timings = Timings(f"{job}-batch", batch=batch_id)
+        timings = Timings(f"{job.name}-batch", batch=batch_id)
         with timings.phase("versions"):
             versions = batch_versions(batch_id, chooser, shadow)
             batch = ScoredBatch(batch_id, versions, clock.get(batch_id, now_ms))
