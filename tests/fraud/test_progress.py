@@ -83,10 +83,15 @@ class QueryOfManyBatches:
 
 
 def test_ctrl_c_during_a_call_to_the_jvm_stops_the_query_after_the_call() -> None:
-    query = QueryOfManyBatches()
-    watch_query(cast(StreamingQuery, query), poll_s=0)
-    assert query.stopped and query.waits == query.completed == 2  # the call it came in finished; no other
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own again
+    # Python's own handler, as in a command started from a terminal (a shell's background job ignores SIGINT).
+    started_with = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        query = QueryOfManyBatches()
+        watch_query(cast(StreamingQuery, query), poll_s=0)
+        assert query.stopped and query.waits == query.completed == 2  # the call it came in finished only
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own again
+    finally:
+        signal.signal(signal.SIGINT, started_with)
 
 
 class QueryWithAnIdleTrigger:
