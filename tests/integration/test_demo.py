@@ -7,6 +7,7 @@ goes to the whole process group, as a terminal sends it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -134,7 +135,10 @@ def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(t
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground process group
         demo.wait(timeout=STOP_TIMEOUT_S)
     finally:
-        if demo.poll() is None:
+        if demo.poll() is None:  # a failure above: its services run in sessions of their own, kill them too
+            for pid in descendants(demo.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
     reader.join(timeout=10)
