@@ -67,6 +67,7 @@ def fraud(settings: Settings, home: Path, master: str, outputs: Topics, *args: s
     )
 
 
+@pytest.mark.minutes(5)
 def test_jobs_migrated_to_a_standalone_cluster_equal_the_batch_path_and_the_model(
     cluster: Cluster, settings: Settings, small_frame: pd.DataFrame, tmp_path: Path
 ) -> None:

@@ -492,6 +492,7 @@ def rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
 
 
 @pytest.mark.timeout(FIRST_ALERT_TIMEOUT_S + 120)
+@pytest.mark.minutes(4)
 def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> None:
     """Every project-image service with its own command and environment, each started once its
     depends_on conditions hold: topics, MLflow server, Spark master and worker, simulator, trainer, the

@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.support.scripts import FRAUD
 
 STARTUP_TIMEOUT_S = 900
@@ -76,6 +78,7 @@ SPARK_NOTICES = (
 )
 
 
+@pytest.mark.minutes(7)
 def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}

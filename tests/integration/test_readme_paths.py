@@ -31,6 +31,7 @@ def readme_path(name: str) -> list[str]:
 
 
 @pytest.mark.timeout(3600)  # 12-14 minutes at a load average of 15-20 on 2 cores
+@pytest.mark.minutes(5)
 def test_readme_ab_and_alerts_paths_work_as_written(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     (tmp_path / "examples").symlink_to(README.parent / "examples")  # a clone has them
