@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
 
 from contracts.errors import ConfigError
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS
@@ -632,6 +633,14 @@ def load_settings() -> Settings:
         raise SettingsError(unknown_names_message(unknown, known))
     try:
         return Settings()
+    except SourceError as exc:  # a section's variable (FRAUD_TOPICS, FRAUD_RETENTION_MS) that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = env_name((field.group(1),)) if field else "a FRAUD_* variable"
+        value = {k.upper(): v for k, v in os.environ.items()}.get(name)
+        raise SettingsError(
+            f"invalid setting: {name}={value!r}: not a JSON object; give JSON, or set its fields one by one "
+            f"({name}{NESTED_DELIMITER}<FIELD>)"
+        ) from None
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
