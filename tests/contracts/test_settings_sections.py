@@ -21,6 +21,11 @@ from contracts.settings import (
     load_settings,
 )
 
+CERT, KEY = "/pki/client.pem", "/pki/client.key"
+#: A client certificate goes with its key (and, for Redis, TLS).
+KAFKA_CERT = {"FRAUD_SSL_CERTIFICATE_LOCATION": CERT, "FRAUD_SSL_KEY_LOCATION": KEY}
+REDIS_CERT = {"FRAUD_REDIS_CERT_FILE": CERT, "FRAUD_REDIS_KEY_FILE": KEY, "FRAUD_REDIS_TLS": "1"}
+
 #: Each variable, a value of it, where the settings show it (a dotted path from ``Settings``: a connection
 #: setting through its section) and what they show; with the variables a value needs beside it.
 NAMES: list[tuple[str, str, str, object, dict[str, str]]] = [
@@ -30,40 +35,16 @@ NAMES: list[tuple[str, str, str, object, dict[str, str]]] = [
     ("FRAUD_SASL_USERNAME", "fraud", "kafka.sasl_username", "fraud", {}),
     ("FRAUD_SASL_PASSWORD", "hunter2-sasl", "kafka.sasl_password", "hunter2-sasl", {}),
     ("FRAUD_SSL_CA_LOCATION", "/pki/ca.pem", "kafka.ssl_ca_location", Path("/pki/ca.pem"), {}),
-    (
-        "FRAUD_SSL_CERTIFICATE_LOCATION",
-        "/pki/client.pem",
-        "kafka.ssl_certificate_location",
-        Path("/pki/client.pem"),
-        {"FRAUD_SSL_KEY_LOCATION": "/pki/client.key"},
-    ),
-    (
-        "FRAUD_SSL_KEY_LOCATION",
-        "/pki/client.key",
-        "kafka.ssl_key_location",
-        Path("/pki/client.key"),
-        {"FRAUD_SSL_CERTIFICATE_LOCATION": "/pki/client.pem"},
-    ),
+    ("FRAUD_SSL_CERTIFICATE_LOCATION", CERT, "kafka.ssl_certificate_location", Path(CERT), KAFKA_CERT),
+    ("FRAUD_SSL_KEY_LOCATION", KEY, "kafka.ssl_key_location", Path(KEY), KAFKA_CERT),
     ("FRAUD_SSL_KEY_PASSWORD", "hunter2-key", "kafka.ssl_key_password", "hunter2-key", {}),
     ("FRAUD_REDIS_URL", "redis://cache:6379/1", "redis_url", "redis://cache:6379/1", {}),
     ("FRAUD_REDIS_USERNAME", "fraud", "redis.username", "fraud", {}),
     ("FRAUD_REDIS_PASSWORD", "hunter2-redis", "redis.password", "hunter2-redis", {}),
     ("FRAUD_REDIS_TLS", "true", "redis.tls", True, {}),
     ("FRAUD_REDIS_CA_FILE", "/pki/ca.pem", "redis.ca_file", Path("/pki/ca.pem"), {"FRAUD_REDIS_TLS": "1"}),
-    (
-        "FRAUD_REDIS_CERT_FILE",
-        "/pki/client.pem",
-        "redis.cert_file",
-        Path("/pki/client.pem"),
-        {"FRAUD_REDIS_KEY_FILE": "/pki/client.key", "FRAUD_REDIS_TLS": "1"},
-    ),
-    (
-        "FRAUD_REDIS_KEY_FILE",
-        "/pki/client.key",
-        "redis.key_file",
-        Path("/pki/client.key"),
-        {"FRAUD_REDIS_CERT_FILE": "/pki/client.pem", "FRAUD_REDIS_TLS": "1"},
-    ),
+    ("FRAUD_REDIS_CERT_FILE", CERT, "redis.cert_file", Path(CERT), REDIS_CERT),
+    ("FRAUD_REDIS_KEY_FILE", KEY, "redis.key_file", Path(KEY), REDIS_CERT),
     ("FRAUD_MLFLOW_TRACKING_URI", "http://mlflow:5000", "mlflow_tracking_uri", "http://mlflow:5000", {}),
     ("FRAUD_SPARK_MASTER", "spark://master:7077", "spark.master", "spark://master:7077", {}),
     ("FRAUD_SPARK_DRIVER_HOST", "pipeline", "spark.driver_host", "pipeline", {}),
