@@ -145,7 +145,7 @@ class Scope:
 def redis_target(settings: Settings, clients: Clients, *, prefix: str = "", writer: str = "") -> RedisTarget:
     """Where a job (``writer``) in the key space ``prefix`` keeps its lookups, for the settings' retention."""
     return RedisTarget(
-        clients.endpoints.redis_url, prefix, settings.alert_retention_s, clients.redis_options(), writer
+        clients.endpoints.redis_url, prefix, settings.alert_retention_s, settings.redis, writer
     )
 
 

@@ -21,7 +21,7 @@ from contracts.errors import ServiceUnavailableError
 from contracts.settings import Settings
 from infra.embedded import EmbeddedStack, StackInfo
 from infra.kafka_outage import KafkaUnreachableError
-from infra.redis_connection import RedisOptions, redis_client
+from infra.redis_connection import redis_client
 
 #: Tansu starves tailing consumers without some producer linger (DESIGN.md).
 PRODUCER_LINGER_MS = 20
@@ -151,27 +151,8 @@ class Clients:
         return cls(settings, Endpoints(info.bootstrap_servers, info.redis_url, info.mlflow_tracking_uri))
 
     def kafka_config(self) -> dict[str, Any]:
-        """Connection and security options shared by every Kafka client."""
-        s = self.settings
-        config: dict[str, Any] = {
-            "bootstrap.servers": self.endpoints.bootstrap_servers,
-            "security.protocol": s.security_protocol,
-        }
-        if s.sasl_mechanism is not None:
-            config["sasl.mechanism"] = s.sasl_mechanism
-        if s.sasl_username is not None:
-            config["sasl.username"] = s.sasl_username
-        if s.sasl_password is not None:
-            config["sasl.password"] = s.sasl_password.get_secret_value()
-        if s.ssl_ca_location is not None:
-            config["ssl.ca.location"] = str(s.ssl_ca_location)
-        if s.ssl_certificate_location is not None:
-            config["ssl.certificate.location"] = str(s.ssl_certificate_location)
-        if s.ssl_key_location is not None:
-            config["ssl.key.location"] = str(s.ssl_key_location)
-        if s.ssl_key_password is not None:
-            config["ssl.key.password"] = s.ssl_key_password.get_secret_value()
-        return config
+        """Connection and security options shared by every Kafka client (``Settings.kafka``)."""
+        return self.settings.kafka.client_config(self.endpoints.bootstrap_servers)
 
     def producer(self, **overrides: Any) -> Producer:
         """An idempotent producer (no duplicates or reordering from retries)."""
@@ -203,25 +184,9 @@ class Clients:
         """An admin client; a refused login ends its metadata requests at once (:func:`cluster_metadata`)."""
         return WatchedAdmin(self.kafka_config())
 
-    def redis_options(self) -> RedisOptions:
-        """How to log in to Redis beyond its URL: user, password and TLS from the settings."""
-        s = self.settings
-        return RedisOptions(
-            username=s.redis_username,
-            password=None if s.redis_password is None else s.redis_password.get_secret_value(),
-            tls=s.redis_tls,
-            ca_file=_text(s.redis_ca_file),
-            cert_file=_text(s.redis_cert_file),
-            key_file=_text(s.redis_key_file),
-        )
-
     def redis(self) -> Any:
         """A new Redis client (a process's jobs share theirs: ``RedisTarget.client``)."""
-        return redis_client(self.endpoints.redis_url, self.redis_options())
-
-
-def _text(path: Path | None) -> str | None:
-    return None if path is None else str(path)
+        return redis_client(self.endpoints.redis_url, self.settings.redis)
 
 
 def cluster_metadata(client: AdminClient | Consumer, topic: str | None = None) -> ClusterMetadata:

@@ -1,58 +1,27 @@
-"""Redis connections: how to log in (user, password, TLS), one client per process, refusals as
-:class:`RedisAccessError`, and writes that wait out an outage (:class:`RedisTarget`)."""
+"""Redis connections: clients of a URL that log in as its ``RedisConnection`` says (user, password, TLS), one
+per process, refusals as :class:`RedisAccessError`, and writes that wait out an outage (:class:`RedisTarget`)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from contracts.errors import ServiceUnavailableError
 from contracts.privacy import redact_url
+from contracts.settings import RedisConnection
 from infra.redis_keys import stats_key
 from infra.retry import wait_out
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class RedisOptions:
-    """How to log in to a Redis server beyond its URL: an ACL user and password, TLS with the CA that signs
-    the server's certificate and a client certificate (mutual TLS). Unset fields leave the URL's own."""
-
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)  # a secret: never in a repr
-    tls: bool = False
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``redis.Redis.from_url`` that apply these options."""
-        import redis
-
-        kwargs: dict[str, Any] = {}
-        if self.username is not None:
-            kwargs["username"] = self.username
-        if self.password is not None:
-            kwargs["password"] = self.password
-        if self.tls:
-            kwargs["connection_class"] = redis.SSLConnection
-        tls_files = {
-            "ssl_ca_certs": self.ca_file,
-            "ssl_certfile": self.cert_file,
-            "ssl_keyfile": self.key_file,
-        }
-        kwargs.update({name: value for name, value in tls_files.items() if value is not None})
-        return kwargs
-
-
 #: A server reached by its URL alone (the embedded stack's Valkey).
-URL_ONLY = RedisOptions()
+URL_ONLY = RedisConnection()
 
 
-def redis_client(url: str, options: RedisOptions = URL_ONLY, **kwargs: Any) -> Any:
+def redis_client(url: str, options: RedisConnection = URL_ONLY, **kwargs: Any) -> Any:
     """A new redis-py client of ``url`` with ``options`` (and any other client ``kwargs``)."""
     import redis
 
@@ -108,7 +77,7 @@ class RedisTarget:
     url: str
     prefix: str
     retention_s: int
-    options: RedisOptions = URL_ONLY
+    options: RedisConnection = URL_ONLY
     #: Who writes (a job's name): its failed write attempts are counted under it (:func:`write_failures`).
     writer: str = ""
 
@@ -160,12 +129,12 @@ class RedisTarget:
         return int(stored or 0)
 
 
-_CLIENTS: dict[tuple[str, RedisOptions], Any] = {}
+_CLIENTS: dict[tuple[str, RedisConnection], Any] = {}
 #: Seconds a Redis call may wait for the server before it counts as away.
 SOCKET_TIMEOUT_S = 5.0
 
 
-def client_for(url: str, options: RedisOptions = URL_ONLY) -> Any:
+def client_for(url: str, options: RedisConnection = URL_ONLY) -> Any:
     """A redis-py client for ``url`` and ``options``, one per process (Spark workers reuse it across
     micro-batches)."""
     if (url, options) not in _CLIENTS:

@@ -177,14 +177,15 @@ def session_config(
     preload: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """The configuration :func:`spark_session` starts Spark with, but for the local file system's jar
-    (:func:`local_file_system_jar`, built on first use). The Spark UI is off unless
-    ``settings.spark_ui_port`` names its port; shuffle partitions are the settings' unless given."""
-    config = {
-        "spark.master": settings.spark_master,
+    (:func:`local_file_system_jar`, built on first use): the settings' entries (``Settings.spark``: master,
+    UI, memory, driver host), their shuffle partitions unless given, and the project's own."""
+    spark = settings.spark
+    if shuffle_partitions:
+        spark = spark.model_copy(update={"shuffle_partitions": shuffle_partitions})
+    return {
+        **spark.conf(),
         "spark.app.name": app_name,
-        "spark.ui.enabled": "false" if settings.spark_ui_port is None else "true",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions or settings.spark_shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
@@ -193,18 +194,10 @@ def session_config(
         "spark.python.daemon.module": spark_daemon.__name__,
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.memory": settings.spark_driver_memory,
-        "spark.executor.memory": settings.spark_executor_memory,
         "spark.executor.extraJavaOptions": JIT_OPTIONS,
         f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
         **{f"spark.executorEnv.{name}": os.environ.get(name, value) for name, value in ALLOCATOR_ENV.items()},
     }
-    if settings.spark_ui_port is not None:
-        config["spark.ui.port"] = str(settings.spark_ui_port)
-    if settings.spark_driver_host is not None:
-        config["spark.driver.host"] = settings.spark_driver_host
-        config["spark.driver.bindAddress"] = "0.0.0.0"  # noqa: S104 - inside a container; the host is the name
-    return config
 
 
 def spark_session(
@@ -229,7 +222,7 @@ def spark_session(
     builder = SparkSession.builder
     for key, value in session_config(settings, app_name, shuffle_partitions, preload).items():
         builder = builder.config(key, value)
-    jar = local_file_system_jar() if settings.spark_master.startswith("local") else None
+    jar = local_file_system_jar() if settings.spark.master.startswith("local") else None
     if jar is not None:  # local mode: the driver's JVM is the executor
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
             "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM

@@ -278,7 +278,7 @@ def serve_command(
         )
     check_can_listen(host, port)
     clients = Clients.from_settings(settings)
-    url, options = clients.endpoints.redis_url, clients.redis_options()
+    url, options = clients.endpoints.redis_url, settings.redis
     check_access(client_for(url, options), url)  # refused credentials: one line now, not 503s later
     states = StateService(settings)
     app_ = create_app(

@@ -105,6 +105,17 @@ def test_invalid_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
 
 
+@pytest.mark.parametrize("name", ["FRAUD_TOPICS", "FRAUD_RETENTION_MS"])
+@pytest.mark.parametrize("value", ["", "alerts=x", "{bad json"])
+def test_a_section_variable_that_is_not_json_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=f"{name}={value!r}: not a JSON object") as raised:
+        load_settings()
+    assert "\n" not in str(raised.value) and f"{name}__<FIELD>" in str(raised.value)
+
+
 def test_secret_values_are_not_echoed_in_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FRAUD_SASL_PASSWORD", "hunter2")
     monkeypatch.setenv("FRAUD_PARTITIONS", "many")
@@ -148,6 +159,8 @@ FUZZED = (
     "FRAUD_MAX_CLOCK_SKEW_S",
     "FRAUD_RETENTION_MS__TRANSACTIONS",
     "FRAUD_TOPICS__ALERTS",
+    "FRAUD_TOPICS",
+    "FRAUD_RETENTION_MS",
     "FRAUD_HOME",
     "FRAUD_SASL_PASSWORD",
     "FRAUD_SSL_KEY_PASSWORD",

@@ -72,9 +72,9 @@ def test_redis_user_password_and_tls_settings_become_client_options(tmp_path: Pa
         str(pki.client_key),
     )
     # The jobs' target carries the same options to the Spark workers.
-    target = RedisTarget("redis://cache:6379/0", "", 60, clients.redis_options())
+    target = RedisTarget("redis://cache:6379/0", "", 60, clients.settings.redis)
     assert target.client().connection_pool.connection_kwargs["password"] == REDIS_PASSWORD
-    assert REDIS_PASSWORD not in repr(target) and REDIS_PASSWORD not in repr(clients.redis_options())
+    assert REDIS_PASSWORD not in repr(target) and REDIS_PASSWORD not in repr(clients.settings.redis)
 
 
 def test_a_rediss_url_is_tls_and_a_plain_one_is_not() -> None:

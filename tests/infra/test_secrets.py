@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pydantic import SecretStr
+
+from contracts.settings import RedisConnection
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_source.config import KafkaSourceConfig
-from infra.redis_connection import RedisOptions, RedisTarget
+from infra.redis_connection import RedisTarget
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for
 KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.password": PASSWORD}
@@ -17,7 +20,10 @@ def test_configs_carrying_credentials_do_not_show_them() -> None:
         repr(RedisTarget("redis://default:hunter2-redis-secret@cache:6379/0", "ab:", 60)),
         repr(
             RedisTarget(
-                "rediss://cache:6380/0", "", 60, RedisOptions("fraud", "hunter2-redis-secret", tls=True)
+                "rediss://cache:6380/0",
+                "",
+                60,
+                RedisConnection(username="fraud", password=SecretStr("hunter2-redis-secret"), tls=True),
             )
         ),
     ]

@@ -116,7 +116,8 @@ def test_the_feature_query_plans_progress_and_configs_show_no_secret(
         "repr(settings)": repr(secret_settings),
         "str(settings)": str(secret_settings),
         "repr(config)": repr(config),
-        "repr(redis options)": repr(Clients(secret_settings, clients.endpoints).redis_options()),
+        "repr(redis connection)": repr(secret_settings.redis),
+        "repr(kafka connection)": repr(secret_settings.kafka),
     }
     assert "fraud-kafka" in shown["the job's logical plan"] and "fraud-kafka" in shown["explain(extended)"]
     for where, text in shown.items():

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 import redis
+from pydantic import SecretStr
 
-from contracts.settings import Settings
+from contracts.settings import RedisConnection, Settings
 from infra.embedded import StackInfo, free_port
-from infra.redis_connection import RedisAccessError, RedisOptions, RedisTarget, check_access, redis_client
+from infra.redis_connection import RedisAccessError, RedisTarget, check_access, redis_client
 from tests.support.scripts import run_fraud
 
 PASSWORD = f"acl-{uuid.uuid4().hex}"
@@ -57,7 +58,7 @@ def within(seconds: float, call: Callable[[], Any]) -> Any:
 
 
 def target(stack: StackInfo, user: str, password: str) -> RedisTarget:
-    options = RedisOptions(username=user, password=password)
+    options = RedisConnection(username=user, password=SecretStr(password))
     return RedisTarget(stack.redis_url, f"acl-{uuid.uuid4().hex[:6]}:", 60, options, "test")
 
 

@@ -62,7 +62,7 @@ def test_the_clients_log_in_over_mutual_tls(stack: StackInfo, acl_user: str, tmp
 
         # The jobs' write path, with the options the jobs get (fraud.jobs.redis_target).
         prefix = f"tls-{uuid.uuid4().hex[:8]}:"
-        target = RedisTarget(url, prefix, 60, clients.redis_options())
+        target = RedisTarget(url, prefix, 60, settings.redis)
         row = (card_features_key("c1", prefix), 1_000, 7, {"amount": 12.5})
         assert target.write(lambda c: set_latest(c, [row], 60)) == 1
         assert redis.Redis.from_url(stack.redis_url).hget(row[0], "amount") == b"12.5"
