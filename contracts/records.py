@@ -82,10 +82,9 @@ class _Scored(BaseModel):
 
 #: How many features an alert names as having driven its score (``top_features``).
 TOP_FEATURES = 3
-#: How an alert's contributions were computed (``models.contributions``): the booster's own TreeSHAP
-#: values, the exact SHAP values of a linear model, Saabas' path attribution of scikit-learn's trees, or
-#: none (a model of another kind).
-ContributionMethod = Literal["tree_shap", "linear_shap", "saabas", "none"]
+#: How an alert's contributions were computed (``models.contributions``): exact TreeSHAP values of a tree
+#: model, the exact SHAP values of a linear model, or none (a model of another kind).
+ContributionMethod = Literal["tree_shap", "linear_shap", "none"]
 
 
 class Explanation(BaseModel):
@@ -141,9 +140,8 @@ class AlertRecord(_Scored):
     )
     contribution_method: ContributionMethod = Field(
         default="none",
-        description="How the contributions were computed: tree_shap (the booster's TreeSHAP values), "
-        "linear_shap (exact SHAP of a linear model, features independent), saabas (the change of value "
-        "at each split on the row's path through scikit-learn trees: adds up, but is not SHAP), none.",
+        description="How the contributions were computed: tree_shap (exact TreeSHAP values of a tree "
+        "model), linear_shap (exact SHAP values of a linear model, features independent), none.",
     )
 
     @field_validator("features")

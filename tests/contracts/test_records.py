@@ -43,7 +43,7 @@ def test_an_alert_written_before_contributions_still_parses() -> None:
 def test_alert_from_score_carries_every_score_field() -> None:
     score = make_score(9)
     alert = score.to_alert(
-        {"f": 1.0}, Explanation(contributions={"f": 0.5}, base_margin=0.1, method="saabas")
+        {"f": 1.0}, Explanation(contributions={"f": 0.5}, base_margin=0.1, method="tree_shap")
     )
     explained = {"features", "top_features", "contributions", "base_margin", "contribution_method"}
     assert alert.model_dump(exclude=explained) == score.model_dump(exclude={"alert"})

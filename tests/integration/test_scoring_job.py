@@ -210,7 +210,7 @@ def test_obvious_frauds_raise_alerts_that_match_redis(scored: Scored) -> None:
         (explained,) = explanations(models[alert.model_version], pd.DataFrame([alert.features]))
         assert list(alert.contributions) == list(explained.contributions), (alert.tx_id, alert.features)
         assert alert.contributions == pytest.approx(explained.contributions, abs=1e-12)
-        assert alert.contribution_method == "saabas"
+        assert alert.contribution_method == "tree_shap"
         assert alert.top_features == list(explained.contributions)[:3]
         assert alert.base_margin is not None
         assert alert.base_margin + sum(alert.contributions.values()) == pytest.approx(alert.score, abs=1e-9)

@@ -3,6 +3,8 @@ fraud when the terminal's risk is above 0.7 or the amount above 250; the card's 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 from sklearn.pipeline import Pipeline
@@ -31,8 +33,10 @@ def driven_rows(n: int = 4_000, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray
     return frame, labels
 
 
+@functools.cache
 def driven_model(kind: str) -> Pipeline:
-    """A fitted pipeline of ``kind`` (``models.estimators``: scaling, then the classifier)."""
+    """A fitted pipeline of ``kind`` (``models.estimators``: scaling, then the classifier), trained once
+    per test session (never changed by the tests)."""
     frame, labels = driven_rows()
     return build_pipeline(ModelSpec(kind, n_estimators=50, n_jobs=1)).fit(frame, labels)  # type: ignore[arg-type]
 
