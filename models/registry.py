@@ -105,6 +105,8 @@ MODEL_LOADING_MODULES = (
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.model_registry.sqlalchemy_store",
     "skops.io",
+    # An alert's contributions (models.contributions).
+    "lightgbm",
 )
 
 
