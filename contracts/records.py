@@ -87,6 +87,10 @@ TOP_FEATURES = 3
 ContributionMethod = Literal["tree_shap", "linear_shap", "none"]
 
 
+#: The fields of an alert that explain its score (the others are the score's and the feature values).
+EXPLANATION_FIELDS = frozenset({"top_features", "contributions", "base_margin", "contribution_method"})
+
+
 class Explanation(BaseModel):
     """Why the model scored a transaction as it did: each feature's signed contribution to the model's
     margin (log-odds for boosted trees and logistic regression, the probability for forests), strongest

@@ -22,7 +22,7 @@ from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
-from contracts.records import AlertRecord
+from contracts.records import EXPLANATION_FIELDS, AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
@@ -179,8 +179,7 @@ def get_command(
     table = Table(title=f"Alert for transaction {tx_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    explained = {"features", "top_features", "contributions", "base_margin", "contribution_method"}
-    for name, value in alert.model_dump(exclude=explained).items():
+    for name, value in alert.model_dump(exclude={"features", *EXPLANATION_FIELDS}).items():
         shown = format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
         table.add_row(name, escape(shown))
     table.add_row("top_features", escape(_top_reasons(alert)) or "-")

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason
-from contracts.records import AlertRecord, Explanation, FeatureRecord, ScoreRecord
+from contracts.records import EXPLANATION_FIELDS, AlertRecord, Explanation, FeatureRecord, ScoreRecord
 from features.definitions import FEATURE_COLUMNS
 from scoring.core import parse_feature_record
 from tests.support.factories import CARD_A, make_alert, make_score
@@ -45,8 +45,7 @@ def test_alert_from_score_carries_every_score_field() -> None:
     alert = score.to_alert(
         {"f": 1.0}, Explanation(contributions={"f": 0.5}, base_margin=0.1, method="tree_shap")
     )
-    explained = {"features", "top_features", "contributions", "base_margin", "contribution_method"}
-    assert alert.model_dump(exclude=explained) == score.model_dump(exclude={"alert"})
+    assert alert.model_dump(exclude={"features", *EXPLANATION_FIELDS}) == score.model_dump(exclude={"alert"})
 
 
 def test_non_finite_feature_values_become_null() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from contracts.errors import ConfigError
 from contracts.events import DeadLetter, Reason
-from contracts.records import ALERT_SOURCE_HEADER, AlertRecord, FeatureRecord, ScoreRecord
+from contracts.records import ALERT_SOURCE_HEADER, EXPLANATION_FIELDS, AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import FEATURE_COLUMNS
 from infra.kafka_sink.records import SinkRows
@@ -103,8 +103,9 @@ def test_a_score_at_the_threshold_alerts_and_one_below_does_not() -> None:
         "card_nb_tx_7d": 5,
         "terminal_risk_7d": 0.25,
     }
-    explained = {"features", "top_features", "contributions", "base_margin", "contribution_method"}
-    assert alerts[0].model_dump(exclude=explained) == records[1].model_dump(exclude={"alert"})
+    assert alerts[0].model_dump(exclude={"features", *EXPLANATION_FIELDS}) == records[1].model_dump(
+        exclude={"alert"}
+    )
 
 
 def test_an_alert_carries_the_models_contributions_strongest_first_adding_up_to_its_margin() -> None:

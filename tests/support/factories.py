@@ -13,6 +13,10 @@ CARD_A = "a" * 32
 CARD_B = "0123456789abcdef" * 2
 
 
+#: An alert's explanation: the model's contribution of one feature.
+EXPLANATION = Explanation(contributions={"card_nb_tx_1d": 0.8}, base_margin=-3.0, method="tree_shap")
+
+
 def make_score(tx_id: int = 1, **updates: Any) -> ScoreRecord:
     fields: dict[str, Any] = {
         "tx_id": tx_id,
