@@ -74,7 +74,8 @@ def contributions(model: Any, frame: pd.DataFrame) -> Contributions:
         booster, inputs = _as_booster(estimator), inputs.astype(np.float32).astype(np.float64)
     if booster is None:
         return Contributions("none", np.zeros((n, 0)), np.zeros(n))
-    found = np.asarray(booster.predict(inputs, pred_contrib=True), dtype=np.float64)
+    # One thread, as the scoring stage's predictions (``models.registry.load_model``): tasks run side by side.
+    found = np.asarray(booster.predict(inputs, pred_contrib=True, num_threads=1), dtype=np.float64)
     return Contributions("tree_shap", found[:, :-1], found[:, -1] + base)
 
 
