@@ -80,15 +80,45 @@ class _Scored(BaseModel):
     model_version: ModelVersion
 
 
+#: How many features an alert names as having driven its score (``top_features``).
+TOP_FEATURES = 3
+#: How an alert's contributions were computed (``models.contributions``): exact TreeSHAP values of a tree
+#: model, the exact SHAP values of a linear model, or none (a model of another kind).
+ContributionMethod = Literal["tree_shap", "linear_shap", "none"]
+
+
+#: The fields of an alert that explain its score (the others are the score's and the feature values).
+EXPLANATION_FIELDS = frozenset({"top_features", "contributions", "base_margin", "contribution_method"})
+
+
+class Explanation(BaseModel):
+    """Why the model scored a transaction as it did: each feature's signed contribution to the model's
+    margin (log-odds for boosted trees and logistic regression, the probability for forests), strongest
+    first; ``base_margin`` plus the contributions is the margin."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    contributions: dict[str, float]
+    base_margin: float | None
+    method: ContributionMethod
+
+
 class ScoreRecord(_Scored):
     """One scored transaction, as written to the scores topic (keyed by ``card_id``)."""
 
     alert: bool = Field(description="Whether the score reached the threshold (an alert was raised).")
 
-    def to_alert(self, features: dict[str, float | None], top_features: list[str]) -> AlertRecord:
-        """The alert for this score, with the feature values and the features that drove the score."""
+    def to_alert(self, features: dict[str, float | None], explanation: Explanation) -> AlertRecord:
+        """The alert for this score, with the feature values and the model's explanation of the score."""
         fields = self.model_dump(exclude={"alert"})
-        return AlertRecord(**fields, features=features, top_features=top_features)
+        return AlertRecord(
+            **fields,
+            features=features,
+            top_features=list(explanation.contributions)[:TOP_FEATURES],
+            contributions=explanation.contributions,
+            base_margin=explanation.base_margin,
+            contribution_method=explanation.method,
+        )
 
 
 class AlertRecord(_Scored):
@@ -98,7 +128,24 @@ class AlertRecord(_Scored):
         description="The feature values the model scored (null where a feature had no value)."
     )
     top_features: list[str] = Field(
-        default_factory=list, description="Names of the features that drove the score, strongest first."
+        default_factory=list,
+        description="Names of the features that drove the score most, strongest first: the first of "
+        "`contributions`.",
+    )
+    contributions: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each feature's signed contribution to the model's margin (log-odds for boosted trees "
+        "and logistic regression, the probability for forests), largest magnitude first: positive pushed "
+        "the score up. `base_margin` plus their sum is the margin. Empty when the model gives none.",
+    )
+    base_margin: float | None = Field(
+        default=None,
+        description="The model's margin before any feature is known (null without contributions).",
+    )
+    contribution_method: ContributionMethod = Field(
+        default="none",
+        description="How the contributions were computed: tree_shap (exact TreeSHAP values of a tree "
+        "model), linear_shap (exact SHAP values of a linear model, features independent), none.",
     )
 
     @field_validator("features")

@@ -4,7 +4,7 @@ stored record are JSON text."""
 from __future__ import annotations
 
 #: Fields of an alert hash stored as JSON text; the others are plain Redis strings.
-JSON_FIELDS = ("features", "top_features")
+JSON_FIELDS = ("features", "top_features", "contributions", "base_margin")
 
 
 def stats_key(prefix: str = "") -> str:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from contracts.errors import ConfigError, FraudError, NotFoundError, ServiceUnavailableError
+from models.contributions import Contributions, contributions
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
@@ -48,6 +49,10 @@ MLFLOW_PROBE_TIMEOUT_S = 5.0
 TRUSTED_TYPES = (
     "sklearn.tree._tree.Tree",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    # LightGBM's classifier and its booster (skops keeps the booster as LightGBM's model text).
+    "collections.OrderedDict",
+    "lightgbm.basic.Booster",
+    "lightgbm.sklearn.LGBMClassifier",
 )
 
 
@@ -100,6 +105,8 @@ MODEL_LOADING_MODULES = (
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.model_registry.sqlalchemy_store",
     "skops.io",
+    # An alert's contributions (models.contributions).
+    "lightgbm",
 )
 
 
@@ -131,11 +138,28 @@ class LoadedModel:
         Raises:
             MissingFeaturesError: naming the feature columns ``frame`` lacks.
         """
+        probabilities = self.model.predict_proba(self.inputs(frame))
+        return np.asarray(probabilities[:, 1], dtype=np.float64)
+
+    def contributions(self, frame: pd.DataFrame) -> Contributions:
+        """Each feature's signed contribution to each row's margin, by the model's own trees or
+        coefficients (``models.contributions``), columns in :attr:`feature_columns` order.
+
+        Raises:
+            MissingFeaturesError: naming the feature columns ``frame`` lacks.
+        """
+        return contributions(self.model, self.inputs(frame))
+
+    def inputs(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The model's feature columns of ``frame``, in order.
+
+        Raises:
+            MissingFeaturesError: naming the feature columns ``frame`` lacks.
+        """
         missing = [name for name in self.feature_columns if name not in frame.columns]
         if missing:
             raise MissingFeaturesError(missing)
-        probabilities = self.model.predict_proba(frame[list(self.feature_columns)])
-        return np.asarray(probabilities[:, 1], dtype=np.float64)
+        return frame[list(self.feature_columns)]
 
 
 def _not_found(what: str, exc: Exception | None = None) -> ModelNotFoundError:

@@ -2,7 +2,7 @@
 
 Records are validated (in bulk, the rest one by one), scored by the model version the driver chose, and
 turned into score records (every transaction), alerts (a score at or above the model's threshold, with the
-features that drove it) and dead letters (records that are not feature records, or that the model cannot
+model's own contribution of each feature to the score: ``models.contributions``) and dead letters (records that are not feature records, or that the model cannot
 score); with a shadow version, the shadow's score records too. No Spark and no I/O here but the model's
 loading (``scoring.model_cache``).
 """
@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
-from contracts.records import ALERT_SOURCE_HEADER, FeatureRecord, ScoreRecord, source_position
+from contracts.records import ALERT_SOURCE_HEADER, Explanation, FeatureRecord, ScoreRecord, source_position
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
@@ -33,35 +33,30 @@ C = TxColumns
 
 #: Event fields of a feature record that its score record repeats.
 SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
-#: How many features an alert names as having driven its score.
-TOP_FEATURES = 3
 
 
 #: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.stage_counts``).
 SCORED_SCHEMA = pa.schema([(RECORDS_COLUMN, pa.binary()), *COUNTS_FIELDS])
 
 
-def top_features(model: LoadedModel, frame: pd.DataFrame, k: int = TOP_FEATURES) -> list[list[str]]:
-    """For each row, the ``k`` features that drove its score most, strongest first.
-
-    A cheap, model-agnostic attribution: how far each (scaled) feature value is from the training mean,
-    weighted by the model's global importance of that feature (tree importances, or the absolute
-    coefficients of a linear model; equal weights when the model has neither).
-    """
-    values = frame[list(model.feature_columns)].to_numpy(dtype=np.float64)
-    steps = getattr(model.model, "named_steps", {})
-    scaler = next((s for s in steps.values() if hasattr(s, "scale_") and hasattr(s, "mean_")), None)
-    scaled = (values - scaler.mean_) / scaler.scale_ if scaler is not None else values
-    estimator = steps[list(steps)[-1]] if steps else model.model
-    weights = getattr(estimator, "feature_importances_", None)
-    if weights is None and hasattr(estimator, "coef_"):
-        weights = np.abs(np.ravel(estimator.coef_))
-    if weights is None or len(weights) != values.shape[1]:
-        weights = np.ones(values.shape[1])
-    drive = np.abs(np.nan_to_num(scaled)) * weights
-    order = np.argsort(-drive, axis=1, kind="stable")[:, :k]
-    names = np.asarray(model.feature_columns, dtype=object)
-    return [list(names[row]) for row in order]
+def explanations(model: LoadedModel, frame: pd.DataFrame) -> list[Explanation]:
+    """For each row, the model's own contribution of each feature to its margin (``models.contributions``),
+    largest magnitude first (ties in the model's column order), with the base margin and the method."""
+    found = model.contributions(frame)
+    if found.method == "none":
+        return [Explanation(contributions={}, base_margin=None, method="none")] * len(frame)
+    order = np.argsort(-np.abs(found.values), axis=1, kind="stable")
+    names = model.feature_columns
+    return [
+        Explanation(
+            contributions={
+                names[j]: value for j, value in zip(ranks.tolist(), row[ranks].tolist(), strict=True)
+            },
+            base_margin=base,
+            method=found.method,
+        )
+        for row, ranks, base in zip(found.values, order, found.base.tolist(), strict=True)
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,15 +235,15 @@ def score_rows(
     )
     if alerting.any():
         chosen = np.flatnonzero(alerting)
-        drivers = top_features(model, frame.iloc[chosen])
+        explained = explanations(model, frame.iloc[chosen])
         named = list(dict.fromkeys([*model.feature_columns, C.AMOUNT]))
         rows = frame[named].iloc[chosen].to_dict("records")
-        for index, row, driving in zip(chosen.tolist(), rows, drivers, strict=True):
+        for index, row, explanation in zip(chosen.tolist(), rows, explained, strict=True):
             scored = ScoreRecord.model_validate_json(values[index].as_py())
             others.add(
                 topics.alerts,
                 scored.card_id.encode(),
-                scored.to_alert(row, driving).model_dump_json().encode(),
+                scored.to_alert(row, explanation).model_dump_json().encode(),
                 scored.event_time_ms,
                 None if source_of is None else [(ALERT_SOURCE_HEADER, source_of(index).encode())],
             )

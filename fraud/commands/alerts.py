@@ -22,7 +22,7 @@ from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
 from contracts.provenance import CopyFilter
-from contracts.records import AlertRecord
+from contracts.records import EXPLANATION_FIELDS, AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
@@ -75,12 +75,20 @@ def _parse_alert(message: Message) -> AlertRecord | None:
         return None
 
 
+def _top_reasons(alert: AlertRecord) -> str:
+    """The alert's top features with their signed contributions to the margin: ``amount +1.52, ...``."""
+    return ", ".join(
+        f"{name} {alert.contributions[name]:+.2f}" if name in alert.contributions else name
+        for name in alert.top_features
+    )
+
+
 def _alert_line(alert: AlertRecord) -> str:
     return (
         f"{format_ms(alert.event_time_ms)}  tx {alert.tx_id}  card {alert.card_id}  "
         f"terminal {alert.terminal_id}  amount {alert.amount:,.2f}  "
         f"score {alert.score:.3f} >= {alert.threshold:.3f}  {alert.model_name} v{alert.model_version}"
-        + (f"  [{', '.join(alert.top_features)}]" if alert.top_features else "")
+        + (f"  [{_top_reasons(alert)}]" if alert.top_features else "")
     )
 
 
@@ -106,7 +114,7 @@ def _alerts_table(alerts: list[AlertRecord], title: str) -> Table:
             f"{a.amount:,.2f}",
             f"{a.score:.3f}",
             escape(f"{a.model_name} v{a.model_version}"),
-            escape(", ".join(a.top_features)),
+            escape(_top_reasons(a)),
         )
     return table
 
@@ -171,12 +179,37 @@ def get_command(
     table = Table(title=f"Alert for transaction {tx_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    for name, value in alert.model_dump(exclude={"features", "top_features"}).items():
+    for name, value in alert.model_dump(exclude={"features", *EXPLANATION_FIELDS}).items():
         shown = format_ms(value) + f" UTC ({value})" if name.endswith("_ms") else str(value)
         table.add_row(name, escape(shown))
-    table.add_row("top_features", escape(", ".join(alert.top_features)) or "-")
+    table.add_row("top_features", escape(_top_reasons(alert)) or "-")
     console.print(table)
-    console.print(_values_table("Features", alert.features))
+    console.print(_reasons_table(alert))
+
+
+def _reasons_table(alert: AlertRecord) -> Table:
+    """Each feature's value and its contribution to the model's margin, strongest first (the features
+    without a contribution after them)."""
+    if alert.contributions:
+        base = "-" if alert.base_margin is None else f"{alert.base_margin:+.4f}"
+        title = (
+            f"Why: each feature's contribution to the model's margin ({alert.contribution_method}); "
+            f"base margin {base} + contributions = margin"
+        )
+    else:
+        title = "Features (the model gives no contributions)"
+    table = Table(title=title, title_justify="left")
+    table.add_column("feature")
+    table.add_column("value", justify="right")
+    table.add_column("contribution", justify="right")
+    for name in [*alert.contributions, *(n for n in alert.features if n not in alert.contributions)]:
+        value, contribution = alert.features.get(name), alert.contributions.get(name)
+        table.add_row(
+            escape(name),
+            "-" if value is None else f"{value:,.4f}",
+            "-" if contribution is None else f"{contribution:+.4f}",
+        )
+    return table
 
 
 def _under(prefix: str) -> str:

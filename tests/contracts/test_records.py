@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason
-from contracts.records import AlertRecord, FeatureRecord, ScoreRecord
+from contracts.records import EXPLANATION_FIELDS, AlertRecord, Explanation, FeatureRecord, ScoreRecord
 from features.definitions import FEATURE_COLUMNS
 from scoring.core import parse_feature_record
 from tests.support.factories import CARD_A, make_alert, make_score
@@ -21,18 +21,31 @@ def test_score_record_round_trips_through_json() -> None:
     assert ScoreRecord.model_validate_json(wire) == score
 
 
-def test_alert_record_round_trips_with_features_and_top_features() -> None:
-    alert = make_alert(8)
+def test_alert_record_round_trips_with_features_and_contributions() -> None:
+    alert = make_alert(8, contributions={"b": -2.0, "a": 1.5, "c": 0.25, "d": 0.0})
     parsed = AlertRecord.model_validate_json(alert.model_dump_json())
     assert parsed == alert
     assert parsed.features["terminal_risk_7d"] is None
+    assert list(parsed.contributions.items()) == [("b", -2.0), ("a", 1.5), ("c", 0.25), ("d", 0.0)]
+    assert parsed.top_features == ["b", "a", "c"]  # the first three, in the contributions' order
+    assert (parsed.base_margin, parsed.contribution_method) == (-4.5, "tree_shap")
+
+
+def test_an_alert_written_before_contributions_still_parses() -> None:
+    wire = json.loads(make_alert(8).model_dump_json())
+    for name in ("contributions", "base_margin", "contribution_method"):
+        del wire[name]
+    parsed = AlertRecord.model_validate(wire)
+    assert (parsed.contributions, parsed.base_margin, parsed.contribution_method) == ({}, None, "none")
     assert parsed.top_features == ["card_amount_ratio_30d", "card_nb_tx_1d"]
 
 
 def test_alert_from_score_carries_every_score_field() -> None:
     score = make_score(9)
-    alert = score.to_alert({"f": 1.0}, ["f"])
-    assert alert.model_dump(exclude={"features", "top_features"}) == score.model_dump(exclude={"alert"})
+    alert = score.to_alert(
+        {"f": 1.0}, Explanation(contributions={"f": 0.5}, base_margin=0.1, method="tree_shap")
+    )
+    assert alert.model_dump(exclude={"features", *EXPLANATION_FIELDS}) == score.model_dump(exclude={"alert"})
 
 
 def test_non_finite_feature_values_become_null() -> None:

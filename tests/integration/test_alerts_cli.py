@@ -95,8 +95,17 @@ def test_alerts_get(fraud: Any, store: tuple[Any, str]) -> None:
         "card_amount_ratio_30d",
         "4.2000",
         "2018-04-01 00:00:41 UTC",
+        "card_amount_ratio_30d +1.25, card_nb_tx_1d -0.50",  # the top features, signed
+        "(tree_shap); base margin -4.5000",
     ):
         assert text in result.output
+    # Each feature's value and contribution, strongest first; a feature without one after them.
+    rows = [line.split("│")[1:4] for line in result.output.splitlines() if line.count("│") >= 4]
+    assert [[cell.strip() for cell in row] for row in rows[-3:]] == [
+        ["card_amount_ratio_30d", "4.2000", "+1.2500"],
+        ["card_nb_tx_1d", "3.0000", "-0.5000"],
+        ["terminal_risk_7d", "-", "-"],
+    ]
     missing = run_fraud_cli(store, "alerts", "get", "42", "--prefix", prefix)
     assert missing.returncode == 4, missing.stderr
     assert (
@@ -195,10 +204,11 @@ def test_alerts_tail_follow_prints_new_alerts(settings: Settings, clients: Clien
         wait_for("tx 1 ")
         produce_alerts(clients, settings.topics.alerts, [make_alert(2, card_id=CARD_B)])
         line = wait_for(f"tx 2  card {CARD_B}")
-        assert line.rstrip().endswith("  [card_amount_ratio_30d, card_nb_tx_1d]"), line  # its top features
+        # Its top features with their signed contributions to the margin.
+        assert line.rstrip().endswith("  [card_amount_ratio_30d +1.25, card_nb_tx_1d -0.50]"), line
         produce_alerts(clients, settings.topics.alerts, [make_alert(3, top_features=["[b]x[/b]", "y"])])
         line = wait_for("tx 3 ")
-        assert line.rstrip().endswith("  [[b]x[/b], y]"), line  # as they are, not read as markup
+        assert line.rstrip().endswith("  [[b]x[/b] +1.00, y +0.50]"), line  # as they are, not read as markup
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -33,7 +33,7 @@ from infra.metrics import JobMetrics
 from infra.redis_keys import card_features_key
 from infra.redis_store import set_latest, write_alerts, write_scores
 from infra.score_stats import score_stats, write_score_stats
-from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_progress, make_score
+from tests.support.factories import CARD_A, CARD_B, EXPLANATION, T0_MS, make_alert, make_progress, make_score
 
 RETENTION_S = 7 * 86_400
 WAIT_S = 15
@@ -91,7 +91,12 @@ def test_page_shows_new_alerts_and_looks_up_a_card(
     # New alerts while the page is open: they appear at the top, newest event time first.
     write_alerts(client, [make_alert(2, card_id=CARD_B), make_alert(3, card_id=CARD_B)], prefix, RETENTION_S)
     wait.until(lambda b: alert_rows(b) == ["3", "2", "1"])
-    assert CARD_B[:12] in browser.find_element(By.CSS_SELECTOR, "#alerts tbody tr").text
+    newest = browser.find_element(By.CSS_SELECTOR, "#alerts tbody tr")
+    assert CARD_B[:12] in newest.text
+    # Its top features with their signed contributions; the method and base margin in the cell's title.
+    reasons = newest.find_element(By.CSS_SELECTOR, "td.top")
+    assert reasons.text == "card_amount_ratio_30d +1.25, card_nb_tx_1d -0.50"
+    assert "(tree_shap), base margin -4.50" in (reasons.get_attribute("title") or "")
 
     # Card lookup with the form.
     write_scores(client, [make_score(3, card_id=CARD_B)], prefix, RETENTION_S)
@@ -205,7 +210,7 @@ def test_status_strip_and_charts_render_with_data_at_1280_px(
                 make_score(tx, score=score, alert=score >= 0.5, scored_at_ms=now_ms - minute * 60_000)
             )
         scores += batch
-        alerts += [s.to_alert({"card_nb_tx_1d": 1.0}, ["card_nb_tx_1d"]) for s in batch if s.alert]
+        alerts += [s.to_alert({"card_nb_tx_1d": 1.0}, EXPLANATION) for s in batch if s.alert]
     write_alerts(client, alerts, prefix, RETENTION_S)
     stats = score_stats([s.model_dump_json().encode() for s in scores])
     assert write_score_stats(client, stats, prefix, RETENTION_S)

@@ -26,7 +26,7 @@ from infra.metrics import JobMetrics
 from infra.redis_connection import RedisTarget
 from infra.score_stats import MINUTE_MS, SCORE_BINS
 from scoring.redis_hook import ScoresToRedis
-from tests.support.factories import make_progress, make_score
+from tests.support.factories import EXPLANATION, make_progress, make_score
 
 RETENTION_S = 7 * 86_400
 TOKEN = "live-token"  # noqa: S105 - a test token
@@ -46,7 +46,7 @@ def sink_rows(scores: list[tuple[int, float]], at_ms: int, version: int = 3) -> 
         make_score(tx, score=s, scored_at_ms=at_ms, model_version=version, alert=s >= 0.5) for tx, s in scores
     ]
     rows = [("scores", r) for r in records] + [
-        ("alerts", r.to_alert({"card_nb_tx_1d": 1.0}, [])) for r in records if r.alert
+        ("alerts", r.to_alert({"card_nb_tx_1d": 1.0}, EXPLANATION)) for r in records if r.alert
     ]
     return pa.record_batch(
         {

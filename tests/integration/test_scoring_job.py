@@ -46,7 +46,7 @@ from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.registry import CHAMPION, LoadedModel, load_model, promote
 from models.tracking import default_artifact_location
-from scoring.core import top_features
+from scoring.core import explanations
 from scoring.job import ScoringJobConfig, start_scoring_job
 from scoring.pipeline import PipelineConfig, start_pipeline
 from tests.support.feature_jobs import (
@@ -205,9 +205,15 @@ def test_obvious_frauds_raise_alerts_that_match_redis(scored: Scored) -> None:
         assert alert.score >= alert.threshold
         if alert.model_version not in models:
             models[alert.model_version] = load_model(scored.tracking_uri, version=alert.model_version)
-        # The ranking of its own feature values by the model that scored it (top_features, strongest first).
-        ranked = top_features(models[alert.model_version], pd.DataFrame([alert.features]))[0]
-        assert alert.top_features == ranked, (alert.tx_id, alert.features)
+        # Its reasons: the contributions of the model that scored it to its own feature values, strongest
+        # first; for these trees (a forest, a tree) the margin they add up to is the score itself.
+        (explained,) = explanations(models[alert.model_version], pd.DataFrame([alert.features]))
+        assert list(alert.contributions) == list(explained.contributions), (alert.tx_id, alert.features)
+        assert alert.contributions == pytest.approx(explained.contributions, abs=1e-12)
+        assert alert.contribution_method == "tree_shap"
+        assert alert.top_features == list(explained.contributions)[:3]
+        assert alert.base_margin is not None
+        assert alert.base_margin + sum(alert.contributions.values()) == pytest.approx(alert.score, abs=1e-9)
         assert get_alert(redis, alert.tx_id, scored.prefix) == alert
     latest = {}
     for score in sorted(scores, key=lambda s: (s.event_time_ms, s.tx_id)):

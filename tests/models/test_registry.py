@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from features.definitions import DEFAULT_PARAMS
+from models.contributions import contributions
 from models.dataset import Dataset
 from models.estimators import ModelSpec, feature_set
 from models.registry import (
@@ -108,3 +109,21 @@ def test_no_register_logs_the_run_only(store_uri: str, tmp_path: Path, trained: 
     assert {"plots/roc.png", "plots/precision_recall.png", "plots/card_precision_per_day.png"} <= logged
     assert {"model/MLmodel", "model/model.skops", "model/input_example.json"} <= logged
     assert run_id
+
+
+@pytest.mark.parametrize("kind", ["lightgbm", "hist_gradient_boosting"])
+def test_a_boosted_model_loads_from_the_registry_and_explains_its_scores(
+    store_uri: str, small_dataset: Dataset, kind: str
+) -> None:
+    """LightGBM's classifier and booster are among the trusted types; the loaded model's contributions
+    are the trained one's and add up to its scores' log-odds."""
+    spec = ModelSpec(kind, n_estimators=20)  # type: ignore[arg-type]
+    result = train_and_evaluate(small_dataset, [PLAN], spec, feature_set("all", DEFAULT_PARAMS))
+    _, version, _ = _log(store_uri, result)
+    loaded = load_model(store_uri, alias=None, version=version)
+    rows = result.latest.example
+    np.testing.assert_array_equal(loaded.score(rows), result.pipeline.predict_proba(rows)[:, 1])
+    found = loaded.contributions(rows)
+    assert found.method == "tree_shap"
+    np.testing.assert_allclose(found.values, contributions(result.pipeline, rows).values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(1 / (1 + np.exp(-found.margin)), loaded.score(rows), rtol=0, atol=1e-9)

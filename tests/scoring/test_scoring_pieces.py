@@ -1,6 +1,6 @@
 """The scoring stage's pure pieces on inputs whose answers are known by hand, without Spark, Kafka or
-MLflow: the alert decision (a score at or above the threshold alerts), the ranking of an alert's top
-features, the score, alert and dead-letter records, and which feature records are scored at all."""
+MLflow: the alert decision (a score at or above the threshold alerts), an alert's contributions by the
+model, the score, alert and dead-letter records, and which feature records are scored at all."""
 
 from __future__ import annotations
 
@@ -11,28 +11,24 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import StandardScaler
-from sklearn.tree import DecisionTreeClassifier
 
 from contracts.errors import ConfigError
 from contracts.events import DeadLetter, Reason
-from contracts.records import ALERT_SOURCE_HEADER, AlertRecord, FeatureRecord, ScoreRecord
+from contracts.records import ALERT_SOURCE_HEADER, EXPLANATION_FIELDS, AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import FEATURE_COLUMNS
 from infra.kafka_sink.records import SinkRows
+from models.estimators import DEFAULT_SPEC
 from models.registry import LoadedModel
 from scoring.chooser import check_computable
-from scoring.core import parse_feature_record, score_rows, shadow_rows, top_features
+from scoring.core import parse_feature_record, score_rows, shadow_rows
 from scoring.redis_hook import topic_values
+from tests.support.driven import BY_AMOUNT, BY_RISK, COLUMNS, driven_model, raw_margin
 from tests.support.samples import FEATURE
 
 TOPICS = Topics()
 T0_MS = 1_523_750_400_000
 SCORED_AT_MS = T0_MS + 60_000
-#: The inputs of the hand-made models below, in their order.
-COLUMNS = ("amount", "card_nb_tx_1d", "card_nb_tx_7d", "terminal_risk_7d")
 
 
 class AmountInHundreds:
@@ -107,54 +103,48 @@ def test_a_score_at_the_threshold_alerts_and_one_below_does_not() -> None:
         "card_nb_tx_7d": 5,
         "terminal_risk_7d": 0.25,
     }
-    assert alerts[0].model_dump(exclude={"features", "top_features"}) == records[1].model_dump(
+    assert alerts[0].model_dump(exclude={"features", *EXPLANATION_FIELDS}) == records[1].model_dump(
         exclude={"alert"}
     )
 
 
-def test_an_alert_names_its_three_strongest_features_strongest_first() -> None:
-    """Without importances or a scaler every feature weighs the same: the ranking is by |value|."""
-    event, features = scored_input([(60.0, 70, 2, -0.5), (90.0, 3, -400, 200.0)])
+def test_an_alert_carries_the_models_contributions_strongest_first_adding_up_to_its_margin() -> None:
+    """The default model's alerts for a transaction its terminal's risk drives and one its amount drives:
+    that feature comes first, pushing the score up, and the base margin plus the contributions is the
+    model's raw score (log-odds), whose logistic is the alert's score."""
+    pipeline = driven_model(DEFAULT_SPEC.kind)
+    rows = [tuple(row[name] for name in COLUMNS) for row in (BY_RISK, BY_AMOUNT)]
+    event, features = scored_input(rows)  # type: ignore[arg-type]
     others = SinkRows()
-    score_rows(loaded(AmountInHundreds()), event, features, raw_values(2), TOPICS, others, SCORED_AT_MS)
+    score_rows(loaded(pipeline), event, features, raw_values(2), TOPICS, others, SCORED_AT_MS)
 
     out = others.batch()
     assert out is not None
-    alerts = [AlertRecord.model_validate_json(value) for value in topic_values([out], TOPICS.alerts)]
-    assert [alert.top_features for alert in alerts] == [
-        ["card_nb_tx_1d", "amount", "card_nb_tx_7d"],
-        ["card_nb_tx_7d", "terminal_risk_7d", "amount"],
-    ]
+    by_risk, by_amount = [AlertRecord.model_validate_json(v) for v in topic_values([out], TOPICS.alerts)]
+    assert by_risk.top_features[0] == "terminal_risk_7d" and by_risk.contributions["terminal_risk_7d"] > 0
+    assert by_amount.top_features[0] == "amount" and by_amount.contributions["amount"] > 0
+    raw = raw_margin(pipeline, pd.DataFrame([BY_RISK, BY_AMOUNT]))
+    for alert, margin in zip((by_risk, by_amount), raw.tolist(), strict=True):
+        assert alert.contribution_method != "none"
+        assert set(alert.contributions) == set(COLUMNS)
+        magnitudes = [abs(value) for value in alert.contributions.values()]
+        assert magnitudes == sorted(magnitudes, reverse=True)
+        assert alert.top_features == list(alert.contributions)[:3]
+        assert alert.base_margin is not None
+        assert alert.base_margin + sum(alert.contributions.values()) == pytest.approx(margin, abs=1e-9)
+        assert alert.score == pytest.approx(1 / (1 + np.exp(-margin)), abs=1e-12)
 
 
-def test_top_features_rank_by_scaled_distance_times_the_coefficients() -> None:
-    """|value - mean| / scale x |coefficient|: the raw values alone would rank the first row amount first."""
-    scaler = StandardScaler()
-    scaler.mean_, scaler.scale_ = np.array([10.0, 0.0, 0.0, 100.0]), np.array([2.0, 1.0, 1.0, 50.0])
-    linear = LogisticRegression()
-    linear.coef_ = np.array([[0.5, -3.0, 0.0, 1.0]])
-    model = loaded(Pipeline([("scale", scaler), ("model", linear)]))
-    frame = pd.DataFrame([(14.0, 1.0, 9.0, 0.0), (10.0, 0.0, 5.0, 400.0)], columns=list(COLUMNS))
-    # Row 1: drives 2 x 0.5 = 1, 1 x 3 = 3, 9 x 0 = 0, 2 x 1 = 2. Row 2: 0, 0, 0, 6 (ties in column order).
-    assert top_features(model, frame) == [
-        ["card_nb_tx_1d", "terminal_risk_7d", "amount"],
-        ["terminal_risk_7d", "amount", "card_nb_tx_1d"],
-    ]
-    assert top_features(model, frame, k=1) == [["card_nb_tx_1d"], ["terminal_risk_7d"]]
+def test_an_alert_of_a_model_without_contributions_names_no_features() -> None:
+    event, features = scored_input([(60.0, 70, 2, -0.5)])
+    others = SinkRows()
+    score_rows(loaded(AmountInHundreds()), event, features, raw_values(1), TOPICS, others, SCORED_AT_MS)
 
-
-def test_top_features_weigh_by_a_trees_importances_and_a_missing_value_drives_nothing() -> None:
-    # Only card_nb_tx_1d separates the classes: the tree's importances are (0, 1, 0, 0).
-    training = np.array([[1, 0, 5, 5], [2, 1, 5, 5], [3, 0, 5, 5], [4, 1, 5, 5]], dtype=np.float64)
-    tree = DecisionTreeClassifier(max_depth=1, random_state=0).fit(training, [0, 1, 0, 1])
-    assert tree.feature_importances_.tolist() == [0.0, 1.0, 0.0, 0.0]
-    by_tree = loaded(Pipeline([("model", tree)]))
-    frame = pd.DataFrame([(500.0, 0.5, 80.0, -7.0)], columns=list(COLUMNS))
-    assert top_features(by_tree, frame) == [["card_nb_tx_1d", "amount", "card_nb_tx_7d"]]
-
-    unweighted = loaded(AmountInHundreds())
-    missing = pd.DataFrame([(np.nan, 2.0, -3.0, 1.0)], columns=list(COLUMNS))
-    assert top_features(unweighted, missing) == [["card_nb_tx_7d", "card_nb_tx_1d", "terminal_risk_7d"]]
+    out = others.batch()
+    assert out is not None
+    (alert,) = [AlertRecord.model_validate_json(value) for value in topic_values([out], TOPICS.alerts)]
+    assert (alert.top_features, alert.contributions, alert.base_margin) == ([], {}, None)
+    assert alert.contribution_method == "none"
 
 
 def test_a_row_without_a_score_is_dead_lettered_and_the_alerts_keep_their_own_sources() -> None:

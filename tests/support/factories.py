@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contracts.records import AlertRecord, ScoreRecord
+from contracts.records import AlertRecord, Explanation, ScoreRecord
 
 #: 2018-04-01 00:00 UTC, the simulator's first day.
 T0_MS = 1_522_540_800_000
 CARD_A = "a" * 32
 CARD_B = "0123456789abcdef" * 2
+
+
+#: An alert's explanation: the model's contribution of one feature.
+EXPLANATION = Explanation(contributions={"card_nb_tx_1d": 0.8}, base_margin=-3.0, method="tree_shap")
 
 
 def make_score(tx_id: int = 1, **updates: Any) -> ScoreRecord:
@@ -34,8 +38,15 @@ def make_alert(tx_id: int = 1, **updates: Any) -> AlertRecord:
     features = updates.pop(
         "features", {"card_nb_tx_1d": 3.0, "card_amount_ratio_30d": 4.2, "terminal_risk_7d": None}
     )
-    top = updates.pop("top_features", ["card_amount_ratio_30d", "card_nb_tx_1d"])
-    return make_score(tx_id, **updates).to_alert(features, top)
+    top = updates.pop("top_features", None)
+    contributions = updates.pop(
+        "contributions",
+        {"card_amount_ratio_30d": 1.25, "card_nb_tx_1d": -0.5}
+        if top is None
+        else {name: 1.0 / (rank + 1) for rank, name in enumerate(top)},
+    )
+    explanation = Explanation(contributions=contributions, base_margin=-4.5, method="tree_shap")
+    return make_score(tx_id, **updates).to_alert(features, explanation)
 
 
 def make_progress(batch_id: int, read: int, behind: int, duration_ms: int) -> dict[str, Any]:
