@@ -2,9 +2,9 @@
 
 Records are validated (in bulk, the rest one by one), scored by the model version the driver chose, and
 turned into score records (every transaction), alerts (a score at or above the model's threshold, with the
-model's own contribution of each feature to the score: ``models.contributions``) and dead letters (records that are not feature records, or that the model cannot
-score); with a shadow version, the shadow's score records too. No Spark and no I/O here but the model's
-loading (``scoring.model_cache``).
+model's own contribution of each feature to the score: ``models.contributions``) and dead letters (records
+that are not feature records, or that the model cannot score); with a shadow version, the shadow's score
+records too. No Spark and no I/O here but the model's loading (``scoring.model_cache``).
 """
 
 from __future__ import annotations
