@@ -37,9 +37,10 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/integration are the integration tier. The longest tests (``minutes`` marks) run
-    first: the tier's two workers take whole files in this order (``--dist loadfile
-    --no-loadscope-reorder``), so a long file never starts last while the other worker idles."""
+    """Tests under tests/integration are the integration tier. The longest files (their ``minutes`` mark,
+    measured by ``make test``'s durations) run first: the tier's two workers take whole files in this order
+    (``--dist loadfile --no-loadscope-reorder``), so a long file never starts last while the other worker
+    idles."""
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
@@ -47,7 +48,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def minutes(item: pytest.Item) -> float:
-    """A test's ``minutes`` mark: about how long it runs on 2 busy cores (0 when unmarked)."""
+    """A test's ``minutes`` mark: about how long its file runs on 2 busy cores (0 when unmarked)."""
     mark = item.get_closest_marker("minutes")
     return float(mark.args[0]) if mark is not None else 0.0
 

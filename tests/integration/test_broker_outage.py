@@ -37,7 +37,7 @@ from tests.support import feature_jobs
 from tests.support.chaos import pause
 from tests.support.cli_stack import cli_stack, register_champion
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.minutes(4)]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.minutes(3.5)]
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=120, terminals=400, days=25, seed=35)

@@ -64,7 +64,7 @@ from tests.support.feature_jobs import (
     simulated,
 )
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.minutes(16)]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.minutes(10)]
 
 C = TxColumns
 BIN = Path(sys.executable).parent

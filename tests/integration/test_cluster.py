@@ -37,6 +37,8 @@ from tests.support.feature_jobs import (
 from tests.support.samples import SMALL
 from tests.support.scripts import FRAUD
 
+pytestmark = pytest.mark.minutes(4)
+
 JOB_TIMEOUT_S = 600
 
 
@@ -67,7 +69,6 @@ def fraud(settings: Settings, home: Path, master: str, outputs: Topics, *args: s
     )
 
 
-@pytest.mark.minutes(5)
 def test_jobs_migrated_to_a_standalone_cluster_equal_the_batch_path_and_the_model(
     cluster: Cluster, settings: Settings, small_frame: pd.DataFrame, tmp_path: Path
 ) -> None:

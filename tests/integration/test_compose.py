@@ -34,6 +34,8 @@ from infra.metrics import JobMetrics
 from infra.spark import JIT_OPTIONS
 from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
 
+pytestmark = pytest.mark.minutes(3.5)
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 #: Small simulated world for the rehearsal: enough backfilled history for the trainer (51 days), then a
@@ -492,7 +494,6 @@ def rehearsal(tmp_path: Path) -> Iterator[Rehearsal]:
 
 
 @pytest.mark.timeout(FIRST_ALERT_TIMEOUT_S + 120)
-@pytest.mark.minutes(4)
 def test_the_compose_services_rehearsed_serve_alerts(rehearsal: Rehearsal) -> None:
     """Every project-image service with its own command and environment, each started once its
     depends_on conditions hold: topics, MLflow server, Spark master and worker, simulator, trainer, the

@@ -24,6 +24,8 @@ import pytest
 
 from tests.support.scripts import FRAUD
 
+pytestmark = pytest.mark.minutes(6)
+
 STARTUP_TIMEOUT_S = 900
 LIVE_TIMEOUT_S = 240
 COUNT_TIMEOUT_S = 60
@@ -78,7 +80,6 @@ SPARK_NOTICES = (
 )
 
 
-@pytest.mark.minutes(7)
 def test_demo_follow_serves_live_alerts_and_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAUD_")}

@@ -17,11 +17,12 @@ from infra.topic_admin import existing_topics
 from tests.support.cli_stack import cli_stack
 from tests.support.scripts import FRAUD
 
+pytestmark = pytest.mark.minutes(4)
+
 DEMO_TIMEOUT_S = 1500
 
 
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 300)  # about 4 minutes on 2 idle cores, longer on a loaded one
-@pytest.mark.minutes(5)
 def test_demo_writes_only_its_namespace_and_prints_commands_that_show_its_results(tmp_path: Path) -> None:
     with cli_stack(tmp_path) as (stack, clients, env):
         demo = subprocess.run(

@@ -71,6 +71,8 @@ from tests.support.feature_jobs import (
     simulated,
 )
 
+pytestmark = pytest.mark.minutes(5)
+
 C = TxColumns
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = "tests.support.feature_job_runner"

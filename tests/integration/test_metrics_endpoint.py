@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,6 +27,8 @@ from ingest.simulator import SimulatorConfig, simulate
 from tests.support.chaos import kill_tree
 from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import simulated
+
+pytestmark = pytest.mark.minutes(2)
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=150, terminals=300, days=35, seed=31)

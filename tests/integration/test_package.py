@@ -9,6 +9,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.minutes(2)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.minutes(4)
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 #: The README says the A/B path takes about 10 minutes on 2 cores; a busy machine takes longer.
 LINE_TIMEOUT_S = 1200
@@ -31,7 +33,6 @@ def readme_path(name: str) -> list[str]:
 
 
 @pytest.mark.timeout(3600)  # 12-14 minutes at a load average of 15-20 on 2 cores
-@pytest.mark.minutes(5)
 def test_readme_ab_and_alerts_paths_work_as_written(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     (tmp_path / "examples").symlink_to(README.parent / "examples")  # a clone has them

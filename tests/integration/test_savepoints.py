@@ -54,7 +54,7 @@ from tests.support.feature_jobs import (
     simulated,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=20)
