@@ -44,6 +44,7 @@ from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
+from fraud.progress import JobFailedError
 from infra.clients import Clients
 from infra.embedded import EmbeddedStack
 from infra.kafka_log import read_topic, topic_counts
@@ -324,7 +325,7 @@ def follow_live(
             console.print(f"  {time.strftime('%H:%M:%S')}  alerts so far: {alerts:,}")
         failed = [query.exception() for query in queries if query.exception() is not None]
         if failed:
-            raise RuntimeError(f"a live job failed: {failed[0]}")
+            raise JobFailedError(failed[0])
     except KeyboardInterrupt:
         console.print("Stopping... (Ctrl-C again to stop at once)")
     finally:
