@@ -28,9 +28,9 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import pandas as pd
 import typer
@@ -58,6 +58,9 @@ from ingest.tokens import card_token
 from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
@@ -309,9 +312,18 @@ def follow_live(
         )
         jobs.prepare_services(settings, features)
         jobs.prepare_services(settings, scoring)
-        queries = jobs.start_live_jobs(spark, features, scoring, trigger_interval_s=0.5)
-        live_jobs.add(features.name, queries[0])
-        live_jobs.add(scoring.name, queries[1])
+
+        def starter(job: jobs.Job) -> Callable[[], StreamingQuery]:
+            def start() -> StreamingQuery:
+                query = job.start(spark, once=False, trigger_interval_s=0.5)
+                live_jobs.add(job.name, query)
+                return query
+
+            return start
+
+        # The feature job and the scoring job side by side, in this order: the second reads the first's output.
+        starts = [starter(features), starter(scoring)]
+        queries = [start() for start in starts]
     producer.start()
     console.rule("Live")
     console.print(
@@ -319,13 +331,14 @@ def follow_live(
         f"http://{settings.api_host}:{settings.api_port}/ (API docs at /docs). Ctrl-C stops everything."
     )
     try:
-        while all(query.isActive for query in queries):
+        restarts_left = LIVE_RESTARTS
+        while True:
             time.sleep(10)
+            restarts_left = restart_failed(queries, starts, restarts_left)
+            if not all(query.isActive for query in queries):
+                break
             alerts = topic_counts(clients, [settings.topics.alerts])[settings.topics.alerts]
             console.print(f"  {time.strftime('%H:%M:%S')}  alerts so far: {alerts:,}")
-        failed = [query.exception() for query in queries if query.exception() is not None]
-        if failed:
-            raise JobFailedError(failed[0])
     except KeyboardInterrupt:
         console.print("Stopping... (Ctrl-C again to stop at once)")
     finally:
@@ -336,6 +349,32 @@ def follow_live(
         jobs.stop_live_jobs(queries)
         server.should_exit = True
         spark.stop()
+
+
+#: How often ``--follow`` starts a live job again whose query stopped with an error (a Python worker that took
+#: longer than Spark's fixed 10 s to start on a host loaded far past its cores, say): from its checkpoint, so
+#: nothing is lost or repeated. Then the error ends the demo.
+LIVE_RESTARTS = 3
+
+
+def restart_failed(
+    queries: list[StreamingQuery], starts: list[Callable[[], StreamingQuery]], restarts_left: int
+) -> int:
+    """Start each query of ``queries`` that stopped with an error again, in its place (``starts[i]`` starts
+    the i-th), saying so in one line; the restarts left after. Raises ``JobFailedError`` with the error of
+    a query that stopped when none are left."""
+    for index, query in enumerate(queries):
+        failure = None if query.isActive else query.exception()
+        if failure is None:
+            continue
+        if restarts_left == 0:
+            raise JobFailedError(failure)
+        restarts_left -= 1
+        console.print(
+            f"  a live job stopped ({JobFailedError(failure)}); starting it again from its checkpoint"
+        )
+        queries[index] = starts[index]()
+    return restarts_left
 
 
 def train_demo_model(settings: Settings) -> None:

@@ -347,15 +347,6 @@ def run_job(
     return report
 
 
-def start_live_jobs(
-    spark: SparkSession, features: FeatureJobConfig, scoring: ScoringJobConfig, trigger_interval_s: float
-) -> list[StreamingQuery]:
-    """The feature job and the scoring job, running side by side in one session until stopped."""
-    return [
-        job.start(spark, once=False, trigger_interval_s=trigger_interval_s) for job in (features, scoring)
-    ]
-
-
 def stop_live_jobs(queries: list[StreamingQuery], timeout_s: float = 60.0) -> None:
     """Let each query finish what has arrived, in order (the feature job before the scoring job that reads
     its output), then stop it; a second Ctrl-C stops them all at once."""

@@ -88,7 +88,8 @@ class RegisteredJobs:
 
 
 class QueryJobs:
-    """Jobs running in this process, added as they start, through their queries."""
+    """Jobs running in this process, added as they start, through their queries (a job started again
+    replaces its earlier query)."""
 
     def __init__(self) -> None:
         self._queries: list[tuple[str, StreamingQuery]] = []
@@ -96,7 +97,7 @@ class QueryJobs:
 
     def add(self, name: str, query: StreamingQuery) -> None:
         with self._lock:
-            self._queries.append((name, query))
+            self._queries = [(known, q) for known, q in self._queries if known != name] + [(name, query)]
 
     def jobs(self) -> list[JobStatus]:
         with self._lock:
