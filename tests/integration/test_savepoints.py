@@ -318,7 +318,7 @@ def run_in_process(env: dict[str, str], *args: str) -> tuple[int, str]:
         for name, value in env.items():
             if name.startswith("FRAUD_"):
                 patch.setenv(name, value)
-        patch.setattr(cli.err_console, "file", errors)
+        patch.setattr(sys, "stderr", errors)  # the CLI's error console writes to the current sys.stderr
         with pytest.raises(SystemExit) as exit_:
             cli.run(list(args))
     return int(exit_.value.code or 0), " ".join(errors.getvalue().split())
