@@ -102,28 +102,88 @@ _NO_ROW = np.dtype([("time", "<i8")])
 _STARTS = np.dtype("<i8")
 
 
+SlotsOf = Callable[[npt.NDArray[Any]], IntArray]
+
+
 @dataclass(frozen=True)
 class Rows:
-    """Rows to pack, each with its slot and key (card or terminal), already in a structured dtype, and the
-    field that dates it (for an entry's newest time)."""
+    """Rows to pack, already in a structured dtype: each row's entry key (``slots``: a slot, a page once
+    :meth:`in_pages`), its key (card or terminal) as a code into ``keys``, the distinct keys, so that what is
+    done per key (routing, encoding, sorting) is done once per key, not per row; and the field that dates a
+    row (for an entry's newest time)."""
 
     slots: IntArray
+    codes: IntArray
     keys: npt.NDArray[Any]
     rows: npt.NDArray[np.void]
     time_field: str
 
     @classmethod
     def none(cls) -> Rows:
-        return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
+        empty = np.empty(0, dtype=np.int64)
+        return cls(empty, empty, np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
+
+    @classmethod
+    def keyed(
+        cls, keys: npt.NDArray[Any], rows: npt.NDArray[np.void], time_field: str, slots_of: SlotsOf
+    ) -> Rows:
+        """Rows whose key is given per row (``keys``), routed by ``slots_of`` (distinct keys -> slots)."""
+        codes, distinct = pd.factorize(np.asarray(keys, dtype=object), use_na_sentinel=False)
+        return cls.coded(
+            codes.astype(np.int64), np.asarray(distinct, dtype=object), rows, time_field, slots_of
+        )
+
+    @classmethod
+    def coded(
+        cls,
+        codes: IntArray,
+        keys: npt.NDArray[Any],
+        rows: npt.NDArray[np.void],
+        time_field: str,
+        slots_of: SlotsOf,
+    ) -> Rows:
+        """Rows whose keys are ``keys[codes]``, routed by ``slots_of``."""
+        slots = slots_of(keys)[codes] if len(keys) else np.empty(0, dtype=np.int64)
+        return cls(slots.astype(np.int64), codes, keys, rows, time_field)
+
+    def where(self, mine: npt.NDArray[np.bool_]) -> Rows:
+        return Rows(self.slots[mine], self.codes[mine], self.keys, self.rows[mine], self.time_field)
+
+    def newer_than(self, horizon: int | None) -> Rows:
+        """The rows dated after ``horizon`` (None: all)."""
+        return self if horizon is None else self.where(self.rows[self.time_field] > horizon)
+
+    def plus(self, other: Rows) -> Rows:
+        """These rows and ``other``'s (of the same dtype)."""
+        if not len(other.rows):
+            return self
+        if not len(self.rows):
+            return other
+        return Rows(
+            np.concatenate([self.slots, other.slots]),
+            np.concatenate([self.codes, other.codes + len(self.keys)]),
+            np.concatenate([self.keys, other.keys]),
+            np.concatenate([self.rows, other.rows]),
+            self.time_field,
+        )
 
     def of_pages(self, pages: Pages, chosen: IntArray) -> Rows:
         """The rows in the pages ``chosen`` (their first slots)."""
-        mine = np.isin(pages.page_of(self.slots), chosen)
-        return Rows(self.slots[mine], self.keys[mine], self.rows[mine], self.time_field)
+        return self.where(np.isin(pages.page_of(self.slots), chosen))
 
     def in_pages(self, pages: Pages) -> Rows:
         """The rows keyed by the page of their slot (what :func:`pack_entries` packs them by)."""
         return replace(self, slots=pages.page_of(self.slots))
+
+
+def _joint_codes(first: Rows, second: Rows) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
+    """The codes of both rows' keys in one table of their distinct keys, sorted (so that codes order as
+    keys do): per distinct key, not per row."""
+    table_codes, keys = pd.factorize(np.concatenate([first.keys, second.keys]).astype(object), sort=True)
+    table_codes = table_codes.astype(np.int64)
+    code_a = table_codes[: len(first.keys)][first.codes]
+    code_b = table_codes[len(first.keys) :][second.codes]
+    return code_a, code_b, np.asarray(keys, dtype=object)
 
 
 def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int, int]]:
@@ -134,9 +194,7 @@ def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int,
     Layout of an entry: a header (keys, first rows, second rows: three uint32; the newest time: int64),
     the keys (uint16 lengths, then their UTF-8 bytes), per key the count of first rows and of second rows
     (uint32), the first rows, the second rows (raw structured arrays, little-endian)."""
-    codes, keys = pd.factorize(np.concatenate([first.keys, second.keys]).astype(object), sort=True)
-    codes = codes.astype(np.int64)
-    code_a, code_b = codes[: len(first.keys)], codes[len(first.keys) :]
+    code_a, code_b, keys = _joint_codes(first, second)
     sorted_a = _sorted_rows(first, code_a)
     sorted_b = _sorted_rows(second, code_b)
     n_keys = len(keys)
@@ -233,16 +291,15 @@ class Pages:
 def _slot_sizes(first: Rows, second: Rows) -> tuple[IntArray, npt.NDArray[np.float64]]:
     """The slots that ``first`` and ``second`` have rows in, ascending, and the bytes each adds to its
     entry's value (:func:`pack_entries`): its rows, and per key its length, its bytes and two counts."""
-    keys = np.concatenate([first.keys, second.keys]).astype(object)
-    codes, uniques = pd.factorize(keys)
-    codes = codes.astype(np.int64)
+    code_a, code_b, keys = _joint_codes(first, second)
+    codes = np.concatenate([code_a, code_b])
     slots = np.concatenate([first.slots, second.slots]).astype(np.int64)
     per_key = np.fromiter(
-        (_LENGTH.itemsize + len(str(key).encode()) + 2 * _COUNT.itemsize for key in uniques),
+        (_LENGTH.itemsize + len(str(key).encode()) + 2 * _COUNT.itemsize for key in keys),
         dtype=np.float64,
-        count=len(uniques),
+        count=len(keys),
     )
-    n_keys = max(len(uniques), 1)
+    n_keys = max(len(keys), 1)
     pairs = np.unique(slots * n_keys + codes)
     pair_slots, pair_codes = pairs // n_keys, pairs % n_keys
     row_bytes = np.concatenate(
@@ -303,16 +360,44 @@ def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
     return np.lexsort((*fields, codes, rows.slots))
 
 
-Unpacked = tuple[npt.NDArray[np.object_], npt.NDArray[np.void], npt.NDArray[np.object_], npt.NDArray[np.void]]
+@dataclass(frozen=True)
+class Held:
+    """The rows of many entries as read (:func:`unpack_entries`): the entries' keys, each once, and per row
+    its key's code in them, so that a call can tell the rows of the keys it has events for from the others
+    per key, not per row, and carry the others to the entries it writes without turning them into rows of
+    objects."""
+
+    keys: npt.NDArray[Any]
+    first_codes: IntArray
+    first: npt.NDArray[np.void]
+    second_codes: IntArray
+    second: npt.NDArray[np.void]
+
+    def keys_in(self, wanted: npt.NDArray[Any] | pd.Series) -> npt.NDArray[np.bool_]:
+        """Which of the held keys are among ``wanted``."""
+        return pd.Series(self.keys, dtype=object).isin(pd.unique(np.asarray(wanted, dtype=object))).to_numpy()
+
+    def of_keys(self, mine: npt.NDArray[np.bool_]) -> Held:
+        """The rows of the keys marked in ``mine`` (one flag per held key)."""
+        a, b = mine[self.first_codes], mine[self.second_codes]
+        return Held(self.keys, self.first_codes[a], self.first[a], self.second_codes[b], self.second[b])
+
+    def first_keys(self) -> npt.NDArray[Any]:
+        """The key of each first row."""
+        return self.keys[self.first_codes]
+
+    def second_keys(self) -> npt.NDArray[Any]:
+        """The key of each second row."""
+        return self.keys[self.second_codes]
 
 
 def unpack_entries(
     blobs: Iterable[bytes], first: np.dtype[np.void], second: np.dtype[np.void]
-) -> tuple[Unpacked, list[int]]:
-    """The rows of many entries (:func:`pack_entries`): the first rows with their keys, the second rows with
-    theirs; and each entry's newest time."""
-    keys_a: list[npt.NDArray[np.object_]] = []
-    keys_b: list[npt.NDArray[np.object_]] = []
+) -> tuple[Held, list[int]]:
+    """The rows of many entries (:func:`pack_entries`), and each entry's newest time."""
+    keys: list[str] = []
+    codes_a: list[IntArray] = []
+    codes_b: list[IntArray] = []
     rows_a: list[npt.NDArray[np.void]] = []
     rows_b: list[npt.NDArray[np.void]] = []
     newest_times = []
@@ -322,28 +407,31 @@ def unpack_entries(
         at = _HEADER.size
         lengths = np.frombuffer(blob, _LENGTH, n_keys, at).tolist()
         at += n_keys * _LENGTH.itemsize
-        keys = []
+        mine = np.arange(len(keys), len(keys) + n_keys, dtype=np.int64)
         for length in lengths:
             keys.append(blob[at : at + length].decode())
             at += length
         per_a = np.frombuffer(blob, _COUNT, n_keys, at)
         per_b = np.frombuffer(blob, _COUNT, n_keys, at + n_keys * _COUNT.itemsize)
         at += 2 * n_keys * _COUNT.itemsize
-        key_array = np.asarray(keys, dtype=object)
-        keys_a.append(np.repeat(key_array, per_a))
-        keys_b.append(np.repeat(key_array, per_b))
+        codes_a.append(np.repeat(mine, per_a))
+        codes_b.append(np.repeat(mine, per_b))
         rows_a.append(np.frombuffer(blob, first, n_a, at))
         rows_b.append(np.frombuffer(blob, second, n_b, at + n_a * first.itemsize))
     if not rows_a:
-        empty = np.empty(0, dtype=object)
-        return (empty, np.empty(0, dtype=first), empty, np.empty(0, dtype=second)), []
-    unpacked = (
-        np.concatenate(keys_a),
+        no_codes = np.empty(0, dtype=np.int64)
+        empty = Held(
+            np.empty(0, dtype=object), no_codes, np.empty(0, dtype=first), no_codes, np.empty(0, dtype=second)
+        )
+        return empty, []
+    held = Held(
+        np.asarray(keys, dtype=object),
+        np.concatenate(codes_a),
         np.concatenate(rows_a),
-        np.concatenate(keys_b),
+        np.concatenate(codes_b),
         np.concatenate(rows_b),
     )
-    return unpacked, newest_times
+    return held, newest_times
 
 
 def newest(times: npt.NDArray[np.int64]) -> int:
@@ -359,28 +447,37 @@ def newest_of_entry(blob: bytes) -> int:
 # --- card entries -------------------------------------------------------------------------------------
 
 
-def card_rows(state: CardState, slots: IntArray) -> Rows:
+def card_rows(state: CardState, slots_of: SlotsOf) -> Rows:
     rows = np.empty(len(state), dtype=CARD_ROW)
     rows["time"], rows["tx_id"], rows["cents"] = state.event_time_ms, state.tx_id, state.amount_cents
-    return Rows(slots, state.card_id, rows, "time")
+    return Rows.keyed(state.card_id, rows, "time", slots_of)
+
+
+def read_cards(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
+    """The card rows of many entries, and each entry's newest event time."""
+    return unpack_entries(blobs, CARD_ROW, _NO_ROW)
+
+
+def card_state(held: Held) -> CardState:
+    """Held card rows as a card history."""
+    return CardState(
+        card_id=held.first_keys(),
+        event_time_ms=held.first["time"].astype(np.int64),
+        tx_id=held.first["tx_id"].astype(np.int64),
+        amount_cents=held.first["cents"].astype(np.int64),
+    )
 
 
 def unpack_cards(blobs: Iterable[bytes]) -> tuple[CardState, list[int]]:
     """The card history of many entries as one state, and each entry's newest event time."""
-    (keys, rows, _, _), newest_times = unpack_entries(blobs, CARD_ROW, _NO_ROW)
-    state = CardState(
-        card_id=keys,
-        event_time_ms=rows["time"].astype(np.int64),
-        tx_id=rows["tx_id"].astype(np.int64),
-        amount_cents=rows["cents"].astype(np.int64),
-    )
-    return state, newest_times
+    held, newest_times = read_cards(blobs)
+    return card_state(held), newest_times
 
 
 # --- terminal entries ---------------------------------------------------------------------------------
 
 
-def terminal_rows(state: TerminalState, tx_slots: IntArray, label_slots: IntArray) -> tuple[Rows, Rows]:
+def terminal_rows(state: TerminalState, slots_of: SlotsOf) -> tuple[Rows, Rows]:
     tx = np.empty(len(state.event_time_ms), dtype=TERMINAL_TX_ROW)
     tx["time"] = state.event_time_ms
     labels = np.empty(len(state.label_tx_id), dtype=LABEL_ROW)
@@ -389,66 +486,71 @@ def terminal_rows(state: TerminalState, tx_slots: IntArray, label_slots: IntArra
     labels["known_at"] = state.label_known_at_ms
     labels["is_fraud"] = state.label_is_fraud
     return (
-        Rows(tx_slots, state.terminal_id, tx, "time"),
-        Rows(label_slots, state.label_terminal_id, labels, "tx_time"),
+        Rows.keyed(state.terminal_id, tx, "time", slots_of),
+        Rows.keyed(state.label_terminal_id, labels, "tx_time", slots_of),
     )
 
 
-def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
-    """The terminal state of many entries as one, and each entry's newest time (of its transactions and its
-    labels' transactions)."""
-    (tx_keys, tx, label_keys, labels), newest_times = unpack_entries(blobs, TERMINAL_TX_ROW, LABEL_ROW)
-    state = TerminalState(
-        terminal_id=tx_keys,
-        event_time_ms=tx["time"].astype(np.int64),
-        label_terminal_id=label_keys,
+def read_terminals(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
+    """The terminal rows (transactions, labels) of many entries, and each entry's newest time (of its
+    transactions and its labels' transactions)."""
+    return unpack_entries(blobs, TERMINAL_TX_ROW, LABEL_ROW)
+
+
+def terminal_state(held: Held) -> TerminalState:
+    """Held terminal rows as a terminal state."""
+    labels = held.second
+    return TerminalState(
+        terminal_id=held.first_keys(),
+        event_time_ms=held.first["time"].astype(np.int64),
+        label_terminal_id=held.second_keys(),
         label_tx_id=labels["tx_id"].astype(np.int64),
         label_tx_time_ms=labels["tx_time"].astype(np.int64),
         label_known_at_ms=labels["known_at"].astype(np.int64),
         label_is_fraud=labels["is_fraud"].astype(bool),
     )
-    return state, newest_times
+
+
+def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
+    """The terminal state of many entries as one, and each entry's newest time."""
+    held, newest_times = read_terminals(blobs)
+    return terminal_state(held), newest_times
 
 
 # --- what a call writes -------------------------------------------------------------------------------
 
 
 def card_entries(
-    history: CardState, layout: Layout, pages: Pages, horizon: int | None, read: Mapping[int, bytes]
+    history: CardState,
+    layout: Layout,
+    pages: Pages,
+    horizon: int | None,
+    read: Mapping[int, bytes],
+    others: Held | None = None,
 ) -> tuple[Written, Pages]:
-    """The entries of a card history after a call (:func:`paged_entries`): its rows newer than ``horizon``
-    (None: all)."""
-    if horizon is not None:
-        keep = history.event_time_ms > horizon
-        history = CardState(
-            history.card_id[keep],
-            history.event_time_ms[keep],
-            history.tx_id[keep],
-            history.amount_cents[keep],
-        )
-    rows = card_rows(history, layout.card_slots_of(history.card_id))
-    return paged_entries(rows, Rows.none(), pages, layout.page_bytes, read)
+    """The entries of a card history after a call (:func:`paged_entries`), with the rows read for cards the
+    call had no events for (``others``, carried as read): the rows newer than ``horizon`` (None: all)."""
+    slots_of = layout.card_slots_of
+    rows = card_rows(history, slots_of)
+    if others is not None:
+        rows = rows.plus(Rows.coded(others.first_codes, others.keys, others.first, "time", slots_of))
+    return paged_entries(rows.newer_than(horizon), Rows.none(), pages, layout.page_bytes, read)
 
 
 def terminal_entries(
-    state: TerminalState, layout: Layout, pages: Pages, horizon: int | None, read: Mapping[int, bytes]
+    state: TerminalState,
+    layout: Layout,
+    pages: Pages,
+    horizon: int | None,
+    read: Mapping[int, bytes],
+    others: Held | None = None,
 ) -> tuple[Written, Pages]:
-    """The entries of a terminal state after a call (:func:`paged_entries`): its transactions and labels (by
-    their transaction's time) newer than ``horizon`` (None: all)."""
-    tx = np.ones(len(state.event_time_ms), dtype=bool)
-    labels = np.ones(len(state.label_tx_id), dtype=bool)
-    if horizon is not None:
-        tx, labels = state.event_time_ms > horizon, state.label_tx_time_ms > horizon
-    kept = TerminalState(
-        state.terminal_id[tx],
-        state.event_time_ms[tx],
-        state.label_terminal_id[labels],
-        state.label_tx_id[labels],
-        state.label_tx_time_ms[labels],
-        state.label_known_at_ms[labels],
-        state.label_is_fraud[labels],
-    )
-    rows = terminal_rows(
-        kept, layout.terminal_slots_of(kept.terminal_id), layout.terminal_slots_of(kept.label_terminal_id)
-    )
-    return paged_entries(*rows, pages, layout.page_bytes, read)
+    """The entries of a terminal state after a call (:func:`paged_entries`), with the rows read for
+    terminals the call had no events for (``others``): its transactions and labels (by their transaction's
+    time) newer than ``horizon`` (None: all)."""
+    slots_of = layout.terminal_slots_of
+    tx, labels = terminal_rows(state, slots_of)
+    if others is not None:
+        tx = tx.plus(Rows.coded(others.first_codes, others.keys, others.first, "time", slots_of))
+        labels = labels.plus(Rows.coded(others.second_codes, others.keys, others.second, "tx_time", slots_of))
+    return paged_entries(tx.newer_than(horizon), labels.newer_than(horizon), pages, layout.page_bytes, read)

@@ -5,7 +5,10 @@ variables; the tests call them with dictionaries. Per bucket, a stage keeps a va
 waiting events, frontier, clock and pages; the terminal stage: its clock and pages) and its entries, a page
 each (``features.entries``), with their expiry index (``features.entry_store``). A call reads the pages of
 the cards (terminals) it has events for, no others: the card stage first releases the events the frontier
-has passed (``features.stages.release``), then reads the pages of the released transactions' cards.
+has passed (``features.stages.release``), then reads the pages of the released transactions' cards. Of the
+rows read, the core gets those of the cards (terminals) the call has events for; the other cards' rows in
+those pages are told apart per key (``features.entries.Held``) and written back as read, never turned into
+rows of objects, so a call's Python work follows its own cards' history.
 
 Delivery guarantee: none of its own; the same state and rows give the same state and rows, so Spark's
 checkpointed state and replayable input make the job exactly-once.
@@ -26,10 +29,12 @@ from features.entries import (
     Layout,
     Pages,
     card_entries,
+    card_state,
     newest_of_entry,
+    read_cards,
+    read_terminals,
     terminal_entries,
-    unpack_cards,
-    unpack_terminals,
+    terminal_state,
 )
 from features.entry_store import Clock, EntryStore
 from features.rows import KIND, RowKind, empty_events
@@ -77,15 +82,19 @@ def card_call(
     with timings.phase("core"):
         waiting, released = release(waiting, rows)
         tx = released.transactions
-        touched = np.unique(pages.page_of(layout.card_slots_of(tx[C.CARD_ID])))
+        cards = tx[C.CARD_ID].to_numpy()
+        touched = np.unique(pages.page_of(layout.card_slots_of(cards)))
     with timings.phase("state-get"):
         stored = state.entries.read(touched)
-        history, newest = unpack_cards(stored.values())
+        held, newest = read_cards(stored.values())
     with timings.phase("core"):
-        history, out = card_features(history, released, params, layout.terminal_buckets)
+        theirs = held.keys_in(cards)
+        history, out = card_features(
+            card_state(held.of_keys(theirs)), released, params, layout.terminal_buckets
+        )
         clock = clock.advanced(tx[EVENT_TIME_MS].to_numpy(dtype=np.int64))
         horizon = clock.horizon(params.card_history_ms)
-        written, pages = card_entries(history, layout, pages, horizon, stored)
+        written, pages = card_entries(history, layout, pages, horizon, stored, held.of_keys(~theirs))
     with timings.phase("state-put"):
         clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
         clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)
@@ -128,13 +137,15 @@ def terminal_call(
             (Clock.start(), Pages.one()) if stored_value is None else _terminal_bucket(stored_value)
         )
         events = rows[rows[KIND].isin([RowKind.TX, RowKind.LABEL])]
-        stored = state.entries.read(np.unique(pages.page_of(layout.terminal_slots_of(events[C.TERMINAL_ID]))))
-        terminals, newest = unpack_terminals(stored.values())
+        ids = events[C.TERMINAL_ID].to_numpy()
+        stored = state.entries.read(np.unique(pages.page_of(layout.terminal_slots_of(ids))))
+        held, newest = read_terminals(stored.values())
     with timings.phase("core"):
-        terminals, out = terminal_stage(terminals, rows, params)
+        theirs = held.keys_in(ids)
+        terminals, out = terminal_stage(terminal_state(held.of_keys(theirs)), rows, params)
         clock = clock.advanced(rows.loc[rows[KIND] == RowKind.TX, EVENT_TIME_MS].to_numpy(dtype=np.int64))
         horizon = clock.horizon(params.terminal_history_ms)
-        written, pages = terminal_entries(terminals, layout, pages, horizon, stored)
+        written, pages = terminal_entries(terminals, layout, pages, horizon, stored, held.of_keys(~theirs))
     with timings.phase("state-put"):
         clock = state.entries.write(clock, written, dict(zip(stored, newest, strict=True)))
         clock, _ = state.entries.expire(clock, horizon, newest_of_entry, written.values)

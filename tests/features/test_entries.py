@@ -17,11 +17,16 @@ from features.entries import (
     _sorted_rows,
     card_entries,
     card_rows,
+    card_state,
     newest_of_entry,
     pack_entries,
+    read_cards,
+    read_terminals,
     route_hashes,
+    terminal_entries,
     terminal_hash,
     terminal_rows,
+    terminal_state,
     unpack_cards,
     unpack_terminals,
 )
@@ -43,9 +48,13 @@ def cards_state(cards: np.ndarray, rows_each: int = 3) -> CardState:
     )
 
 
+def one_slot(keys: np.ndarray) -> np.ndarray:
+    return np.zeros(len(keys), dtype=np.int64)
+
+
 def pack_cards(state: CardState) -> bytes:
     """The state as one entry."""
-    (value,) = pack_entries(card_rows(state, np.zeros(len(state), dtype=np.int64)), Rows.none())[0].values()
+    (value,) = pack_entries(card_rows(state, one_slot), Rows.none())[0].values()
     return value
 
 
@@ -78,11 +87,7 @@ def test_a_terminal_entrys_transactions_and_labels_come_back_whole() -> None:
         np.asarray([T0 + 1, T0 + 60, T0 + 2]),
         np.asarray([True, False, True]),
     )
-    slots = (
-        np.zeros(len(state.terminal_id), dtype=np.int64),
-        np.zeros(len(state.label_tx_id), dtype=np.int64),
-    )
-    (value,) = pack_entries(*terminal_rows(state, *slots))[0].values()
+    (value,) = pack_entries(*terminal_rows(state, one_slot))[0].values()
     (back, newest) = unpack_terminals([value])
     assert newest_of_entry(value) == T0 + 50
     assert sorted(zip(back.terminal_id, back.event_time_ms, strict=True)) == sorted(
@@ -202,7 +207,45 @@ def test_entries_are_packed_in_one_canonical_order_whether_rows_tie_on_their_fir
         rows["time"], rows["tx_id"], rows["cents"] = times, rng.permutation(3_000), rng.integers(0, 9, 3_000)
         keys = rng.choice(CARDS[:50], 3_000)
         slots = rng.integers(0, 7, 3_000)
-        codes, _ = pd.factorize(keys, sort=True)
+        codes, table = pd.factorize(keys, sort=True)
+        codes = codes.astype(np.int64)
         expected = np.lexsort((rows["cents"], rows["tx_id"], rows["time"], codes, slots))
-        order = _sorted_rows(Rows(slots, keys, rows, "time"), codes.astype(np.int64))
+        order = _sorted_rows(Rows(slots, codes, table, rows, "time"), codes)
         assert (order == expected).all()
+
+
+def test_rows_carried_as_read_write_the_entries_their_whole_history_writes() -> None:
+    """A call hands the core only the history of the cards (terminals) it has events for and carries the
+    others' rows as read: what it writes is what the whole history, decoded, would write."""
+    layout = Layout(card_slots=64, terminal_slots=64, page_bytes=2_000)
+    history = cards_state(CARDS[:120], rows_each=4)
+    written, pages = card_entries(history, layout, Pages.one(), None, {})
+    stored = {page: value for page, value in written.values.items() if value is not None}
+    held, _ = read_cards(stored.values())
+    theirs = held.keys_in(CARDS[:7])
+    horizon = int(np.quantile(history.event_time_ms, 0.3))
+    whole = card_entries(card_state(held), layout, pages, horizon, stored)
+    carried = card_entries(
+        card_state(held.of_keys(theirs)), layout, pages, horizon, stored, held.of_keys(~theirs)
+    )
+    assert carried == whole and theirs.sum() == 7
+
+    rng = np.random.default_rng(5)
+    terminals = TerminalState(
+        np.asarray([f"t{i % 50}" for i in range(600)], dtype=object),
+        T0 + rng.integers(0, 10**9, 600),
+        np.asarray([f"t{i % 40}" for i in range(90)], dtype=object),
+        np.arange(90, dtype=np.int64),
+        T0 + rng.integers(0, 10**9, 90),
+        T0 + 10**9 + rng.integers(0, 10**6, 90),
+        rng.integers(0, 2, 90).astype(bool),
+    )
+    written, pages = terminal_entries(terminals, layout, Pages.one(), None, {})
+    stored = {page: value for page, value in written.values.items() if value is not None}
+    held, _ = read_terminals(stored.values())
+    theirs = held.keys_in(np.asarray(["t3", "t17", "t45"], dtype=object))
+    whole = terminal_entries(terminal_state(held), layout, pages, horizon, stored)
+    carried = terminal_entries(
+        terminal_state(held.of_keys(theirs)), layout, pages, horizon, stored, held.of_keys(~theirs)
+    )
+    assert carried == whole and theirs.sum() == 3
