@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,6 +78,18 @@ def card_stage_fields(params: FeatureParams) -> list[tuple[str, pa.DataType]]:
 def output_fields(params: FeatureParams) -> list[tuple[str, pa.DataType]]:
     features = [(spec.name, ARROW_TYPES[spec.dtype]) for spec in params.specs]
     return [*EVENT_FIELDS, (LATE, pa.bool_()), *features]
+
+
+def rows_where(frame: pd.DataFrame, mask: npt.ArrayLike) -> pd.DataFrame:
+    """The rows of ``frame`` where ``mask`` holds (positionally): the frame itself when all do, none of its
+    rows when none do. Most masks of a call are one or the other (no repeats, no late events), and a
+    boolean index of a frame as wide as the stages' rows costs about a millisecond."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.all():
+        return frame
+    if not mask.any():
+        return frame.iloc[:0]
+    return frame[mask]
 
 
 def concat_frames(*frames: pd.DataFrame) -> pd.DataFrame:

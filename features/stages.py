@@ -45,6 +45,7 @@ from features.rows import (
     concat_frames,
     frame_of,
     output_fields,
+    rows_where,
 )
 
 C = TxColumns
@@ -134,7 +135,7 @@ class Released:
 
     @property
     def transactions(self) -> pd.DataFrame:
-        return self.events[self.events[KIND] == RowKind.TX].reset_index(drop=True)
+        return rows_where(self.events, self.events[KIND] == RowKind.TX).reset_index(drop=True)
 
 
 def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
@@ -149,7 +150,7 @@ def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
     kinds = rows[KIND]
     ticks_in = rows.loc[kinds.isin([RowKind.TICK, RowKind.FINAL_TICK]), EVENT_TIME_MS]
     frontier = max([waiting.frontier_ms, *ticks_in.astype("int64").tolist()])
-    events = rows[(kinds == RowKind.TX) | (kinds == RowKind.LABEL)]
+    events = rows_where(rows, (kinds == RowKind.TX) | (kinds == RowKind.LABEL))
     pending = waiting.pending
     waiting_ids = (
         pending.loc[pending[KIND] == RowKind.TX, C.TX_ID].to_numpy(dtype=np.int64)
@@ -157,17 +158,17 @@ def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
         else np.empty(0)
     )
     repeated = repeated_transactions(events, waiting_ids)
-    dead = concat_frames(rows[kinds == RowKind.DEAD], as_duplicates(events[repeated]))
-    events = events[~repeated]
+    dead = concat_frames(rows_where(rows, kinds == RowKind.DEAD), as_duplicates(rows_where(events, repeated)))
+    events = rows_where(events, ~repeated)
 
     late_mask = _event_time(events) < waiting.frontier_ms if len(events) else np.zeros(0, dtype=bool)
-    late = events[late_mask]
-    held = concat_frames(pending, events[~late_mask])
+    late = rows_where(events, late_mask)
+    held = concat_frames(pending, rows_where(events, ~late_mask))
     if len(held) and (kinds == RowKind.FINAL_TICK).any():
         frontier = max(frontier, int(_event_time(held).max()) + 1)
     if len(held):
         due_mask = _event_time(held) < frontier
-        due, still = held[due_mask], held[~due_mask]
+        due, still = rows_where(held, due_mask), rows_where(held, ~due_mask)
     else:
         due, still = held, held
     released = concat_frames(due.assign(late=False), late.assign(late=True))
@@ -187,9 +188,9 @@ def card_features(
     events = released.events
     repeated = repeated_transactions(events, history.tx_id) if len(events) else np.zeros(0, dtype=bool)
     dead = concat_frames(released.dead, as_duplicates(events[repeated])) if repeated.any() else released.dead
-    events = events[~repeated]
-    tx = events[events[KIND] == RowKind.TX].reset_index(drop=True)
-    labels = events[events[KIND] == RowKind.LABEL].reset_index(drop=True)
+    events = rows_where(events, ~repeated)
+    tx = rows_where(events, events[KIND] == RowKind.TX).reset_index(drop=True)
+    labels = rows_where(events, events[KIND] == RowKind.LABEL).reset_index(drop=True)
 
     columns: dict[str, object] = {}
     if len(tx):
@@ -233,9 +234,9 @@ def terminal_stage(
 ) -> tuple[TerminalState, pd.DataFrame]:
     """Terminal and time features of released transactions; labels update the terminal risk."""
     kinds = rows[KIND]
-    tx = rows[kinds == RowKind.TX].reset_index(drop=True)
-    labels = rows[kinds == RowKind.LABEL]
-    dead = rows[kinds == RowKind.DEAD]
+    tx = rows_where(rows, kinds == RowKind.TX).reset_index(drop=True)
+    labels = rows_where(rows, kinds == RowKind.LABEL)
+    dead = rows_where(rows, kinds == RowKind.DEAD)
     label_batch = pd.DataFrame(
         {
             C.TX_ID: labels[C.TX_ID].to_numpy(dtype=np.int64),

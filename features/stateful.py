@@ -136,8 +136,7 @@ def terminal_call(
         clock, pages = (
             (Clock.start(), Pages.one()) if stored_value is None else _terminal_bucket(stored_value)
         )
-        events = rows[rows[KIND].isin([RowKind.TX, RowKind.LABEL])]
-        ids = events[C.TERMINAL_ID].to_numpy()
+        ids = rows[C.TERMINAL_ID].to_numpy()[rows[KIND].isin([RowKind.TX, RowKind.LABEL]).to_numpy()]
         stored = state.entries.read(np.unique(pages.page_of(layout.terminal_slots_of(ids))))
         held, newest = read_terminals(stored.values())
     with timings.phase("core"):
