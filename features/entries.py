@@ -24,7 +24,6 @@ tens. Entries are written in a canonical order (by key, then time), so equal sta
 
 from __future__ import annotations
 
-import itertools
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -129,22 +128,9 @@ class Rows:
     ) -> Rows:
         """Rows whose key is given per row (``keys``), routed by ``slots_of`` (distinct keys -> slots)."""
         codes, distinct = pd.factorize(np.asarray(keys, dtype=object), use_na_sentinel=False)
-        return cls.coded(
-            codes.astype(np.int64), np.asarray(distinct, dtype=object), rows, time_field, slots_of
-        )
-
-    @classmethod
-    def coded(
-        cls,
-        codes: IntArray,
-        keys: npt.NDArray[Any],
-        rows: npt.NDArray[np.void],
-        time_field: str,
-        slots_of: SlotsOf,
-    ) -> Rows:
-        """Rows whose keys are ``keys[codes]``, routed by ``slots_of``."""
-        slots = slots_of(keys)[codes] if len(keys) else np.empty(0, dtype=np.int64)
-        return cls(slots.astype(np.int64), codes, keys, rows, time_field)
+        distinct = np.asarray(distinct, dtype=object)
+        slots = slots_of(distinct)[codes] if len(distinct) else np.empty(0, dtype=np.int64)
+        return cls(slots.astype(np.int64), codes.astype(np.int64), distinct, rows, time_field)
 
     def where(self, mine: npt.NDArray[np.bool_]) -> Rows:
         return Rows(self.slots[mine], self.codes[mine], self.keys, self.rows[mine], self.time_field)
@@ -210,27 +196,51 @@ def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int,
     slot_a, slot_b = first.slots[sorted_a], second.slots[sorted_b]
     time_a, time_b = rows_a[first.time_field], rows_b[second.time_field]
 
-    values, newest_times = {}, {}
+    # Each entry's pairs, first rows and second rows are contiguous runs: their bounds found at once.
     new_slot = np.ones(len(pairs), dtype=bool)
     new_slot[1:] = pair_slot[1:] != pair_slot[:-1]
-    for start, end in itertools.pairwise([*np.flatnonzero(new_slot).tolist(), len(pairs)]):
-        slot = int(pair_slot[start])
-        a0, a1 = np.searchsorted(slot_a, [slot, slot + 1])
-        b0, b1 = np.searchsorted(slot_b, [slot, slot + 1])
-        mine = pair_code[start:end]
-        newest_times[slot] = max(newest(time_a[a0:a1]), newest(time_b[b0:b1]))
+    starts = np.flatnonzero(new_slot)
+    slots = pair_slot[starts]
+    a_from, a_to = np.searchsorted(slot_a, slots), np.searchsorted(slot_a, slots + 1)
+    b_from, b_to = np.searchsorted(slot_b, slots), np.searchsorted(slot_b, slots + 1)
+    newest_times = np.maximum(_run_max(time_a, a_from, a_to), _run_max(time_b, b_from, b_to))
+    pair_lengths = lengths[pair_code]
+    pair_keys = [encoded[code] for code in pair_code.tolist()]
+    values = {}
+    bounds = zip(
+        slots.tolist(),
+        starts.tolist(),
+        [*starts[1:].tolist(), len(pairs)][: len(starts)],
+        a_from.tolist(),
+        a_to.tolist(),
+        b_from.tolist(),
+        b_to.tolist(),
+        newest_times.tolist(),
+        strict=True,
+    )
+    for slot, start, end, a0, a1, b0, b1, newest_time in bounds:
         values[slot] = b"".join(
             [
-                _HEADER.pack(end - start, a1 - a0, b1 - b0, newest_times[slot]),
-                lengths[mine].tobytes(),
-                *(encoded[code] for code in mine.tolist()),
+                _HEADER.pack(end - start, a1 - a0, b1 - b0, newest_time),
+                pair_lengths[start:end].tobytes(),
+                *pair_keys[start:end],
                 count_a[start:end].tobytes(),
                 count_b[start:end].tobytes(),
                 rows_a[a0:a1].tobytes(),
                 rows_b[b0:b1].tobytes(),
             ]
         )
-    return values, newest_times
+    return values, dict(zip(slots.tolist(), newest_times.tolist(), strict=True))
+
+
+def _run_max(times: npt.NDArray[Any], froms: IntArray, tos: IntArray) -> IntArray:
+    """The newest of ``times`` in each run ``[froms[i], tos[i])`` (0 for an empty run); the runs are
+    contiguous and ascending, covering ``times``."""
+    newest_times = np.zeros(len(froms), dtype=np.int64)
+    filled = tos > froms
+    if filled.any():
+        newest_times[filled] = np.maximum.reduceat(times.astype(np.int64), froms[filled])
+    return newest_times
 
 
 @dataclass(frozen=True, eq=False)
@@ -382,6 +392,14 @@ class Held:
         a, b = mine[self.first_codes], mine[self.second_codes]
         return Held(self.keys, self.first_codes[a], self.first[a], self.second_codes[b], self.second[b])
 
+    def first_rows(self, slots: IntArray, time_field: str) -> Rows:
+        """The first rows to pack again, ``slots`` being the slot of each held key."""
+        return Rows(slots[self.first_codes], self.first_codes, self.keys, self.first, time_field)
+
+    def second_rows(self, slots: IntArray, time_field: str) -> Rows:
+        """The second rows to pack again, ``slots`` being the slot of each held key."""
+        return Rows(slots[self.second_codes], self.second_codes, self.keys, self.second, time_field)
+
     def first_keys(self) -> npt.NDArray[Any]:
         """The key of each first row."""
         return self.keys[self.first_codes]
@@ -394,12 +412,10 @@ class Held:
 def unpack_entries(
     blobs: Iterable[bytes], first: np.dtype[np.void], second: np.dtype[np.void]
 ) -> tuple[Held, list[int]]:
-    """The rows of many entries (:func:`pack_entries`), and each entry's newest time."""
+    """The rows of many entries (:func:`pack_entries`), and each entry's newest time. Per entry only its
+    header and keys are read; its counts and rows are cut out as bytes and decoded with all the others."""
     keys: list[str] = []
-    codes_a: list[IntArray] = []
-    codes_b: list[IntArray] = []
-    rows_a: list[npt.NDArray[np.void]] = []
-    rows_b: list[npt.NDArray[np.void]] = []
+    parts: dict[str, list[bytes]] = {"count_a": [], "count_b": [], "a": [], "b": []}
     newest_times = []
     for blob in blobs:
         n_keys, n_a, n_b, newest_time = _HEADER.unpack_from(blob)
@@ -407,36 +423,27 @@ def unpack_entries(
         at = _HEADER.size
         lengths = np.frombuffer(blob, _LENGTH, n_keys, at).tolist()
         at += n_keys * _LENGTH.itemsize
-        mine = np.arange(len(keys), len(keys) + n_keys, dtype=np.int64)
         for length in lengths:
             keys.append(blob[at : at + length].decode())
             at += length
-        per_a = np.frombuffer(blob, _COUNT, n_keys, at)
-        per_b = np.frombuffer(blob, _COUNT, n_keys, at + n_keys * _COUNT.itemsize)
-        at += 2 * n_keys * _COUNT.itemsize
-        codes_a.append(np.repeat(mine, per_a))
-        codes_b.append(np.repeat(mine, per_b))
-        rows_a.append(np.frombuffer(blob, first, n_a, at))
-        rows_b.append(np.frombuffer(blob, second, n_b, at + n_a * first.itemsize))
-    if not rows_a:
-        no_codes = np.empty(0, dtype=np.int64)
-        empty = Held(
-            np.empty(0, dtype=object), no_codes, np.empty(0, dtype=first), no_codes, np.empty(0, dtype=second)
-        )
-        return empty, []
+        for name, size in (("count_a", n_keys * _COUNT.itemsize), ("count_b", n_keys * _COUNT.itemsize)):
+            parts[name].append(blob[at : at + size])
+            at += size
+        parts["a"].append(blob[at : at + n_a * first.itemsize])
+        parts["b"].append(blob[at + n_a * first.itemsize : at + n_a * first.itemsize + n_b * second.itemsize])
+
+    def joined(name: str, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        return np.frombuffer(bytearray(b"".join(parts[name])), dtype=dtype)
+
+    codes = np.arange(len(keys), dtype=np.int64)
     held = Held(
         np.asarray(keys, dtype=object),
-        np.concatenate(codes_a),
-        np.concatenate(rows_a),
-        np.concatenate(codes_b),
-        np.concatenate(rows_b),
+        np.repeat(codes, joined("count_a", _COUNT)),
+        joined("a", first),
+        np.repeat(codes, joined("count_b", _COUNT)),
+        joined("b", second),
     )
     return held, newest_times
-
-
-def newest(times: npt.NDArray[np.int64]) -> int:
-    """The newest time of an entry's rows (0 for none)."""
-    return int(times.max()) if len(times) else 0
 
 
 def newest_of_entry(blob: bytes) -> int:
@@ -485,9 +492,12 @@ def terminal_rows(state: TerminalState, slots_of: SlotsOf) -> tuple[Rows, Rows]:
     labels["tx_time"] = state.label_tx_time_ms
     labels["known_at"] = state.label_known_at_ms
     labels["is_fraud"] = state.label_is_fraud
+    # One table of both kinds' keys, routed once.
+    n_tx = len(state.terminal_id)
+    both = Rows.keyed(np.concatenate([state.terminal_id, state.label_terminal_id]), tx, "time", slots_of)
     return (
-        Rows.keyed(state.terminal_id, tx, "time", slots_of),
-        Rows.keyed(state.label_terminal_id, labels, "tx_time", slots_of),
+        Rows(both.slots[:n_tx], both.codes[:n_tx], both.keys, tx, "time"),
+        Rows(both.slots[n_tx:], both.codes[n_tx:], both.keys, labels, "tx_time"),
     )
 
 
@@ -530,10 +540,9 @@ def card_entries(
 ) -> tuple[Written, Pages]:
     """The entries of a card history after a call (:func:`paged_entries`), with the rows read for cards the
     call had no events for (``others``, carried as read): the rows newer than ``horizon`` (None: all)."""
-    slots_of = layout.card_slots_of
-    rows = card_rows(history, slots_of)
+    rows = card_rows(history, layout.card_slots_of)
     if others is not None:
-        rows = rows.plus(Rows.coded(others.first_codes, others.keys, others.first, "time", slots_of))
+        rows = rows.plus(others.first_rows(layout.card_slots_of(others.keys), "time"))
     return paged_entries(rows.newer_than(horizon), Rows.none(), pages, layout.page_bytes, read)
 
 
@@ -548,9 +557,9 @@ def terminal_entries(
     """The entries of a terminal state after a call (:func:`paged_entries`), with the rows read for
     terminals the call had no events for (``others``): its transactions and labels (by their transaction's
     time) newer than ``horizon`` (None: all)."""
-    slots_of = layout.terminal_slots_of
-    tx, labels = terminal_rows(state, slots_of)
+    tx, labels = terminal_rows(state, layout.terminal_slots_of)
     if others is not None:
-        tx = tx.plus(Rows.coded(others.first_codes, others.keys, others.first, "time", slots_of))
-        labels = labels.plus(Rows.coded(others.second_codes, others.keys, others.second, "tx_time", slots_of))
+        slots = layout.terminal_slots_of(others.keys)
+        tx = tx.plus(others.first_rows(slots, "time"))
+        labels = labels.plus(others.second_rows(slots, "tx_time"))
     return paged_entries(tx.newer_than(horizon), labels.newer_than(horizon), pages, layout.page_bytes, read)
