@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from importlib import resources
 from typing import Annotated, Any
 
@@ -26,7 +27,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from api.live import JobsView, add_live_routes
-from api.params import CardIdParam, Limit, TxIdParam
+from api.params import CardIdParam, Limit, TxIdParam, lookup_route
 from api.state import JobStates, add_state_routes
 from contracts.errors import ConfigError
 from contracts.records import AlertRecord, ScoreRecord
@@ -108,6 +109,7 @@ def create_app(
         description="Alerts, scores and latest features of cards, from the Redis lookup store.",
         version="1",
     )
+    lookup = partial(lookup_route, app, guarded)
     page = resources.files("api").joinpath("static/index.html").read_text()
 
     @app.exception_handler(RedisError)
@@ -157,13 +159,7 @@ def create_app(
         """The newest alerts of all cards, newest (by event time) first."""
         return recent_alerts(redis, prefix, limit, after_ms)
 
-    @app.get(
-        "/alerts/{tx_id}",
-        dependencies=guarded,
-        response_model=AlertRecord,
-        tags=["alerts"],
-        responses={404: {"description": "No alert for this transaction"}},
-    )
+    @lookup("/alerts/{tx_id}", AlertRecord, tag="alerts", missing="No alert for this transaction")
     def alert(tx_id: TxIdParam) -> AlertRecord:
         """The alert of one transaction."""
         found = get_alert(redis, tx_id, prefix)
@@ -171,13 +167,7 @@ def create_app(
             raise HTTPException(404, f"no alert for transaction {tx_id}")
         return found
 
-    @app.get(
-        "/cards/{card_id}",
-        dependencies=guarded,
-        response_model=CardSummary,
-        tags=["cards"],
-        responses={404: {"description": "Nothing stored for this card"}},
-    )
+    @lookup("/cards/{card_id}", CardSummary, tag="cards", missing="Nothing stored for this card")
     def card(card_id: CardIdParam, limit: Limit = 20) -> CardSummary:
         """A card's latest features, latest score and newest alerts."""
         summary = card_summary(redis, card_id, prefix, limit)
@@ -185,13 +175,7 @@ def create_app(
             raise HTTPException(404, f"nothing stored for card {card_id}")
         return CardSummary.model_validate(summary)
 
-    @app.get(
-        "/cards/{card_id}/alerts",
-        dependencies=guarded,
-        response_model=list[AlertRecord],
-        tags=["cards"],
-        responses={404: {"description": "Nothing stored for this card"}},
-    )
+    @lookup("/cards/{card_id}/alerts", list[AlertRecord], tag="cards", missing="Nothing stored for this card")
     def alerts_of_card(card_id: CardIdParam, limit: Limit = 100) -> list[AlertRecord]:
         """A card's alerts, newest first (an empty list for a known card without alerts)."""
         found = card_alerts(redis, card_id, prefix, limit)

@@ -4,18 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, Literal, Protocol, get_args
 
 from fastapi import FastAPI, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
-from api.params import CardIdParam
+from api.params import CardIdParam, lookup_route
 from contracts.errors import ConfigError, FraudError, NotFoundError
 from contracts.settings import NAMESPACE_PATTERN
 
 #: The jobs that keep state: the feature job, and the pipeline (features and scoring in one query).
 StateJobName = Literal["features", "pipeline"]
 STATE_JOBS: tuple[str, ...] = get_args(StateJobName)
+#: Why a state route answers 404, before what it was asked for.
+NOTHING_HELD = "No checkpoint, nothing committed, or nothing held for"
 JobParam = Annotated[StateJobName, Query(description="Whose state: the feature job's or the pipeline's.")]
 NamespaceParam = Annotated[
     str,
@@ -89,6 +92,7 @@ class JobStates(Protocol):
 
 def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> None:
     """``/state/cards/{card_id}`` and ``/state/terminals/{terminal_id}``: what ``states`` reads."""
+    lookup = partial(lookup_route, app, guarded, tag="state")
 
     def job_state(read: Callable[[JobStates], dict[str, Any]]) -> dict[str, Any]:
         try:
@@ -100,26 +104,14 @@ def add_state_routes(app: FastAPI, states: JobStates, guarded: list[Any]) -> Non
         except FraudError as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.get(
-        "/state/cards/{card_id}",
-        dependencies=guarded,
-        response_model=CardStateView,
-        tags=["state"],
-        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for the card"}},
-    )
+    @lookup("/state/cards/{card_id}", CardStateView, missing=f"{NOTHING_HELD} the card")
     def card_state(card_id: CardIdParam, job: JobParam = "features", namespace: NamespaceParam = "") -> Any:
         """What the feature job holds for a card at its last committed micro-batch: its transactions and
         waiting events, the card windows at the frontier (as `fraud state card --json`; seconds: each read
         is a Spark job over the checkpoint)."""
         return job_state(lambda read: read.card(job, namespace, card_id))
 
-    @app.get(
-        "/state/terminals/{terminal_id}",
-        dependencies=guarded,
-        response_model=TerminalStateView,
-        tags=["state"],
-        responses={404: {"description": "No checkpoint, nothing committed, or nothing held for it"}},
-    )
+    @lookup("/state/terminals/{terminal_id}", TerminalStateView, missing=f"{NOTHING_HELD} it")
     def terminal_state(
         terminal_id: Annotated[str, Path(min_length=1, max_length=64, description="Terminal id.")],
         job: JobParam = "features",

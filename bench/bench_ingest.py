@@ -68,26 +68,20 @@ def main() -> None:
     for name, seconds, rate in phases:
         print(f"{name + ':':49} {seconds:6.2f} s  {rate:10,.0f} events/s")
     print(f"peak RSS: {peak_mib:,.0f} MiB")
-    if not args.no_report:
-        report.write_section(
-            "ingest",
-            script=__file__,
-            tables=[
-                report.Table(
-                    ["phase", "seconds", "events/s"],
-                    [[name, f"{seconds:.2f}", f"{rate:,.0f}"] for name, seconds, rate in phases],
-                    notes=[
-                        f"{result.transactions:,} transactions and {result.labels:,} labels produced, "
-                        f"{result.dead_letters.total:,} dead letters; peak RSS {peak_mib:,.0f} MiB."
-                    ],
-                )
-            ],
-            settings={
-                **config.model_dump(mode="json"),
-                "partitions": args.partitions,
-                "broker": "embedded Tansu (memory)",
-            },
-        )
+    table = report.Table(
+        ["phase", "seconds", "events/s"],
+        [[name, f"{seconds:.2f}", f"{rate:,.0f}"] for name, seconds, rate in phases],
+        notes=[
+            f"{result.transactions:,} transactions and {result.labels:,} labels produced, "
+            f"{result.dead_letters.total:,} dead letters; peak RSS {peak_mib:,.0f} MiB."
+        ],
+    )
+    settings = {
+        **config.model_dump(mode="json"),
+        "partitions": args.partitions,
+        "broker": "embedded Tansu (memory)",
+    }
+    report.write_unless_skipped(args, "ingest", script=__file__, tables=[table], settings=settings)
 
 
 if __name__ == "__main__":

@@ -517,9 +517,8 @@ def main() -> None:
     tables = [summary(runs, args.rate), *(phases(r, args) for r in runs)]
     for table in tables:
         print(report.markdown_table(table))
-    if args.no_report:
-        return
-    report.write_section(
+    report.write_unless_skipped(
+        args,
         "microbatch",
         script=__file__,
         tables=tables,

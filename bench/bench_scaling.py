@@ -224,23 +224,23 @@ def main() -> None:
             events.append(row(f"{args.event_cards:,} cards, {in_days(n_days)}", run))
             print(events[-1])
 
-    if not args.no_report:
-        report.write_section(
-            "scaling",
-            script=__file__,
-            tables=[
-                report.Table(
-                    HEADERS,
-                    masters,
-                    caption=f"Throughput by Spark master (the same input, {MASTERS_MAX_RECORDS:,} records per "
-                    "micro-batch).",
-                ),
-                report.Table(HEADERS, cards, caption="Memory and state against the number of cards."),
-                report.Table(HEADERS, events, caption="Memory and state against the number of events."),
-            ],
-            settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey"},
-            title="Scaling: Spark masters, cards and events",
-        )
+    report.write_unless_skipped(
+        args,
+        "scaling",
+        script=__file__,
+        tables=[
+            report.Table(
+                HEADERS,
+                masters,
+                caption=f"Throughput by Spark master (the same input, {MASTERS_MAX_RECORDS:,} records per "
+                "micro-batch).",
+            ),
+            report.Table(HEADERS, cards, caption="Memory and state against the number of cards."),
+            report.Table(HEADERS, events, caption="Memory and state against the number of events."),
+        ],
+        settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey"},
+        title="Scaling: Spark masters, cards and events",
+    )
 
 
 if __name__ == "__main__":

@@ -65,13 +65,13 @@ def main() -> None:
     )
     for name, value in figures:
         print(f"{name:17} {value}")
-    if not args.no_report:
-        report.write_section(
-            "simulator",
-            script=__file__,
-            tables=[report.Table(["figure", "value"], figures)],
-            settings={**config.model_dump(mode="json"), "repeats": len(seconds), "numpy": np.__version__},
-        )
+    report.write_unless_skipped(
+        args,
+        "simulator",
+        script=__file__,
+        tables=[report.Table(["figure", "value"], figures)],
+        settings={**config.model_dump(mode="json"), "repeats": len(seconds), "numpy": np.__version__},
+    )
 
 
 if __name__ == "__main__":

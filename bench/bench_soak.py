@@ -608,9 +608,8 @@ def main() -> None:
     print()
     print(report.markdown_table(table))
     print(f"\nbench_soak took {(time.monotonic() - started) / 60:.1f} min")
-    if args.no_report:
-        return
-    report.write_section(
+    report.write_unless_skipped(
+        args,
         "soak",
         script=__file__,
         tables=[windows_table(result, args), table],

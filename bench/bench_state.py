@@ -321,9 +321,9 @@ def main() -> None:
             "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark_state.py`); MiB moved: the bytes they carry."
         ],
     )
-    if args.no_report:
-        return
-    report.write_section("state", script=__file__, tables=[table], settings=report.args_settings(args))
+    report.write_unless_skipped(
+        args, "state", script=__file__, tables=[table], settings=report.args_settings(args)
+    )
 
 
 if __name__ == "__main__":

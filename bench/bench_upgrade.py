@@ -131,25 +131,24 @@ def main() -> None:
     ]
     for name, value in rows:
         print(f"{name}: {value}")
-    if not args.no_report:
-        report.write_section(
-            "upgrade",
-            script=__file__,
-            tables=[
-                report.Table(
-                    ["step (wall time of the command, Spark start-up included)", "time"],
-                    rows,
-                    notes=[
-                        f"Input: {transactions:,} transactions over {args.days} days, the last day after the "
-                        f"savepoint ({len(new_day.tx_values):,} transactions). New version: --windows {windows} "
-                        f"({'; '.join(added)}). The new day's {len(upgraded):,} feature records are the same "
-                        "from both runs."
-                    ],
-                )
-            ],
-            settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey, Spark local"},
-            title="Upgrading the feature job: from a savepoint, or a full replay",
-        )
+    table = report.Table(
+        ["step (wall time of the command, Spark start-up included)", "time"],
+        rows,
+        notes=[
+            f"Input: {transactions:,} transactions over {args.days} days, the last day after the "
+            f"savepoint ({len(new_day.tx_values):,} transactions). New version: --windows {windows} "
+            f"({'; '.join(added)}). The new day's {len(upgraded):,} feature records are the same "
+            "from both runs."
+        ],
+    )
+    report.write_unless_skipped(
+        args,
+        "upgrade",
+        script=__file__,
+        tables=[table],
+        settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey, Spark local"},
+        title="Upgrading the feature job: from a savepoint, or a full replay",
+    )
 
 
 if __name__ == "__main__":

@@ -126,28 +126,22 @@ def main() -> None:
     print(f"{'variant (CPU time, best of the rounds)':40} {'seconds':>8} {'records/s':>12} {'speed-up':>9}")
     for name, seconds, rate, speedup in rows:
         print(f"{name:40} {seconds:8.3f} {rate:12,.0f} {speedup:8.1f}x")
-    if not args.no_report:
-        report.write_section(
-            "validation",
-            script=__file__,
-            tables=[
-                report.Table(
-                    ["variant (CPU time, best of the rounds)", "seconds", "records/s", "speed-up"],
-                    [[n, f"{s:.3f}", f"{r:,.0f}", f"{x:.1f}x"] for n, s, r, x in rows],
-                    notes=[
-                        f"{len(values):,} transactions, {size / len(values):.0f} bytes each on average; "
-                        f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run."
-                    ],
-                )
-            ],
-            settings={
-                "records": len(values),
-                "repeats": args.repeats,
-                "dirty": args.dirty,
-                **{f"simulation.{k}": v for k, v in SIMULATION.model_dump(mode="json").items()},
-                "pyarrow": pa.__version__,
-            },
-        )
+    table = report.Table(
+        ["variant (CPU time, best of the rounds)", "seconds", "records/s", "speed-up"],
+        [[n, f"{s:.3f}", f"{r:,.0f}", f"{x:.1f}x"] for n, s, r, x in rows],
+        notes=[
+            f"{len(values):,} transactions, {size / len(values):.0f} bytes each on average; "
+            f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run."
+        ],
+    )
+    settings = {
+        "records": len(values),
+        "repeats": args.repeats,
+        "dirty": args.dirty,
+        **{f"simulation.{k}": v for k, v in SIMULATION.model_dump(mode="json").items()},
+        "pyarrow": pa.__version__,
+    }
+    report.write_unless_skipped(args, "validation", script=__file__, tables=[table], settings=settings)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ Usage, at the end of a script::
         settings={"seed": 0, "days": 183},
     )
 
-``--no-report`` (see :func:`add_flag`) prints the figures only, for quick runs with other sizes.
+``--no-report`` (see :func:`add_flag`) prints the figures only, for quick runs with other sizes: a script
+that takes it writes with :func:`write_unless_skipped`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,22 @@ def add_flag(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"print only; leave {DOC.relative_to(ROOT)} as it is (for runs with other sizes)",
     )
+
+
+def write_unless_skipped(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    script: str,
+    tables: Sequence[Table],
+    settings: Mapping[str, object],
+    title: str | None = None,
+) -> Path | None:
+    """:func:`write_section` ``name``, unless the run was given ``--no-report`` (:func:`add_flag`): the file
+    written, or None."""
+    if args.no_report:
+        return None
+    return write_section(name, script=script, tables=tables, settings=settings, title=title)
 
 
 def args_settings(args: argparse.Namespace) -> dict[str, object]:

@@ -18,12 +18,13 @@ Delivery guarantee: read-only. Everything shown is the state of the last micro-b
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from contracts.errors import NotFoundError, StateError
@@ -265,18 +266,46 @@ def page_of(job: JobState, stored: Mapping[str, Any] | None, slot: int) -> int:
     return int(pages.page_of(np.asarray([slot]))[0])
 
 
-def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
-    """What the job holds for ``card_id``, read from its card bucket's state (Spark's state data source):
-    the bucket's waiting events and frontier, and the card's entry."""
-    bucket = card_bucket(card_id, job.layout["card_buckets"])
+@dataclass(frozen=True)
+class StateVars:
+    """Where the job keeps the state of one kind of key (cards or terminals): the bucket's value state of a
+    checkpoint without entries; the bucket's value state and its entries' map state of one with them, and
+    how a key is routed to its slot."""
+
+    legacy: str
+    bucket: str
+    entries: str
+    slots_of: Callable[[Layout, npt.NDArray[Any]], npt.NDArray[np.int64]]
+
+
+CARD_VARS = StateVars(LEGACY_CARD_STATE_VAR, CARD_STATE_VAR, CARD_ENTRIES_VAR, Layout.card_slots_of)
+TERMINAL_VARS = StateVars(
+    LEGACY_TERMINAL_STATE_VAR, TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, Layout.terminal_slots_of
+)
+
+
+def read_state(
+    spark: SparkSession, job: JobState, variables: StateVars, bucket: int, key: str
+) -> tuple[dict[str, Any] | None, tuple[Any, ...] | None]:
+    """What the job's last committed micro-batch holds for ``key`` (Spark's state data source): its bucket's
+    value (None: nothing held) and, in a layout with entries, the entry of its slot (None: none held;
+    always None in a layout without entries, whose bucket's value holds everything)."""
     with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
         if not is_entry_layout(job.layout):
-            stored = reader.value_state(LEGACY_CARD_STATE_VAR, KEY, [bucket]).get(bucket)
-            held = None if stored is None else card_bucket_of(*stored.values())
-            return card_view(card_id, job, bucket, held, params)
-        stored = reader.value_state(CARD_STATE_VAR, KEY, [bucket]).get(bucket)
-        slot = int(job.entry_layout.card_slots_of(np.asarray([card_id], dtype=object))[0])
-        entry = reader.map_value(CARD_ENTRIES_VAR, KEY, bucket, page_of(job, stored, slot))
+            return reader.value_state(variables.legacy, KEY, [bucket]).get(bucket), None
+        stored = reader.value_state(variables.bucket, KEY, [bucket]).get(bucket)
+        slot = int(variables.slots_of(job.entry_layout, np.asarray([key], dtype=object))[0])
+        return stored, reader.map_value(variables.entries, KEY, bucket, page_of(job, stored, slot))
+
+
+def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
+    """What the job holds for ``card_id``, read from its card bucket's state: the bucket's waiting events and
+    frontier, and the card's entry."""
+    bucket = card_bucket(card_id, job.layout["card_buckets"])
+    stored, entry = read_state(spark, job, CARD_VARS, bucket, card_id)
+    if not is_entry_layout(job.layout):
+        held = None if stored is None else card_bucket_of(*stored.values())
+        return card_view(card_id, job, bucket, held, params)
     history, _ = unpack_cards([] if entry is None else [entry[0]])
     if stored is None and entry is None:
         return card_view(card_id, job, bucket, None, params)
@@ -392,13 +421,9 @@ def read_terminal(
 ) -> TerminalView:
     """What the job holds for ``terminal_id``, read from its terminal bucket's state."""
     bucket = int(terminal_buckets(pd.Series([terminal_id]), job.layout["terminal_buckets"])[0])
-    with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
-        if not is_entry_layout(job.layout):
-            stored = reader.value_state(LEGACY_TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
-            held = None if stored is None else terminal_state_of(*stored.values())
-            return terminal_view(terminal_id, job, bucket, held, params)
-        stored = reader.value_state(TERMINAL_STATE_VAR, KEY, [bucket]).get(bucket)
-        slot = int(job.entry_layout.terminal_slots_of(np.asarray([terminal_id], dtype=object))[0])
-        entry = reader.map_value(TERMINAL_ENTRIES_VAR, KEY, bucket, page_of(job, stored, slot))
+    stored, entry = read_state(spark, job, TERMINAL_VARS, bucket, terminal_id)
+    if not is_entry_layout(job.layout):
+        held = None if stored is None else terminal_state_of(*stored.values())
+        return terminal_view(terminal_id, job, bucket, held, params)
     held = None if entry is None else unpack_terminals([entry[0]])[0]
     return terminal_view(terminal_id, job, bucket, held, params)

@@ -72,6 +72,17 @@ def checkpoint_dir(settings: Settings, given: Path | None, job: str, namespace: 
     return (given or settings.home / "checkpoints" / namespace / job).resolve()
 
 
+def checkpoint_option(job: str = "<job>") -> Any:
+    """``--checkpoint`` of a command that runs or reads ``job``: the directory :func:`checkpoint_dir` takes."""
+    return typer.Option(
+        help=f"The job's checkpoint directory (default: FRAUD_HOME/checkpoints/[<namespace>/]{job})."
+    )
+
+
+#: ``--checkpoint`` of a command that reads the checkpoint of the job it is told.
+CheckpointOption = Annotated[Path | None, checkpoint_option()]
+
+
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 

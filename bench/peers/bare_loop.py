@@ -11,22 +11,16 @@ Run (by bench/bench_peers.py): python bench/peers/bare_loop.py --bootstrap HOST:
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 
 import orjson
-from card_windows import History, new_history, process
+from card_windows import History, new_history, peer_parser, process
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--input", required=True, help="transactions topic")
-    parser.add_argument("--output", required=True, help="output topic")
-    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
+    parser = peer_parser(__doc__)
     parser.add_argument("--batch", type=int, default=1000, help="records per consume call at most")
     args = parser.parse_args()
 

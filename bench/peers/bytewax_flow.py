@@ -10,15 +10,13 @@ Run: python bench/peers/bytewax_flow.py --bootstrap HOST:PORT --input T --output
 
 from __future__ import annotations
 
-import argparse
-
 import bytewax.operators as op
 import orjson
 from bytewax.connectors.kafka import KafkaSinkMessage
 from bytewax.connectors.kafka import operators as kop
 from bytewax.dataflow import Dataflow
 from bytewax.run import cli_main
-from card_windows import History, new_history, process
+from card_windows import History, new_history, peer_parser, process
 
 
 def card_features(history: History | None, value: bytes) -> tuple[History, bytes]:
@@ -54,12 +52,7 @@ def dataflow(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--input", required=True, help="transactions topic")
-    parser.add_argument("--output", required=True, help="output topic")
-    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
+    parser = peer_parser(__doc__)
     args = parser.parse_args()
     flow = dataflow(args.bootstrap, args.input, args.output, args.linger_ms, args.fetch_wait_ms)
     print(f"bytewax: {args.input} -> {args.output}, 1 worker", flush=True)

@@ -6,11 +6,13 @@ the transaction itself included; amounts summed in integer cents (rounded half t
 cents / (count * 100). Every peer calls :func:`step` with the card's history as three plain lists (event
 times, tx ids, cents, in (event time, tx id) order), which each keeps in its own kind of state.
 
-Standard library only: the peers run this in virtualenvs of their own, without the project.
+Standard library only: the peers run this in virtualenvs of their own, without the project. It also holds
+the options every peer takes (:func:`peer_parser`).
 """
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 DAY_MS = 86_400_000
@@ -79,3 +81,15 @@ def output(event: dict[str, Any], features: dict[str, Any]) -> dict[str, Any]:
 def process(history: History, event: dict[str, Any]) -> dict[str, Any]:
     """:func:`step` for a transaction event as produced to the transactions topic; its output record."""
     return output(event, step(history, event["event_time_ms"], event["tx_id"], event["amount"]))
+
+
+def peer_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A peer's argument parser (its docstring as help) with the options every peer takes: the broker, the
+    input and output topics, the producer's linger and the consumer's fetch wait."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True, help="transactions topic")
+    parser.add_argument("--output", required=True, help="output topic")
+    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
+    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
+    return parser

@@ -12,10 +12,9 @@ Run: python bench/peers/quix_app.py --bootstrap HOST:PORT --input T --output T -
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from card_windows import new_history, process
+from card_windows import new_history, peer_parser, process
 from quixstreams import Application, State
 
 #: The state key of a card's history (the state is per message key: per card).
@@ -31,13 +30,8 @@ def card_features(event: dict[str, Any], state: State) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--input", required=True, help="transactions topic")
-    parser.add_argument("--output", required=True, help="output topic")
+    parser = peer_parser(__doc__)
     parser.add_argument("--state-dir", required=True, help="RocksDB state directory")
-    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
     parser.add_argument(
         "--exactly-once", action="store_true", help="Quix's exactly-once processing guarantee"
     )

@@ -27,6 +27,7 @@ from fraud.options import (
     TriggerIntervalOption,
     WindowsOption,
     check_output_file,
+    checkpoint_option,
     feature_params,
 )
 from fraud.streaming import run_streaming_job
@@ -95,9 +96,7 @@ def run_command(
     max_records: MaxRecordsOption = DEFAULT_MAX_RECORDS,
     allowed_lateness_s: AllowedLatenessOption = 0.0,
     trigger_interval_s: TriggerIntervalOption = 1.0,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/features).")
-    ] = None,
+    checkpoint: Annotated[Path | None, checkpoint_option(JobName.FEATURES)] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
     namespace: FeaturesNamespaceOption = "",
     from_time: FromOption = None,

@@ -13,7 +13,7 @@ from rich.table import Table
 from contracts.settings import JobName
 from fraud import savepoints
 from fraud.console import console, settings_of
-from fraud.options import check_namespace, checkpoint_dir
+from fraud.options import CheckpointOption, check_namespace, checkpoint_dir
 
 app = typer.Typer(
     help="Savepoints: a job's state, source offsets and event-time frontier at a committed micro-batch; "
@@ -45,13 +45,7 @@ def create_command(
         ),
     ] = None,
     namespace: JobNamespaceOption = "",
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(
-            help="The job's checkpoint directory (default: the run command's, "
-            "FRAUD_HOME/checkpoints/[<namespace>/]<job>)."
-        ),
-    ] = None,
+    checkpoint: CheckpointOption = None,
 ) -> None:
     """Save a job's state, source offsets, frontier and layout as its last committed micro-batch left them.
 

@@ -26,6 +26,7 @@ from fraud.options import (
     ToOption,
     TriggerIntervalOption,
     WindowsOption,
+    checkpoint_option,
     feature_params,
 )
 from fraud.streaming import run_streaming_job
@@ -48,9 +49,7 @@ def run_command(
     model_check_interval_s: ModelCheckOption = None,
     max_records: MaxRecordsOption = DEFAULT_MAX_RECORDS,
     trigger_interval_s: TriggerIntervalOption = 1.0,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/scoring).")
-    ] = None,
+    checkpoint: Annotated[Path | None, checkpoint_option(JobName.SCORING)] = None,
     namespace: ScoringNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
@@ -92,9 +91,7 @@ def pipeline_command(
     max_records: MaxRecordsOption = DEFAULT_MAX_RECORDS,
     allowed_lateness_s: AllowedLatenessOption = 0.0,
     trigger_interval_s: TriggerIntervalOption = 0.0,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help="Checkpoint directory (default: FRAUD_HOME/checkpoints/pipeline).")
-    ] = None,
+    checkpoint: Annotated[Path | None, checkpoint_option(JobName.PIPELINE)] = None,
     feature_delay_days: FeatureDelayOption = 7.0,
     namespace: PipelineNamespaceOption = "",
     from_time: FromOption = None,

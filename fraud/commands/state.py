@@ -23,7 +23,7 @@ from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
 from features.definitions import DEFAULT_PARAMS, FeatureParams
 from fraud.console import console, err_console, format_ms, settings_of
-from fraud.options import StateNamespaceOption, checkpoint_dir, feature_params
+from fraud.options import CheckpointOption, StateNamespaceOption, checkpoint_dir, feature_params
 from fraud.state import state_session
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ class StatefulJob(StrEnum):
 
 JobOption = Annotated[
     StatefulJob, typer.Option("--job", help="Whose state: the feature job's or the pipeline's checkpoint.")
-]
-CheckpointOption = Annotated[
-    Path | None,
-    typer.Option(help="The job's checkpoint directory (default: FRAUD_HOME/checkpoints/[NAMESPACE/]JOB)."),
 ]
 SavepointOption = Annotated[
     Path | None, typer.Option(help="Read a savepoint (a copy of a checkpoint) instead of the checkpoint.")

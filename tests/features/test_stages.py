@@ -333,6 +333,14 @@ def new_bucket_state() -> BucketState:
     return BucketState(Value(), EntryStore(Map(), Map()))
 
 
+def per_bucket(
+    rows: pd.DataFrame, bucket: str, stage: Callable[[int, pd.DataFrame], pd.DataFrame]
+) -> list[pd.DataFrame]:
+    """``stage(b, rows of bucket b)`` for each bucket of ``rows`` (column ``bucket``), as a micro-batch's
+    tasks call a stage: the outputs."""
+    return [stage(b, part.reset_index(drop=True)) for b, part in rows.groupby(bucket)]
+
+
 class Stages:
     """The two stages' state, per bucket, driven one micro-batch at a time.
 
@@ -352,23 +360,20 @@ class Stages:
         self.terminal_state = {b: new_bucket_state() for b in range(buckets)}
 
     def micro_batch(self, rows: pd.DataFrame, params: FeatureParams) -> pd.DataFrame:
-        released = []
-        for b, part in rows.groupby(CARD_BUCKET):
-            part = part.reset_index(drop=True)
+        def card(b: int, part: pd.DataFrame) -> pd.DataFrame:
             if self.entries:
-                out = card_call(self.card_state[b], part, params, self.layout, Timings("test"))
-            else:
-                self.cards[b], out = card_stage(self.cards[b], part, params, self.layout.terminal_buckets)
-            released.append(out)
-        released_rows = pd.concat(released, ignore_index=True)
-        outputs = []
-        for b, part in released_rows.groupby(TERMINAL_BUCKET):
-            part = part.reset_index(drop=True)
+                return card_call(self.card_state[b], part, params, self.layout, Timings("test"))
+            self.cards[b], out = card_stage(self.cards[b], part, params, self.layout.terminal_buckets)
+            return out
+
+        def terminal(b: int, part: pd.DataFrame) -> pd.DataFrame:
             if self.entries:
-                out = terminal_call(self.terminal_state[b], part, params, self.layout, Timings("test"))
-            else:
-                self.terminals[b], out = terminal_stage(self.terminals[b], part, params)
-            outputs.append(out)
+                return terminal_call(self.terminal_state[b], part, params, self.layout, Timings("test"))
+            self.terminals[b], out = terminal_stage(self.terminals[b], part, params)
+            return out
+
+        released = pd.concat(per_bucket(rows, CARD_BUCKET, card), ignore_index=True)
+        outputs = per_bucket(released, TERMINAL_BUCKET, terminal)
         return pd.concat(outputs, ignore_index=True) if outputs else pd.DataFrame()
 
     def whole(self) -> tuple[list[CardBucket], list[TerminalState]]:

@@ -56,6 +56,7 @@ from tests.support.feature_jobs import (
     prefix_of,
     run_once,
     simulated,
+    stopped,
 )
 from tests.support.samples import FEATURE, LABEL_DELAY_MS
 
@@ -254,14 +255,7 @@ class Piped:
 
 def run_pipeline(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     """Run the pipeline once over what its input holds (up to its ending offsets)."""
-    query = start_pipeline(spark, config, once=True)
-    try:
-        finished = query.awaitTermination(TIMEOUT_S)
-    finally:
-        query.stop()
-    assert finished, f"the pipeline did not finish within {TIMEOUT_S} s"
-    assert query.exception() is None, f"the pipeline failed: {query.exception()}"
-    return query
+    return stopped(start_pipeline(spark, config, once=True), "pipeline", timeout_s=TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

@@ -92,17 +92,22 @@ def job_config(
     )
 
 
+def stopped(query: StreamingQuery, job: str, *, timeout_s: float = JOB_TIMEOUT_S) -> StreamingQuery:
+    """``query``, started with the availableNow trigger, once it has stopped by itself within ``timeout_s``
+    and without an error (it is stopped in any case); ``job`` names it in the failures."""
+    try:
+        finished = query.awaitTermination(timeout_s)
+    finally:
+        query.stop()
+    assert finished, f"the {job} did not finish within {timeout_s} s"
+    assert query.exception() is None, f"the {job} failed: {query.exception()}"
+    return query
+
+
 def finished_query(spark: SparkSession, config: FeatureJobConfig) -> StreamingQuery:
     """Run the job with the availableNow trigger until it stops; the stopped query (its plans and
     progress reports can still be read)."""
-    query = start_feature_job(spark, config, once=True)
-    try:
-        finished = query.awaitTermination(JOB_TIMEOUT_S)
-    finally:
-        query.stop()
-    assert finished, f"the feature job did not finish within {JOB_TIMEOUT_S} s"
-    assert query.exception() is None, f"the feature job failed: {query.exception()}"
-    return query
+    return stopped(start_feature_job(spark, config, once=True), "feature job")
 
 
 def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
