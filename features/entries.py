@@ -127,10 +127,7 @@ class Rows:
         cls, keys: npt.NDArray[Any], rows: npt.NDArray[np.void], time_field: str, slots_of: SlotsOf
     ) -> Rows:
         """Rows whose key is given per row (``keys``), routed by ``slots_of`` (distinct keys -> slots)."""
-        codes, distinct = pd.factorize(np.asarray(keys, dtype=object), use_na_sentinel=False)
-        distinct = np.asarray(distinct, dtype=object)
-        slots = slots_of(distinct)[codes] if len(distinct) else np.empty(0, dtype=np.int64)
-        return cls(slots.astype(np.int64), codes.astype(np.int64), distinct, rows, time_field)
+        return cls(*_coded(keys, slots_of), rows, time_field)
 
     def where(self, mine: npt.NDArray[np.bool_]) -> Rows:
         return Rows(self.slots[mine], self.codes[mine], self.keys, self.rows[mine], self.time_field)
@@ -160,6 +157,15 @@ class Rows:
     def in_pages(self, pages: Pages) -> Rows:
         """The rows keyed by the page of their slot (what :func:`pack_entries` packs them by)."""
         return replace(self, slots=pages.page_of(self.slots))
+
+
+def _coded(keys: npt.NDArray[Any], slots_of: SlotsOf) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
+    """Per key of ``keys``: its slot and its code in the distinct keys; and the distinct keys, each routed
+    once by ``slots_of``."""
+    codes, distinct = pd.factorize(np.asarray(keys, dtype=object), use_na_sentinel=False)
+    distinct = np.asarray(distinct, dtype=object)
+    slots = slots_of(distinct)[codes] if len(distinct) else np.empty(0, dtype=np.int64)
+    return slots.astype(np.int64), codes.astype(np.int64), distinct
 
 
 def _joint_codes(first: Rows, second: Rows) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
@@ -494,10 +500,10 @@ def terminal_rows(state: TerminalState, slots_of: SlotsOf) -> tuple[Rows, Rows]:
     labels["is_fraud"] = state.label_is_fraud
     # One table of both kinds' keys, routed once.
     n_tx = len(state.terminal_id)
-    both = Rows.keyed(np.concatenate([state.terminal_id, state.label_terminal_id]), tx, "time", slots_of)
+    slots, codes, keys = _coded(np.concatenate([state.terminal_id, state.label_terminal_id]), slots_of)
     return (
-        Rows(both.slots[:n_tx], both.codes[:n_tx], both.keys, tx, "time"),
-        Rows(both.slots[n_tx:], both.codes[n_tx:], both.keys, labels, "tx_time"),
+        Rows(slots[:n_tx], codes[:n_tx], keys, tx, "time"),
+        Rows(slots[n_tx:], codes[n_tx:], keys, labels, "tx_time"),
     )
 
 
