@@ -11,13 +11,16 @@ header (``contracts.provenance.CopyFilter``).
     python examples/alert_consumer.py --bootstrap-servers 127.0.0.1:9092 --group case-management
 
 Without ``--bootstrap-servers`` it reads the broker of the project's settings (``FRAUD_BOOTSTRAP_SERVERS``,
-else the embedded stack started by ``fraud up``), and the alerts topic is the settings' own.
+else the embedded stack started by ``fraud up``), and the alerts topic is the settings' own. It logs in as
+the project's own clients do: the settings' security protocol, SASL and TLS (``FRAUD_SECURITY_PROTOCOL``,
+``FRAUD_SASL_*``, ``FRAUD_SSL_*``).
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message
 
@@ -36,11 +39,12 @@ def handle(alert: AlertRecord) -> None:
     )
 
 
-def consume(bootstrap_servers: str, topic: str, group: str, max_records: int | None = None) -> int:
-    """Handle alerts until stopped (SIGINT/SIGTERM) or ``max_records`` were handled; returns the count."""
+def consume(client_config: dict[str, Any], topic: str, group: str, max_records: int | None = None) -> int:
+    """Handle alerts until stopped (SIGINT/SIGTERM) or ``max_records`` were handled; returns the count.
+    ``client_config``: the broker and how to log in to it (``settings.kafka.client_config``)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap_servers,
+            **client_config,
             "group.id": group,
             "isolation.level": "read_committed",  # librdkafka's default is read_uncommitted
             "enable.auto.commit": False,  # commit after handling, not on a timer
@@ -103,7 +107,7 @@ def main() -> None:
                 "give --bootstrap-servers (or FRAUD_BOOTSTRAP_SERVERS), or start a stack with `fraud up`"
             )
         servers = stack.bootstrap_servers
-    consume(servers, args.topic, args.group, args.max_records)
+    consume(settings.kafka.client_config(servers), args.topic, args.group, args.max_records)
 
 
 if __name__ == "__main__":
