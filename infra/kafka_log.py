@@ -64,10 +64,19 @@ def read_to_end(
     The consumer must have ``enable.partition.eof`` set: the end is where the broker says so, which
     also covers partitions whose last offsets hold transaction markers. Keys are ``topic/partition``.
     """
+    return _read(consumer, start, timeout_s, first_only)[0]
+
+
+def _read(
+    consumer: Consumer, start: list[TopicPartition], timeout_s: float, first_only: bool = False
+) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """:func:`read_to_end`'s records, and the position where the broker said each partition ends (past
+    any transaction markers there; not found for a partition left at its first record with ``first_only``)."""
     if not start:
-        return {}
+        return {}, {}
     consumer.assign(start)
     last: dict[str, tuple[int, int]] = {}
+    ends: dict[str, int] = {}
     pending = {f"{tp.topic}/{tp.partition}" for tp in start}
     gaps: set[str] = set()
     deadline = time.monotonic() + timeout_s
@@ -75,6 +84,7 @@ def read_to_end(
         for message, at_end in consumed(consumer, 100_000, timeout=0.05, gaps=gaps if first_only else None):
             name = f"{message.topic()}/{message.partition()}"
             if at_end:
+                ends[name] = message.offset() or 0
                 pending.discard(name)
                 continue
             if first_only and name not in pending:
@@ -88,7 +98,7 @@ def read_to_end(
                 f"no end of partition from Kafka for {sorted(pending)} within {timeout_s:.0f} s"
             )
     consumer.unassign()
-    return last
+    return last, ends
 
 
 def first_offsets(consumer: Consumer, lows: list[TopicPartition], timeout_s: float = 60.0) -> dict[str, int]:
@@ -110,8 +120,9 @@ def first_offsets(consumer: Consumer, lows: list[TopicPartition], timeout_s: flo
 def log_bounds(
     consumer: Consumer, partitions: list[tuple[str, int]], timeout_s: float = 60.0
 ) -> dict[str, tuple[int, int]]:
-    """(first, end) offset of each (topic, partition) for a read_committed reader, end = one past the last
-    record it can read now. Keys are ``topic/partition``.
+    """(first, end) offset of each (topic, partition) for a read_committed reader, end = where such a reader
+    reaches the end now: one past the last record it can read, or past the transaction markers after it.
+    Keys are ``topic/partition``.
 
     Found by reading, because Tansu's watermarks are wrong three ways: its high watermark is (base offset
     of the last record batch) + 1, short of the log end when that batch holds several records; a
@@ -119,7 +130,9 @@ def log_bounds(
     watermark can be above the first record (:func:`first_offsets`). Each partition is read from its
     high watermark - 1 (from its first offset when that is not below) to the end the broker's fetch
     reports, its last stable offset. On Apache Kafka that read returns just the last record, so the
-    result is exact on both. The consumer must have ``enable.partition.eof`` set.
+    result is exact on both. The end counts the markers a reader's position passes, so a reader that
+    stopped at the end (a checkpoint's offsets) is never found past it, even while a transaction is open
+    and the watermarks read (0, 0). The consumer must have ``enable.partition.eof`` set.
     """
     lows, highs = [], {}
     for topic, partition in partitions:
@@ -134,9 +147,10 @@ def log_bounds(
         first, high = firsts[name], highs[name]
         bounds[name] = (first, max(first, high))
         probe.append(TopicPartition(tp.topic, tp.partition, max(first, high - 1)))
-    for name, (offset, _) in read_to_end(consumer, probe, timeout_s).items():
-        first, end = bounds[name]
-        bounds[name] = (first, max(end, offset + 1))
+    last, ends = _read(consumer, probe, timeout_s)
+    for name, (first, end) in bounds.items():
+        offset = last[name][0] if name in last else first - 1
+        bounds[name] = (first, max(end, offset + 1, ends.get(name, first)))
     return bounds
 
 

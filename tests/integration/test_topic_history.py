@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -17,7 +18,7 @@ from pyspark.sql import SparkSession
 from contracts.settings import Settings, TopicRetention
 from fraud.progress import JobFailedError
 from infra.clients import Clients
-from infra.kafka_log import HistoryGapError, consumed
+from infra.kafka_log import HistoryGapError, consumed, log_bounds, read_to_end
 from infra.kafka_source.config import KafkaSourceConfig
 from infra.kafka_source.datasource import read_stream
 from infra.topic_admin import create_project_topics, delete_topics, topic_configs
@@ -111,6 +112,51 @@ def test_a_query_whose_topic_was_recreated_fails_naming_the_offsets(
         "the log ends at 10: the topic was deleted and re-created (the embedded broker keeps no topics over "
         "a restart); start over with a new checkpoint"
     )
+
+
+def test_the_log_end_counts_the_markers_a_reader_passes_while_a_transaction_is_open(
+    settings: Settings,
+) -> None:
+    """A committed transaction's marker ends the partition, and the next transaction is still open: a reader
+    that read to the end stands past the marker, and the log's end must not be found short of it (a query
+    restarted from that position would be refused as if the topic had been re-created)."""
+    clients = Clients.from_settings(settings)
+    topic = settings.topics.features
+    producer = clients.producer(**{"transactional.id": "open-transaction-test"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"pending", partition=0)
+    assert producer.flush(30) == 0
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        read = read_to_end(consumer, [TopicPartition(topic, 0, 0)], timeout_s=30)
+        assert read[f"{topic}/0"][0] == 19
+        position = consumer_position_at_end(clients, topic)
+        assert position > 20  # past the commit marker
+
+        assert log_bounds(consumer, [(topic, 0)], timeout_s=30)[f"{topic}/0"] == (0, position)
+    finally:
+        consumer.close()
+        producer.abort_transaction(30)
+
+
+def consumer_position_at_end(clients: Clients, topic: str) -> int:
+    """Where a read_committed reader of partition 0 stands when the broker says it reached the end."""
+    consumer = clients.consumer(overrides={"enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for message, at_end in consumed(consumer, 1000, timeout=0.1):
+                if at_end:
+                    return message.offset() or 0
+        raise AssertionError("no end of partition within 30 s")
+    finally:
+        consumer.close()
 
 
 def test_consumed_turns_an_offset_outside_the_log_into_a_history_gap() -> None:
