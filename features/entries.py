@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -66,8 +66,13 @@ def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int
 @dataclass(frozen=True)
 class Layout:
     """What routes events to state: the buckets (Spark keys) of each stage, the slots in each bucket, and the
-    size past which a page of slots is cut (:class:`Pages`). Fixed for the life of a checkpoint
-    (``infra.checkpoints``); a savepoint moves state between layouts (``features.rescale``)."""
+    size past which a page of slots is cut (:class:`Pages`). The buckets and slots are fixed for the life of
+    a checkpoint (``infra.checkpoints``); a savepoint moves state between them (``features.rescale``). The
+    page size may change from one run to the next (:attr:`TUNABLE`): it only decides where pages are cut
+    from then on, never where a card's history is found, and pages are never merged."""
+
+    #: The fields a checkpoint takes a new value of on a restart.
+    TUNABLE: ClassVar[tuple[str, ...]] = ("page_bytes",)
 
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS

@@ -511,7 +511,7 @@ def prepare_checkpoint(config: FeatureJobConfig) -> None:
             "did: move it into this version's pages through a savepoint (`fraud savepoint create`, then run "
             "with `--from-savepoint` into a new checkpoint)"
         )
-    bind_layout(config.checkpoint, layout_of(config))
+    bind_layout(config.checkpoint, layout_of(config), tunable=Layout.TUNABLE)
     changes = bind_specs(config.checkpoint, config.params)
     if changes:
         _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))

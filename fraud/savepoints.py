@@ -32,8 +32,9 @@ from typing import Any, Literal
 from contracts.errors import ConfigError, NotFoundError, StateError
 from features.compat import SPECS_FILE, check_specs, read_specs
 from features.definitions import FeatureParams
+from features.entries import Layout
 from features.rescale import Rescale
-from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout
+from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout, fixed_part
 from infra.kafka_source.planner import Position, position
 from infra.savepoints import (
     NothingCommittedError,
@@ -243,13 +244,15 @@ def layout_change(
 ) -> str | None:
     """What differs between the savepoint's layout and the job's (``layout``: its bucket counts, None for a
     job without keyed state; ``shuffle_partitions``: its Spark shuffle partitions), e.g. ``card_buckets 6
-    -> 12``; None when nothing does and the savepoint restores by copy."""
+    -> 12``; None when nothing does and the savepoint restores by copy. A new page size is no change: the
+    copy's first run records it (``features.entries.Layout.TUNABLE``)."""
     if layout is None:
         return None
+    old, new = fixed_part(savepoint.layout, Layout.TUNABLE), fixed_part(layout, Layout.TUNABLE)
     changes = [
         f"{name} {savepoint.layout.get(name, 'none')} -> {count}"
         for name, count in layout.items()
-        if savepoint.layout.get(name) != count
+        if old.get(name, "none") != new[name]
     ]
     old_shuffle = savepoint.shuffle_partitions
     if shuffle_partitions is not None and old_shuffle is not None and old_shuffle != shuffle_partitions:

@@ -20,7 +20,7 @@ import json
 import os
 import struct
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,10 @@ class CheckpointLayoutError(StateError, ValueError):
 
 
 def bind_layout(
-    checkpoint: Path, layout: Mapping[str, int], made_before_layouts: Mapping[str, int] | None = None
+    checkpoint: Path,
+    layout: Mapping[str, int],
+    made_before_layouts: Mapping[str, int] | None = None,
+    tunable: Collection[str] = (),
 ) -> None:
     """Record ``layout`` in a new checkpoint, or check that an existing one was written with it.
 
@@ -51,6 +54,9 @@ def bind_layout(
         layout: what routes events to state, e.g. ``{"card_buckets": 6, "terminal_buckets": 6}``.
         made_before_layouts: the layout of checkpoints written before layouts were recorded (a checkpoint
             with content but no layout file); ``None``: such a checkpoint is an error.
+        tunable: names in the layout whose value may change between runs (it shapes what is written from
+            now on, not where state is found): a new value is recorded. A name that only one of the two
+            layouts has still differs.
 
     Raises:
         CheckpointLayoutError: the checkpoint holds state of another layout.
@@ -69,14 +75,21 @@ def bind_layout(
         found = dict(made_before_layouts)
     else:
         found = wanted
-    if found != wanted:
+    if fixed_part(found, tunable) != fixed_part(wanted, tunable):
         raise CheckpointLayoutError(
             f"checkpoint {checkpoint} holds state written with {found}, this run asks for {wanted}: "
             "resume it with the same settings, or rescale it through a savepoint (`fraud savepoint create`, "
             "then run with `--from-savepoint` into a new checkpoint)"
         )
-    if not path.exists():
-        path.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+    if not path.exists() or found != wanted:
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+        temporary.replace(path)
+
+
+def fixed_part(layout: Mapping[str, int], tunable: Collection[str]) -> dict[str, int | None]:
+    """The layout without the values of its ``tunable`` names (which are kept as present, value None)."""
+    return {name: None if name in tunable else value for name, value in layout.items()}
 
 
 def pinned_layout(checkpoint: Path, layout: Mapping[str, int], file: str = "pinned.json") -> dict[str, int]:

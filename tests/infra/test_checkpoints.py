@@ -29,6 +29,18 @@ def test_another_layout_is_refused_with_what_the_checkpoint_holds(tmp_path: Path
         bind_layout(tmp_path, {"card_buckets": 8, "terminal_buckets": 6})
 
 
+def test_a_tunable_value_may_change_and_is_recorded(tmp_path: Path) -> None:
+    paged = {**LAYOUT, "page_bytes": 32_768}
+    bind_layout(tmp_path, paged, tunable=("page_bytes",))
+    (tmp_path / "query").mkdir()
+    bind_layout(tmp_path, {**LAYOUT, "page_bytes": 8_192}, tunable=("page_bytes",))
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text())["page_bytes"] == 8_192
+    with pytest.raises(CheckpointLayoutError, match="page_bytes"):
+        bind_layout(tmp_path, paged)  # not tunable for this caller
+    with pytest.raises(CheckpointLayoutError, match="through a savepoint"):
+        bind_layout(tmp_path, LAYOUT, tunable=("page_bytes",))  # a layout without it is another kind
+
+
 def test_a_checkpoint_from_before_layouts_has_the_old_layout(tmp_path: Path) -> None:
     (tmp_path / "query").mkdir()
     with pytest.raises(CheckpointLayoutError, match="16"):
