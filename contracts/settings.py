@@ -397,8 +397,9 @@ class Settings(BaseSettings):
         description="Key of the keyed hash that turns card numbers into tokens. Set your own outside demos.",
     )
 
-    # State layout of the feature job and the pipeline: fixed for the life of a checkpoint (``layout.json``);
-    # a job started from a savepoint with other counts re-keys the savepoint's state into them.
+    # State layout of the feature job and the pipeline: the counts are fixed for the life of a checkpoint
+    # (``layout.json``); a job started from a savepoint with other counts re-keys the savepoint's state into
+    # them.
     card_buckets: int = Field(
         DEFAULT_BUCKETS,
         ge=1,
@@ -426,6 +427,14 @@ class Settings(BaseSettings):
         ge=1,
         le=2**20,
         description="Slots per terminal bucket, as FRAUD_CARD_SLOTS for terminals.",
+    )
+    page_bytes: int = Field(
+        DEFAULT_PAGE_BYTES,
+        ge=1024,
+        le=2**24,
+        description="Size past which a page of state is cut in two: smaller pages move fewer bytes per "
+        "micro-batch, larger ones fewer requests. Unlike the counts above it may change on any restart: "
+        "pages are cut past the new size from then on.",
     )
 
     # Alerts: the Redis lookup store and its API.

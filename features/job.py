@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
-from contracts.settings import DEFAULT_BUCKETS, DEFAULT_SLOTS, JobName, Topics
+from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS, JobName, Topics
 from features.compat import bind_specs
 from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
@@ -283,6 +283,8 @@ class FeatureJobConfig:
     #: entries of the cards and terminals it has events for. Fixed for the life of a checkpoint too.
     card_slots: int = DEFAULT_SLOTS
     terminal_slots: int = DEFAULT_SLOTS
+    #: The size past which a page of state is cut: may change on any restart (``Layout.TUNABLE``).
+    page_bytes: int = DEFAULT_PAGE_BYTES
     #: More records made from the feature rows, written with them (the pipeline's scoring).
     hook: FeatureRowsHook | None = None
     #: Transactions dated further ahead of the planner's clock than this are dead letters
@@ -303,7 +305,9 @@ class FeatureJobConfig:
     @property
     def layout(self) -> Layout:
         """What routes the job's events to its state (``features.entries``)."""
-        return Layout(self.card_buckets, self.terminal_buckets, self.card_slots, self.terminal_slots)
+        return Layout(
+            self.card_buckets, self.terminal_buckets, self.card_slots, self.terminal_slots, self.page_bytes
+        )
 
     @property
     def description(self) -> str:

@@ -176,6 +176,7 @@ def feature_job_config(
         terminal_buckets=settings.terminal_buckets,
         card_slots=settings.card_slots,
         terminal_slots=settings.terminal_slots,
+        page_bytes=settings.page_bytes,
     )
 
 

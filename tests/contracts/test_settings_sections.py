@@ -74,6 +74,7 @@ NAMES: list[tuple[str, str, str, object, dict[str, str]]] = [
     ("FRAUD_TERMINAL_BUCKETS", "10", "terminal_buckets", 10, {}),
     ("FRAUD_CARD_SLOTS", "1024", "card_slots", 1024, {}),
     ("FRAUD_TERMINAL_SLOTS", "512", "terminal_slots", 512, {}),
+    ("FRAUD_PAGE_BYTES", "8192", "page_bytes", 8192, {}),
     ("FRAUD_ALERT_RETENTION_S", "3600", "alert_retention_s", 3600, {}),
     ("FRAUD_MODEL_CHECK_INTERVAL_S", "5", "model_check_interval_s", 5.0, {}),
     ("FRAUD_API_HOST", "10.0.0.5", "api_host", "10.0.0.5", {}),
