@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +52,9 @@ from features.definitions import (
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-KeyArray = npt.NDArray[Any]
+#: Keys (card or terminal ids), one per row: an array, or a categorical of distinct keys and a code per row
+#: (what the streaming job hands the core, so that no string is hashed per history row).
+KeyArray: TypeAlias = npt.NDArray[Any] | pd.Categorical
 
 #: Composite (segment, time) keys are built in int64 only below this bound; above it times are ranked.
 _COMPOSITE_LIMIT = 2**62
@@ -237,12 +239,40 @@ def _keys_of(column: pd.Series) -> KeyArray:
     return column.to_numpy()
 
 
-def _concat_keys(first: KeyArray, second: KeyArray) -> KeyArray:
+def concat_keys(first: KeyArray, second: KeyArray) -> KeyArray:
+    """The keys of both, as a categorical when either is one (its categories: the distinct keys of both)."""
     if len(first) == 0:
         return second
     if len(second) == 0:
         return first
+    if isinstance(first, pd.Categorical) or isinstance(second, pd.Categorical):
+        (codes_a, codes_b), keys = _codes_and_keys(first, second)
+        return pd.Categorical.from_codes(np.concatenate([codes_a, codes_b]), categories=keys, validate=False)
     return np.concatenate([first, second])
+
+
+def _codes_and_keys(*parts: KeyArray) -> tuple[list[IntArray], npt.NDArray[Any]]:
+    """Codes of keys across arrays, -1 for a missing key, and the distinct keys. A categorical's keys are
+    found once each, not per row."""
+    tables = [
+        part.categories.to_numpy(dtype=object) if isinstance(part, pd.Categorical) else part for part in parts
+    ]
+    sizes = [len(table) for table in tables]
+    non_empty = [table for table in tables if len(table)]
+    if not non_empty:
+        return [_empty_ints() for _ in parts], _empty_keys()
+    joined = non_empty[0] if len(non_empty) == 1 else np.concatenate(non_empty)
+    table_codes, uniques = pd.factorize(joined)
+    table_codes = table_codes.astype(np.int64, copy=False)
+    bounds = np.cumsum([0, *sizes])
+    codes = []
+    for i, part in enumerate(parts):
+        mine = table_codes[bounds[i] : bounds[i + 1]]
+        if isinstance(part, pd.Categorical):
+            rows = part.codes.astype(np.int64)
+            mine = np.where(rows < 0, -1, mine[rows]) if (rows < 0).any() else mine[rows]
+        codes.append(mine)
+    return codes, np.asarray(uniques, dtype=object)
 
 
 def _factorize(*parts: KeyArray) -> tuple[list[IntArray], int]:
@@ -251,19 +281,12 @@ def _factorize(*parts: KeyArray) -> tuple[list[IntArray], int]:
     Returns:
         The codes of each part, and the number of distinct keys.
     """
-    sizes = [len(part) for part in parts]
-    non_empty = [part for part in parts if len(part)]
-    if not non_empty:
-        return [_empty_ints() for _ in parts], 0
-    joined = non_empty[0] if len(non_empty) == 1 else np.concatenate(non_empty)
-    codes, uniques = pd.factorize(joined)
-    codes = codes.astype(np.int64, copy=False)
-    n_codes = len(uniques)
-    if (codes < 0).any():
-        codes[codes < 0] = n_codes
+    codes, keys = _codes_and_keys(*parts)
+    n_codes = len(keys)
+    if any((part < 0).any() for part in codes):
+        codes = [np.where(part < 0, n_codes, part) for part in codes]
         n_codes += 1
-    bounds = np.cumsum([0, *sizes])
-    return [codes[bounds[i] : bounds[i + 1]] for i in range(len(parts))], n_codes
+    return codes, n_codes
 
 
 def _present_in(codes: IntArray, reference: IntArray, n_codes: int) -> BoolArray:
@@ -406,7 +429,7 @@ def card_step(
     all_time = np.concatenate([state.event_time_ms, batch_time])
     keep = _recent(all_time, params.card_history_ms)
     new_state = CardState(
-        card_id=_concat_keys(state.card_id, batch_cards)[keep],
+        card_id=concat_keys(state.card_id, batch_cards)[keep],
         event_time_ms=all_time[keep],
         tx_id=np.concatenate([state.tx_id, batch_tx_id])[keep],
         amount_cents=np.concatenate([state.amount_cents, batch_cents])[keep],
@@ -521,7 +544,7 @@ def terminal_step(
     if label_batch is not None and len(label_batch):
         labels = _first_known_labels(
             np.concatenate([state.label_tx_id, label_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)]),
-            _concat_keys(state.label_terminal_id, _keys_of(label_batch[TxColumns.TERMINAL_ID])),
+            concat_keys(state.label_terminal_id, _keys_of(label_batch[TxColumns.TERMINAL_ID])),
             np.concatenate([state.label_tx_time_ms, label_batch[TX_TIME_MS].to_numpy(dtype=np.int64)]),
             np.concatenate([state.label_known_at_ms, label_batch[KNOWN_AT_MS].to_numpy(dtype=np.int64)]),
             np.concatenate([state.label_is_fraud, label_batch[TxColumns.IS_FRAUD].to_numpy(dtype=bool)]),
@@ -567,7 +590,7 @@ def terminal_step(
     if len(all_time):
         keep_label = label_tx_time > int(all_time.max()) - params.terminal_history_ms
     new_state = TerminalState(
-        terminal_id=_concat_keys(state.terminal_id, batch_terminals)[keep],
+        terminal_id=concat_keys(state.terminal_id, batch_terminals)[keep],
         event_time_ms=all_time[keep],
         label_terminal_id=label_terminals[keep_label],
         label_tx_id=label_tx_id[keep_label],

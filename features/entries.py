@@ -35,7 +35,7 @@ import pandas as pd
 
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.buckets import card_hash, terminal_hash
-from features.core import CardState, TerminalState
+from features.core import CardState, KeyArray, TerminalState, concat_keys
 from features.entry_store import Written
 
 IntArray = npt.NDArray[np.int64]
@@ -128,9 +128,7 @@ class Rows:
         return cls(empty, empty, np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
 
     @classmethod
-    def keyed(
-        cls, keys: npt.NDArray[Any], rows: npt.NDArray[np.void], time_field: str, slots_of: SlotsOf
-    ) -> Rows:
+    def keyed(cls, keys: KeyArray, rows: npt.NDArray[np.void], time_field: str, slots_of: SlotsOf) -> Rows:
         """Rows whose key is given per row (``keys``), routed by ``slots_of`` (distinct keys -> slots)."""
         return cls(*_coded(keys, slots_of), rows, time_field)
 
@@ -164,9 +162,16 @@ class Rows:
         return replace(self, slots=pages.page_of(self.slots))
 
 
-def _coded(keys: npt.NDArray[Any], slots_of: SlotsOf) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
+def _coded(keys: KeyArray, slots_of: SlotsOf) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
     """Per key of ``keys``: its slot and its code in the distinct keys; and the distinct keys, each routed
-    once by ``slots_of``."""
+    once by ``slots_of`` (of a categorical's keys, those that occur)."""
+    if isinstance(keys, pd.Categorical) and not (keys.codes < 0).any():  # the keys' table is there
+        codes, distinct = keys.codes.astype(np.int64), keys.categories.to_numpy(dtype=object)
+        used = np.bincount(codes, minlength=len(distinct)) > 0
+        table = np.zeros(len(distinct), dtype=np.int64)
+        if used.any():
+            table[used] = slots_of(distinct[used])
+        return table[codes], codes, distinct
     codes, distinct = pd.factorize(np.asarray(keys, dtype=object), use_na_sentinel=False)
     distinct = np.asarray(distinct, dtype=object)
     slots = slots_of(distinct)[codes] if len(distinct) else np.empty(0, dtype=np.int64)
@@ -411,13 +416,13 @@ class Held:
         """The second rows to pack again, ``slots`` being the slot of each held key."""
         return Rows(slots[self.second_codes], self.second_codes, self.keys, self.second, time_field)
 
-    def first_keys(self) -> npt.NDArray[Any]:
-        """The key of each first row."""
-        return self.keys[self.first_codes]
+    def first_keys(self) -> pd.Categorical:
+        """The key of each first row, as codes into the held keys."""
+        return pd.Categorical.from_codes(self.first_codes, categories=self.keys, validate=False)
 
-    def second_keys(self) -> npt.NDArray[Any]:
-        """The key of each second row."""
-        return self.keys[self.second_codes]
+    def second_keys(self) -> pd.Categorical:
+        """The key of each second row, as codes into the held keys."""
+        return pd.Categorical.from_codes(self.second_codes, categories=self.keys, validate=False)
 
 
 def unpack_entries(
@@ -477,7 +482,7 @@ def read_cards(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
 
 
 def card_state(held: Held) -> CardState:
-    """Held card rows as a card history."""
+    """Held card rows as a card history, its card ids a categorical of the held keys (no string per row)."""
     return CardState(
         card_id=held.first_keys(),
         event_time_ms=held.first["time"].astype(np.int64),
@@ -489,7 +494,8 @@ def card_state(held: Held) -> CardState:
 def unpack_cards(blobs: Iterable[bytes]) -> tuple[CardState, list[int]]:
     """The card history of many entries as one state, and each entry's newest event time."""
     held, newest_times = read_cards(blobs)
-    return card_state(held), newest_times
+    history = card_state(held)
+    return replace(history, card_id=np.asarray(history.card_id, dtype=object)), newest_times
 
 
 # --- terminal entries ---------------------------------------------------------------------------------
@@ -505,7 +511,7 @@ def terminal_rows(state: TerminalState, slots_of: SlotsOf) -> tuple[Rows, Rows]:
     labels["is_fraud"] = state.label_is_fraud
     # One table of both kinds' keys, routed once.
     n_tx = len(state.terminal_id)
-    slots, codes, keys = _coded(np.concatenate([state.terminal_id, state.label_terminal_id]), slots_of)
+    slots, codes, keys = _coded(concat_keys(state.terminal_id, state.label_terminal_id), slots_of)
     return (
         Rows(slots[:n_tx], codes[:n_tx], keys, tx, "time"),
         Rows(slots[n_tx:], codes[n_tx:], keys, labels, "tx_time"),
@@ -519,7 +525,7 @@ def read_terminals(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
 
 
 def terminal_state(held: Held) -> TerminalState:
-    """Held terminal rows as a terminal state."""
+    """Held terminal rows as a terminal state, its terminal ids categoricals of the held keys."""
     labels = held.second
     return TerminalState(
         terminal_id=held.first_keys(),
@@ -535,7 +541,12 @@ def terminal_state(held: Held) -> TerminalState:
 def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
     """The terminal state of many entries as one, and each entry's newest time."""
     held, newest_times = read_terminals(blobs)
-    return terminal_state(held), newest_times
+    state = terminal_state(held)
+    return replace(
+        state,
+        terminal_id=np.asarray(state.terminal_id, dtype=object),
+        label_terminal_id=np.asarray(state.label_terminal_id, dtype=object),
+    ), newest_times
 
 
 # --- what a call writes -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -218,6 +219,45 @@ def test_card_windows_hold_what_card_step_counts_for_the_cards_latest_transactio
         if at_ms >= int(transactions["event_time_ms"].max()):  # the pruned state keeps what it needs
             pd.testing.assert_frame_equal(
                 card_windows(state, card, at_ms, PARAMS).set_index("count_column"), windows
+            )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_categorical_keys_give_what_their_strings_give(seed: int) -> None:
+    """The streaming job hands the core each state's keys as a categorical (codes into the distinct keys, one
+    of them unused here): the features and the state after a step are those of the same keys as strings."""
+    transactions, label_rows = random_case(np.random.default_rng(seed), PARAMS)
+    first, second = transactions.iloc[:200], transactions.iloc[200:].reset_index(drop=True)
+    card_history, _ = card_step(CardState.empty(), first, PARAMS)
+    terminals, _ = terminal_step(TerminalState.empty(), first, label_rows.iloc[:40], PARAMS)
+
+    def categorical(keys: np.ndarray) -> pd.Categorical:
+        return pd.Categorical(keys, categories=[*sorted(set(keys)), "unused"])
+
+    as_categories = (
+        replace(card_history, card_id=categorical(card_history.card_id)),
+        replace(
+            terminals,
+            terminal_id=categorical(terminals.terminal_id),
+            label_terminal_id=categorical(terminals.label_terminal_id),
+        ),
+    )
+    label_rest = label_rows.iloc[40:].reset_index(drop=True)
+    for cards, terms in ((card_history, terminals), as_categories):
+        card_after, card_out = card_step(cards, second, PARAMS)
+        terminal_after, terminal_out = terminal_step(terms, second, label_rest, PARAMS)
+        if cards is card_history:
+            want = (card_after, card_out, terminal_after, terminal_out)
+            continue
+        pd.testing.assert_frame_equal(card_out, want[1])
+        pd.testing.assert_frame_equal(terminal_out, want[3])
+        assert isinstance(card_after.card_id, pd.Categorical)
+        pd.testing.assert_frame_equal(
+            card_after.to_frame().astype({"card_id": object}), want[0].to_frame().astype({"card_id": object})
+        )
+        for got, expected in zip(terminal_after.to_frames(), want[2].to_frames(), strict=True):
+            pd.testing.assert_frame_equal(
+                got.astype({"terminal_id": object}), expected.astype({"terminal_id": object})
             )
 
 
