@@ -202,9 +202,13 @@ def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int,
     n_keys = len(keys)
     pairs_a = first.slots[sorted_a] * n_keys + code_a[sorted_a]
     pairs_b = second.slots[sorted_b] * n_keys + code_b[sorted_b]
-    pairs, inverse = np.unique(np.concatenate([pairs_a, pairs_b]), return_inverse=True)
-    count_a = np.bincount(inverse[: len(pairs_a)], minlength=len(pairs)).astype(_COUNT)
-    count_b = np.bincount(inverse[len(pairs_a) :], minlength=len(pairs)).astype(_COUNT)
+    # Both are sorted: their distinct pairs are runs, joined per pair, not per row.
+    (runs_a, rows_per_a), (runs_b, rows_per_b) = _runs(pairs_a), _runs(pairs_b)
+    pairs = np.union1d(runs_a, runs_b)
+    count_a = np.zeros(len(pairs), dtype=_COUNT)
+    count_a[np.searchsorted(pairs, runs_a)] = rows_per_a
+    count_b = np.zeros(len(pairs), dtype=_COUNT)
+    count_b[np.searchsorted(pairs, runs_b)] = rows_per_b
     pair_slot, pair_code = pairs // max(n_keys, 1), pairs % max(n_keys, 1)
     encoded = [str(key).encode() for key in keys]
     lengths = np.fromiter((len(e) for e in encoded), dtype=_LENGTH, count=len(encoded))
@@ -247,6 +251,16 @@ def pack_entries(first: Rows, second: Rows) -> tuple[dict[int, bytes], dict[int,
             ]
         )
     return values, dict(zip(slots.tolist(), newest_times.tolist(), strict=True))
+
+
+def _runs(ordered: IntArray) -> tuple[IntArray, IntArray]:
+    """The distinct values of a sorted array, and how many times each occurs."""
+    if not len(ordered):
+        return ordered, np.empty(0, dtype=np.int64)
+    new = np.ones(len(ordered), dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(new)
+    return ordered[starts], np.diff(np.append(starts, len(ordered)))
 
 
 def _run_max(times: npt.NDArray[Any], froms: IntArray, tos: IntArray) -> IntArray:
@@ -358,6 +372,19 @@ def paged_entries(
 _FIELD_BITS = 42
 
 
+def _slot_key_rank(slots: IntArray, codes: IntArray) -> IntArray:
+    """The rank of each row's (slot, key) pair. A key is routed to one slot, so the pairs are ranked per key,
+    not per row (rows whose key has several slots are ranked per row)."""
+    key_slots = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+    key_slots[codes] = slots
+    if not np.array_equal(key_slots[codes], slots):
+        return np.unique(slots * len(key_slots) + codes, return_inverse=True)[1].astype(np.int64)
+    by_slot = np.lexsort((np.arange(len(key_slots)), key_slots))
+    key_rank = np.empty(len(key_slots), dtype=np.int64)
+    key_rank[by_slot] = np.arange(len(key_slots))
+    return key_rank[codes]
+
+
 def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
     """The order of rows by slot, key, then their fields (the canonical order of an entry).
 
@@ -366,7 +393,7 @@ def _sorted_rows(rows: Rows, codes: IntArray) -> IntArray:
     (several times slower) where they do not fit."""
     names = rows.rows.dtype.names or ()
     if len(rows.slots) and names:
-        _, rank = np.unique(rows.slots * (int(codes.max()) + 1) + codes, return_inverse=True)
+        rank = _slot_key_rank(rows.slots, codes)
         first = rows.rows[names[0]].astype(np.int64)
         span = first - first.min()
         if int(rank.max()) < 2 ** (63 - _FIELD_BITS) and int(span.max()) < 2**_FIELD_BITS:
