@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -25,9 +26,12 @@ from features.definitions import (
     TX_TIME_MS,
     FeatureParams,
     card_amount_ratio_column,
+    card_amount_zscore_column,
     card_avg_amount_column,
     card_nb_tx_column,
     card_nb_tx_hours_column,
+    card_prior_ratio_column,
+    terminal_nb_fraud_column,
     terminal_nb_tx_column,
     terminal_risk_column,
 )
@@ -76,6 +80,19 @@ def reference_features(
         mean = row[card_avg_amount_column(longest)]
         assert isinstance(mean, float)
         row[card_amount_ratio_column(longest)] = tx[TxColumns.AMOUNT] / mean if mean != 0 else 1.0
+        for days in params.prior_window_days:
+            # In exact fractions of cents: a z-score near 0 is a small difference of large amounts.
+            prior = [
+                Fraction(round(o[TxColumns.AMOUNT] * 100))
+                for o in earlier
+                if o[EVENT_TIME_MS] > t - days * DAY_MS
+            ]
+            cents = Fraction(round(tx[TxColumns.AMOUNT] * 100))
+            prior_mean = sum(prior) / len(prior) if prior else Fraction(0)
+            row[card_prior_ratio_column(days)] = float(cents / prior_mean) if prior_mean != 0 else 1.0
+            variance = sum((c - prior_mean) ** 2 for c in prior) / len(prior) if prior else Fraction(0)
+            zscore = float(cents - prior_mean) / math.sqrt(variance) if len(prior) > 1 and variance else 0.0
+            row[card_amount_zscore_column(days)] = zscore
         for days in params.window_days:
             window = [
                 o
@@ -90,6 +107,7 @@ def reference_features(
                     frauds += 1
             row[terminal_nb_tx_column(days)] = len(window)
             row[terminal_risk_column(days)] = frauds / len(window) if window else 0.0
+            row[terminal_nb_fraud_column(days)] = frauds
         moment = datetime.fromtimestamp(t / 1000, tz=UTC)
         row[IS_WEEKEND] = int(moment.weekday() >= 5)
         row[IS_NIGHT] = int(moment.hour <= 6)
