@@ -39,6 +39,7 @@ from features.definitions import (
     KNOWN_AT_MS,
     LABEL_COLUMNS,
     SECOND_MS,
+    TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
     FeatureParams,
     card_amount_ratio_column,
@@ -592,6 +593,10 @@ def terminal_step(
         columns[terminal_nb_tx_column(days)] = _unsort(count, by_query)
         columns[terminal_risk_column(days)] = _unsort(_ratio(frauds_known, count, when_zero=0.0), by_query)
         columns[terminal_nb_fraud_column(days)] = _unsort(frauds_known, by_query)
+    span_ms = params.longest_window_ms + delay
+    first_ms = _earliest_active(fraud_codes, fraud_tx_time, start, ends[-1], n_keys, query_code, query_time)
+    age_ms = np.where(first_ms >= 0, query_time - first_ms, span_ms)
+    columns[TERMINAL_DAYS_SINCE_FIRST_FRAUD] = _unsort(age_ms / DAY_MS, by_query)
     features = pd.DataFrame(
         {name: columns[name] for name in (TxColumns.TX_ID, *params.terminal_feature_columns)}
     )
@@ -611,6 +616,54 @@ def terminal_step(
         label_is_fraud=label_is_fraud[keep_label],
     )
     return new_state, features
+
+
+def _earliest_active(
+    codes: IntArray,
+    tx_time: IntArray,
+    start: IntArray,
+    end: IntArray,
+    n_keys: int,
+    query_code: IntArray,
+    query_time: IntArray,
+) -> IntArray:
+    """For each query (key code c, time t): the earliest tx time among the labels of c that count at t
+    (start <= t < end), or -1 when none does.
+
+    ``end - tx_time`` is the same for every label that can count (the window's length plus the delay; a
+    label with end == start never counts), so the labels that count at t are those started by t with tx
+    time above t - that length. Labels sorted by (code, tx time); each query walks from its first label
+    with tx time in range to the first started one, skipping blocks of 2**k labels that start after t
+    (their minimum start, precomputed for each k).
+    """
+    can = end > start
+    if not can.any():
+        return np.full(len(query_code), -1, dtype=np.int64)
+    codes, tx_time, start = codes[can], tx_time[can], start[can]
+    length_ms = int((end[can] - tx_time)[0])
+    space = _Keyspace(np.concatenate([tx_time, query_time - length_ms]), n_keys)
+    order = np.argsort(space.encode(codes, tx_time), kind="stable")
+    codes, tx_time, start = codes[order], tx_time[order], start[order]
+    n = len(order)
+    pos = np.searchsorted(
+        space.encode(codes, tx_time), space.encode(query_code, query_time - length_ms), "right"
+    )
+    # block_min[k][i] = min(start[i : i + 2**k]), clipped at the end.
+    block_min = [start]
+    while 2 ** len(block_min) <= n:
+        half = 2 ** (len(block_min) - 1)
+        previous = block_min[-1]
+        block_min.append(np.minimum(previous[: len(previous) - half], previous[half:]))
+    for k in range(len(block_min) - 1, -1, -1):
+        level = block_min[k]
+        inside = pos < len(level)
+        skip = np.zeros(len(pos), dtype=bool)
+        skip[inside] = level[pos[inside]] > query_time[inside]
+        pos = pos + np.where(skip, 2**k, 0)
+    found = pos < n
+    at = np.minimum(pos, n - 1)
+    found &= (codes[at] == query_code) & (start[at] <= query_time)
+    return np.where(found, tx_time[at], -1)
 
 
 # --- Batch (reference) path ---------------------------------------------------------------------------

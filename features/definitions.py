@@ -95,6 +95,10 @@ IS_NIGHT = "is_night"
 #: Seconds since the card's previous transaction in (event_time, tx_id) order. Capped at the longest card
 #: window (30 days = 2,592,000 s): a first transaction, or one whose predecessor is that old, gets the cap.
 CARD_SECS_SINCE_PREV_TX = "card_secs_since_prev_tx"
+#: Days from the tx time of the terminal's earliest known fraud in its longest delayed window to the
+#: transaction (the window's length plus the delay, 37 days, when there is none): how long a compromise
+#: has been going on.
+TERMINAL_DAYS_SINCE_FIRST_FRAUD = "terminal_days_since_first_fraud"
 #: Amount / card_avg_amount_30d (1.0 when that mean is 0).
 CARD_AMOUNT_RATIO_30D = card_amount_ratio_column(30)
 
@@ -315,6 +319,18 @@ class FeatureParams(BaseModel):
             )
             for days in self.window_days
         ]
+        span = _days(self.longest_window_ms + self.label_delay_ms)
+        terminal_frauds.append(
+            FeatureSpec(
+                TERMINAL_DAYS_SINCE_FIRST_FRAUD,
+                "terminal",
+                "float64",
+                f"{longest} d, {delay} before",
+                f"days from the earliest known fraud among the terminal's transactions of "
+                f"`{terminal_nb_tx_column(longest)}`'s window to t ({span} when there is none): how long a "
+                "compromise has been going on",
+            )
+        )
         return (*card_windows, *terminal_windows, *time, *card_more, *card_prior, *terminal_frauds)
 
     @property

@@ -339,6 +339,22 @@ def test_terminal_risk_counts_labels_known_by_the_transaction_time() -> None:
     assert features.loc[8, frauds].tolist() == [1, 2, 2]  # the counts behind those shares
 
 
+def test_days_since_the_terminals_first_known_fraud() -> None:
+    batch = txs((8, "q", "X", 1.0, T), (9, "r", "X", 1.0, T + 2), (10, "s", "Y", 1.0, T))
+    label_batch = labels(
+        (1, "X", T - D - 20 * DAY_MS, T - 20 * DAY_MS, True),  # 27 days before t, known
+        (2, "X", T - D - 25 * DAY_MS, T + 1, True),  # earlier, but known only after tx 8
+        (3, "X", T - D - 30 * DAY_MS, T - 29 * DAY_MS, True),  # on the window's open lower bound
+        (4, "X", T - D - 29 * DAY_MS, T - 28 * DAY_MS, False),  # not fraud
+    )
+
+    features = terminal_features(batch, label_batch)["terminal_days_since_first_fraud"]
+
+    assert features[8] == 27.0
+    assert features[9] == (32 * DAY_MS + 2) / DAY_MS  # label 2 is known by then
+    assert features[10] == 37.0  # none: the window plus the delay
+
+
 def test_terminal_risk_is_zero_without_transactions() -> None:
     features = terminal_features(txs((1, "a", "X", 1.0, T)), labels((0, "X", T - D - 1, T - 5, True)))
 

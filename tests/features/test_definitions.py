@@ -46,6 +46,7 @@ def test_feature_columns_in_canonical_order() -> None:
         "terminal_nb_fraud_1d",
         "terminal_nb_fraud_7d",
         "terminal_nb_fraud_30d",
+        "terminal_days_since_first_fraud",
     )
 
 
@@ -86,6 +87,7 @@ def test_other_windows_give_their_own_names() -> None:
         "card_amount_zscore_14d",
         "terminal_nb_fraud_2d",
         "terminal_nb_fraud_14d",
+        "terminal_days_since_first_fraud",
     )
 
 

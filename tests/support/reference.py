@@ -23,6 +23,7 @@ from features.definitions import (
     IS_NIGHT,
     IS_WEEKEND,
     KNOWN_AT_MS,
+    TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
     FeatureParams,
     card_amount_ratio_column,
@@ -101,13 +102,17 @@ def reference_features(
                 and t - (days * DAY_MS + delay) < o[EVENT_TIME_MS] <= t - delay
             ]
             frauds = 0
+            first_fraud_ms = None
             for o in window:
                 label = first_label.get(int(o[TxColumns.TX_ID]))
                 if label is not None and label[TxColumns.IS_FRAUD] and label[KNOWN_AT_MS] <= t:
                     frauds += 1
+                    first_fraud_ms = min(first_fraud_ms or t, label[TX_TIME_MS])
             row[terminal_nb_tx_column(days)] = len(window)
             row[terminal_risk_column(days)] = frauds / len(window) if window else 0.0
             row[terminal_nb_fraud_column(days)] = frauds
+        span_ms = longest * DAY_MS + delay
+        row[TERMINAL_DAYS_SINCE_FIRST_FRAUD] = (t - first_fraud_ms if first_fraud_ms else span_ms) / DAY_MS
         moment = datetime.fromtimestamp(t / 1000, tz=UTC)
         row[IS_WEEKEND] = int(moment.weekday() >= 5)
         row[IS_NIGHT] = int(moment.hour <= 6)
