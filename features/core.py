@@ -39,12 +39,16 @@ from features.definitions import (
     KNOWN_AT_MS,
     LABEL_COLUMNS,
     SECOND_MS,
+    TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
     FeatureParams,
     card_amount_ratio_column,
+    card_amount_zscore_column,
     card_avg_amount_column,
     card_nb_tx_column,
     card_nb_tx_hours_column,
+    card_prior_ratio_column,
+    terminal_nb_fraud_column,
     terminal_nb_tx_column,
     terminal_risk_column,
 )
@@ -399,18 +403,28 @@ def card_step(
     # Each batch row queries the windows that end at it: its card's code, its time, its amount.
     query_code, query_time, query_cents = code[order[pos]], time[pos], cents[pos]
     cum_cents = np.concatenate([[0], np.cumsum(cents)])
+    # Squares wrap around int64 in the running sum; a window's difference is still exact (modulo 2**64)
+    # while its own sum of squared cents stays below 2**63: amounts under about 30 million.
+    cum_squares = np.concatenate([[0], np.cumsum(cents * cents)])
     upto = pos + 1  # rows [segment start, pos] are the card's rows ordered at or before the row
 
-    def window(length_ms: int) -> tuple[IntArray, IntArray]:
+    def window(length_ms: int) -> tuple[IntArray, IntArray, IntArray]:
         first = np.searchsorted(key, space.encode(query_code, query_time - length_ms), side="right")
-        return upto - first, cum_cents[upto] - cum_cents[first]
+        return upto - first, cum_cents[upto] - cum_cents[first], cum_squares[upto] - cum_squares[first]
 
     columns: dict[str, npt.NDArray[Any]] = {}
     count = total = _empty_ints()
+    prior_windows = set(params.prior_window_days)
     for days, length_ms in zip(params.window_days, params.windows_ms, strict=True):
-        count, total = window(length_ms)
+        count, total, squares = window(length_ms)
         columns[card_nb_tx_column(days)] = count
         columns[card_avg_amount_column(days)] = total / (count * 100)
+        if days in prior_windows:
+            ratio, zscore = _against_prior(
+                query_cents, count - 1, total - query_cents, squares - query_cents**2
+            )
+            columns[card_prior_ratio_column(days)] = ratio
+            columns[card_amount_zscore_column(days)] = zscore
     longest_count, longest_total = count, total
     columns[card_nb_tx_hours_column(params.short_window_hours)] = window(params.short_window_ms)[0]
     # The previous row is in the longest window iff that window holds more than the row itself.
@@ -435,6 +449,25 @@ def card_step(
         amount_cents=np.concatenate([state.amount_cents, batch_cents])[keep],
     )
     return new_state, features
+
+
+def _against_prior(
+    cents: IntArray, count: IntArray, total: IntArray, squares: IntArray
+) -> tuple[FloatArray, FloatArray]:
+    """The amount against the card's transactions before it in a window (``count`` of them, their sum and
+    sum of squares in cents): amount / their mean (1.0 without one: none, or a mean of 0), and the amount's
+    distance from their mean in their (population) standard deviations (0.0 with fewer than two, or all
+    equal). Element-wise on ints, so the same ints give the same floats in any batch; the variance's
+    numerator ``count * squares - total**2`` is summed in Python ints, exactly, whatever its size."""
+    ratio = _ratio(cents * count, total, when_zero=1.0)
+    zscore = np.zeros(len(cents), dtype=np.float64)
+    some = np.flatnonzero(count > 1)
+    n = count[some].astype(object)
+    spread = (n * squares[some].astype(object) - total[some].astype(object) ** 2).astype(np.float64)
+    varied = spread > 0
+    rows = some[varied]
+    zscore[rows] = (cents[rows] * count[rows] - total[rows]) / np.sqrt(spread[varied])
+    return ratio, zscore
 
 
 def card_windows(
@@ -579,10 +612,17 @@ def terminal_step(
     for days, length_ms, end in zip(params.window_days, params.windows_ms, ends, strict=True):
         count = upper - count_at_or_before(query_time - delay - length_ms)
         ended = np.searchsorted(np.sort(label_space.encode(fraud_codes, end)), query, side="right")
-        risk = _ratio((started - ended).astype(np.int64), count, when_zero=0.0)
+        frauds_known = (started - ended).astype(np.int64)
         columns[terminal_nb_tx_column(days)] = _unsort(count, by_query)
-        columns[terminal_risk_column(days)] = _unsort(risk, by_query)
-    features = pd.DataFrame(columns)
+        columns[terminal_risk_column(days)] = _unsort(_ratio(frauds_known, count, when_zero=0.0), by_query)
+        columns[terminal_nb_fraud_column(days)] = _unsort(frauds_known, by_query)
+    span_ms = params.longest_window_ms + delay
+    first_ms = _earliest_active(fraud_codes, fraud_tx_time, start, ends[-1], n_keys, query_code, query_time)
+    age_ms = np.where(first_ms >= 0, query_time - first_ms, span_ms)
+    columns[TERMINAL_DAYS_SINCE_FIRST_FRAUD] = _unsort(age_ms / DAY_MS, by_query)
+    features = pd.DataFrame(
+        {name: columns[name] for name in (TxColumns.TX_ID, *params.terminal_feature_columns)}
+    )
 
     all_time = np.concatenate([state.event_time_ms, batch_time])
     keep = _recent(all_time, params.terminal_history_ms)
@@ -599,6 +639,54 @@ def terminal_step(
         label_is_fraud=label_is_fraud[keep_label],
     )
     return new_state, features
+
+
+def _earliest_active(
+    codes: IntArray,
+    tx_time: IntArray,
+    start: IntArray,
+    end: IntArray,
+    n_keys: int,
+    query_code: IntArray,
+    query_time: IntArray,
+) -> IntArray:
+    """For each query (key code c, time t): the earliest tx time among the labels of c that count at t
+    (start <= t < end), or -1 when none does.
+
+    ``end - tx_time`` is the same for every label that can count (the window's length plus the delay; a
+    label with end == start never counts), so the labels that count at t are those started by t with tx
+    time above t - that length. Labels sorted by (code, tx time); each query walks from its first label
+    with tx time in range to the first started one, skipping blocks of 2**k labels that start after t
+    (their minimum start, precomputed for each k).
+    """
+    can = end > start
+    if not can.any():
+        return np.full(len(query_code), -1, dtype=np.int64)
+    codes, tx_time, start = codes[can], tx_time[can], start[can]
+    length_ms = int((end[can] - tx_time)[0])
+    space = _Keyspace(np.concatenate([tx_time, query_time - length_ms]), n_keys)
+    order = np.argsort(space.encode(codes, tx_time), kind="stable")
+    codes, tx_time, start = codes[order], tx_time[order], start[order]
+    n = len(order)
+    pos = np.searchsorted(
+        space.encode(codes, tx_time), space.encode(query_code, query_time - length_ms), "right"
+    )
+    # block_min[k][i] = min(start[i : i + 2**k]), clipped at the end.
+    block_min = [start]
+    while 2 ** len(block_min) <= n:
+        half = 2 ** (len(block_min) - 1)
+        previous = block_min[-1]
+        block_min.append(np.minimum(previous[: len(previous) - half], previous[half:]))
+    for k in range(len(block_min) - 1, -1, -1):
+        level = block_min[k]
+        inside = pos < len(level)
+        skip = np.zeros(len(pos), dtype=bool)
+        skip[inside] = level[pos[inside]] > query_time[inside]
+        pos = pos + np.where(skip, 2**k, 0)
+    found = pos < n
+    at = np.minimum(pos, n - 1)
+    found &= (codes[at] == query_code) & (start[at] <= query_time)
+    return np.where(found, tx_time[at], -1)
 
 
 # --- Batch (reference) path ---------------------------------------------------------------------------

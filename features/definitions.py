@@ -71,6 +71,23 @@ def card_amount_ratio_column(days: int) -> str:
     return f"card_amount_ratio_{days}d"
 
 
+def card_amount_zscore_column(days: int) -> str:
+    """Name of how many standard deviations the amount lies from the card's mean of the ``days`` days before
+    the transaction (the transaction excluded)."""
+    return f"card_amount_zscore_{days}d"
+
+
+def card_prior_ratio_column(days: int) -> str:
+    """Name of the amount divided by the card's mean of the ``days`` days before it (the transaction
+    excluded)."""
+    return f"card_prior_amount_ratio_{days}d"
+
+
+def terminal_nb_fraud_column(days: int) -> str:
+    """Name of the terminal's number of known frauds in the ``days``-day window ending a label delay ago."""
+    return f"terminal_nb_fraud_{days}d"
+
+
 #: 1 on Saturday and Sunday (UTC), else 0.
 IS_WEEKEND = "is_weekend"
 #: 1 when the UTC hour of day is <= 6 (06:59:59.999 is night, 07:00 is not), else 0.
@@ -78,6 +95,10 @@ IS_NIGHT = "is_night"
 #: Seconds since the card's previous transaction in (event_time, tx_id) order. Capped at the longest card
 #: window (30 days = 2,592,000 s): a first transaction, or one whose predecessor is that old, gets the cap.
 CARD_SECS_SINCE_PREV_TX = "card_secs_since_prev_tx"
+#: Days from the tx time of the terminal's earliest known fraud in its longest delayed window to the
+#: transaction (the window's length plus the delay, 37 days, when there is none): how long a compromise
+#: has been going on.
+TERMINAL_DAYS_SINCE_FIRST_FRAUD = "terminal_days_since_first_fraud"
 #: Amount / card_avg_amount_30d (1.0 when that mean is 0).
 CARD_AMOUNT_RATIO_30D = card_amount_ratio_column(30)
 
@@ -156,6 +177,12 @@ class FeatureParams(BaseModel):
     def short_window_ms(self) -> int:
         """The short card window in milliseconds."""
         return self.short_window_hours * HOUR_MS
+
+    @property
+    def prior_window_days(self) -> tuple[int, ...]:
+        """The card windows whose history before a transaction measures its amount: all but the shortest
+        (a day holds too few transactions to give a card's usual amount)."""
+        return self.window_days[1:]
 
     @property
     def card_span_ms(self) -> int:
@@ -258,7 +285,53 @@ class FeatureParams(BaseModel):
                 f"the amount / the card's {longest}-day mean amount (1.0 when that mean is 0)",
             ),
         ]
-        return (*card_windows, *terminal_windows, *time, *card_more)
+        card_prior = [
+            spec
+            for days in self.prior_window_days
+            for spec in (
+                FeatureSpec(
+                    card_prior_ratio_column(days),
+                    "card",
+                    "float64",
+                    f"{days} d",
+                    f"the amount / the mean amount of the card's earlier transactions in (t - {days} d, t], the "
+                    "transaction excluded, so a run of large amounts does not hide in its own mean (1.0 "
+                    "when there are none or their mean is 0)",
+                ),
+                FeatureSpec(
+                    card_amount_zscore_column(days),
+                    "card",
+                    "float64",
+                    f"{days} d",
+                    "(the amount - the mean of those earlier transactions) / their standard deviation "
+                    "(population); 0.0 when there are fewer than two or all are equal",
+                ),
+            )
+        ]
+        terminal_frauds = [
+            FeatureSpec(
+                terminal_nb_fraud_column(days),
+                "terminal",
+                "int64",
+                f"{days} d, {delay} before",
+                f"the number of known frauds among the terminal's transactions of `{terminal_nb_tx_column(days)}`'s "
+                "window (labels known by t): a count, where the risk is a share",
+            )
+            for days in self.window_days
+        ]
+        span = _days(self.longest_window_ms + self.label_delay_ms)
+        terminal_frauds.append(
+            FeatureSpec(
+                TERMINAL_DAYS_SINCE_FIRST_FRAUD,
+                "terminal",
+                "float64",
+                f"{longest} d, {delay} before",
+                f"days from the earliest known fraud among the terminal's transactions of "
+                f"`{terminal_nb_tx_column(longest)}`'s window to t ({span} when there is none): how long a "
+                "compromise has been going on",
+            )
+        )
+        return (*card_windows, *terminal_windows, *time, *card_more, *card_prior, *terminal_frauds)
 
     @property
     def feature_columns(self) -> tuple[str, ...]:

@@ -52,7 +52,10 @@ def test_what_differs_is_named() -> None:
     saved = spec_record(DEFAULT_PARAMS)
     assert spec_changes(saved, spec_record(DEFAULT_PARAMS)) == []
     added = spec_record(FeatureParams(window_days=(1, 2, 7, 30)))
-    names = "card_nb_tx_2d, card_avg_amount_2d, terminal_nb_tx_2d, terminal_risk_2d"
+    names = (
+        "card_nb_tx_2d, card_avg_amount_2d, terminal_nb_tx_2d, terminal_risk_2d, card_prior_amount_ratio_2d, "
+        "card_amount_zscore_2d, terminal_nb_fraud_2d"
+    )
     assert spec_changes(saved, added) == [f"features added: {names}"]
     assert spec_changes(added, saved) == [f"features dropped: {names}"]
     delayed = spec_record(FeatureParams(label_delay_ms=3 * DAY_MS))
@@ -68,13 +71,15 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
     saved = spec_record(DEFAULT_PARAMS)
     assert check_specs(saved, DEFAULT_PARAMS, "here") == []
     assert check_specs(saved, FeatureParams(window_days=(1, 7, 14, 30)), "here") == [
-        "features added: card_nb_tx_14d, card_avg_amount_14d, terminal_nb_tx_14d, terminal_risk_14d"
+        "features added: card_nb_tx_14d, card_avg_amount_14d, terminal_nb_tx_14d, terminal_risk_14d, "
+        "card_prior_amount_ratio_14d, card_amount_zscore_14d, terminal_nb_fraud_14d"
     ]
     assert check_specs(saved, FeatureParams(window_days=(1, 7)), "here") == [
         "features added: card_amount_ratio_7d",
         "features dropped: card_nb_tx_30d, card_avg_amount_30d, terminal_nb_tx_30d, terminal_risk_30d, "
-        "card_amount_ratio_30d",
-        "changed windows: card_secs_since_prev_tx (30 d -> 7 d)",
+        "card_amount_ratio_30d, card_prior_amount_ratio_30d, card_amount_zscore_30d, terminal_nb_fraud_30d",
+        "changed windows: card_secs_since_prev_tx (30 d -> 7 d), "
+        "terminal_days_since_first_fraud (30 d, 7 d before -> 7 d, 7 d before)",
     ]
     assert check_specs(saved, FeatureParams(label_delay_ms=DAY_MS), "here")  # a shorter delay: served
     assert check_specs(saved, FeatureParams(max_lateness_ms=DAY_MS), "here") == []  # lateness aside

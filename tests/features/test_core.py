@@ -160,6 +160,36 @@ def test_amount_ratio_to_the_30_day_mean() -> None:
     assert features.loc[5, "card_amount_ratio_30d"] == 1.0
 
 
+def test_amount_against_the_cards_earlier_transactions() -> None:
+    features = card_features(
+        txs(
+            (1, "A", "x", 10.0, T),
+            (2, "A", "x", 30.0, T + 1),
+            (3, "A", "x", 40.0, T + 2),
+            (4, "A", "x", 100.0, T + 3),
+            (5, "A", "x", 50.0, T + 7 * DAY_MS + 2),  # its 7-day window starts after tx 3
+            (6, "B", "x", 5.0, T),
+            (7, "B", "x", 5.0, T + 1),
+            (8, "B", "x", 9.0, T + 2),
+        )
+    )
+
+    ratio_7d, zscore_7d = features["card_prior_amount_ratio_7d"], features["card_amount_zscore_7d"]
+    ratio_30d, zscore_30d = features["card_prior_amount_ratio_30d"], features["card_amount_zscore_30d"]
+    assert (ratio_7d[1], zscore_7d[1]) == (1.0, 0.0)  # no earlier transaction
+    assert (ratio_7d[2], zscore_7d[2]) == (3.0, 0.0)  # one: no spread
+    assert (ratio_7d[3], zscore_7d[3]) == (2.0, 2.0)  # earlier 10 and 30: mean 20, deviation 10
+    # Earlier 10, 30, 40: mean 80/3, variance 2600/3 - (80/3)^2 = 1400/9.
+    assert ratio_7d[4] == pytest.approx(3.75)
+    assert zscore_7d[4] == pytest.approx(220 / 1400**0.5)
+    assert (ratio_7d[5], zscore_7d[5]) == (0.5, 0.0)  # only tx 4 is in (t - 7 d, t)
+    assert ratio_30d[5] == pytest.approx(50 / 45)
+    assert zscore_30d[5] == pytest.approx(5 / 1125**0.5)  # mean 45, variance 12600/4 - 45^2
+    assert (ratio_7d[8], zscore_7d[8]) == (1.8, 0.0)  # earlier amounts all equal
+    assert ratio_7d[4] == ratio_30d[4]
+    assert zscore_7d[4] == zscore_30d[4]
+
+
 def test_amounts_are_summed_in_cents() -> None:
     features = card_features(txs((1, "A", "x", 0.1, T), (2, "A", "x", 0.2, T + 1), (3, "A", "x", 0.3, T + 2)))
 
@@ -345,12 +375,33 @@ def test_terminal_risk_counts_labels_known_by_the_transaction_time() -> None:
     assert features.loc[8, "terminal_risk_1d"] == 1 / 2
     assert features.loc[8, "terminal_risk_7d"] == 2 / 3
     assert features.loc[8, "terminal_risk_30d"] == 2 / 4
+    frauds = ["terminal_nb_fraud_1d", "terminal_nb_fraud_7d", "terminal_nb_fraud_30d"]
+    assert features.loc[8, frauds].tolist() == [1, 2, 2]  # the counts behind those shares
+
+
+def test_days_since_the_terminals_first_known_fraud() -> None:
+    batch = txs((8, "q", "X", 1.0, T), (9, "r", "X", 1.0, T + 2), (10, "s", "Y", 1.0, T))
+    label_batch = labels(
+        (1, "X", T - D - 20 * DAY_MS, T - 20 * DAY_MS, True),  # 27 days before t, known
+        (2, "X", T - D - 25 * DAY_MS, T + 1, True),  # earlier, but known only after tx 8
+        (3, "X", T - D - 30 * DAY_MS, T - 29 * DAY_MS, True),  # on the window's open lower bound
+        (4, "X", T - D - 29 * DAY_MS, T - 28 * DAY_MS, False),  # not fraud
+    )
+
+    features = terminal_features(batch, label_batch)["terminal_days_since_first_fraud"]
+
+    assert features[8] == 27.0
+    assert features[9] == (32 * DAY_MS + 2) / DAY_MS  # label 2 is known by then
+    assert features[10] == 37.0  # none: the window plus the delay
 
 
 def test_terminal_risk_is_zero_without_transactions() -> None:
     features = terminal_features(txs((1, "a", "X", 1.0, T)), labels((0, "X", T - D - 1, T - 5, True)))
 
-    assert features.loc[1].tolist() == [0, 0.0, 0, 0.0, 0, 0.0]
+    nb_tx_and_risk = [f"terminal_{kind}_{days}d" for days in (1, 7, 30) for kind in ("nb_tx", "risk")]
+    assert features.loc[1, nb_tx_and_risk].tolist() == [0, 0.0, 0, 0.0, 0, 0.0]
+    # The known fraud counts, whether or not its transaction was seen.
+    assert features.loc[1, ["terminal_nb_fraud_1d", "terminal_nb_fraud_7d"]].tolist() == [1, 1]
 
 
 def test_duplicate_labels_count_once_and_the_first_known_decides() -> None:

@@ -39,6 +39,14 @@ def test_feature_columns_in_canonical_order() -> None:
         "card_nb_tx_1h",
         "card_secs_since_prev_tx",
         "card_amount_ratio_30d",
+        "card_prior_amount_ratio_7d",
+        "card_amount_zscore_7d",
+        "card_prior_amount_ratio_30d",
+        "card_amount_zscore_30d",
+        "terminal_nb_fraud_1d",
+        "terminal_nb_fraud_7d",
+        "terminal_nb_fraud_30d",
+        "terminal_days_since_first_fraud",
     )
 
 
@@ -75,6 +83,11 @@ def test_other_windows_give_their_own_names() -> None:
         "card_nb_tx_6h",
         "card_secs_since_prev_tx",
         "card_amount_ratio_14d",
+        "card_prior_amount_ratio_14d",
+        "card_amount_zscore_14d",
+        "terminal_nb_fraud_2d",
+        "terminal_nb_fraud_14d",
+        "terminal_days_since_first_fraud",
     )
 
 
@@ -117,7 +130,7 @@ def test_specs_declare_every_column_once_with_its_type() -> None:
     assert tuple(spec.name for spec in specs) == FEATURE_COLUMNS
     assert len({spec.name for spec in specs}) == len(specs)
     counts = [spec.name for spec in specs if spec.dtype == "int64"]
-    assert counts == [name for name in FEATURE_COLUMNS if "_nb_tx_" in name or name.startswith("is_")]
+    assert counts == [name for name in FEATURE_COLUMNS if "_nb_" in name or name.startswith("is_")]
     assert all(spec.meaning and spec.entity in ("card", "terminal", "time") for spec in specs)
     assert DEFAULT_PARAMS.spec("terminal_risk_7d").window == "7 d, 7 d before"
 

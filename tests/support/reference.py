@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -22,12 +23,16 @@ from features.definitions import (
     IS_NIGHT,
     IS_WEEKEND,
     KNOWN_AT_MS,
+    TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
     FeatureParams,
     card_amount_ratio_column,
+    card_amount_zscore_column,
     card_avg_amount_column,
     card_nb_tx_column,
     card_nb_tx_hours_column,
+    card_prior_ratio_column,
+    terminal_nb_fraud_column,
     terminal_nb_tx_column,
     terminal_risk_column,
 )
@@ -76,6 +81,19 @@ def reference_features(
         mean = row[card_avg_amount_column(longest)]
         assert isinstance(mean, float)
         row[card_amount_ratio_column(longest)] = tx[TxColumns.AMOUNT] / mean if mean != 0 else 1.0
+        for days in params.prior_window_days:
+            # In exact fractions of cents: a z-score near 0 is a small difference of large amounts.
+            prior = [
+                Fraction(round(o[TxColumns.AMOUNT] * 100))
+                for o in earlier
+                if o[EVENT_TIME_MS] > t - days * DAY_MS
+            ]
+            cents = Fraction(round(tx[TxColumns.AMOUNT] * 100))
+            prior_mean = sum(prior) / len(prior) if prior else Fraction(0)
+            row[card_prior_ratio_column(days)] = float(cents / prior_mean) if prior_mean != 0 else 1.0
+            variance = sum((c - prior_mean) ** 2 for c in prior) / len(prior) if prior else Fraction(0)
+            zscore = float(cents - prior_mean) / math.sqrt(variance) if len(prior) > 1 and variance else 0.0
+            row[card_amount_zscore_column(days)] = zscore
         for days in params.window_days:
             window = [
                 o
@@ -84,12 +102,17 @@ def reference_features(
                 and t - (days * DAY_MS + delay) < o[EVENT_TIME_MS] <= t - delay
             ]
             frauds = 0
+            first_fraud_ms = None
             for o in window:
                 label = first_label.get(int(o[TxColumns.TX_ID]))
                 if label is not None and label[TxColumns.IS_FRAUD] and label[KNOWN_AT_MS] <= t:
                     frauds += 1
+                    first_fraud_ms = min(first_fraud_ms or t, label[TX_TIME_MS])
             row[terminal_nb_tx_column(days)] = len(window)
             row[terminal_risk_column(days)] = frauds / len(window) if window else 0.0
+            row[terminal_nb_fraud_column(days)] = frauds
+        span_ms = longest * DAY_MS + delay
+        row[TERMINAL_DAYS_SINCE_FIRST_FRAUD] = (t - first_fraud_ms if first_fraud_ms else span_ms) / DAY_MS
         moment = datetime.fromtimestamp(t / 1000, tz=UTC)
         row[IS_WEEKEND] = int(moment.weekday() >= 5)
         row[IS_NIGHT] = int(moment.hour <= 6)
