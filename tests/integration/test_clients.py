@@ -15,7 +15,8 @@ def test_a_partition_with_an_open_transaction_ends_where_the_transaction_begins(
     clients: Clients, settings: Settings
 ) -> None:
     """Tansu answers a read_committed ListOffsets with (0, 0) while a transaction is open on the partition;
-    the bounds come from reading instead: the committed records before the open transaction, then all."""
+    the bounds come from reading instead: the committed records and their commit marker (offsets 0-4, then
+    5) before the open transaction (from 6), then all."""
     topic = settings.topics.alerts
     producer = Producer({**clients.kafka_config(), "transactional.id": f"open-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(30)
@@ -30,7 +31,7 @@ def test_a_partition_with_an_open_transaction_ends_where_the_transaction_begins(
 
     consumer = clients.consumer(overrides={"enable.partition.eof": True})
     try:
-        assert offset_bounds(consumer, topic)[0] == (0, 5)
+        assert offset_bounds(consumer, topic)[0] == (0, 6)
     finally:
         consumer.close()
     assert [m.value() for m in read_topic(clients, topic)] == [f"committed-{n}".encode() for n in range(5)]
