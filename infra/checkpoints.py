@@ -41,6 +41,13 @@ class CheckpointLayoutError(StateError, ValueError):
     """A checkpoint was written with another layout than the one this run asks for."""
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then renamed over it."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 def bind_layout(
     checkpoint: Path,
     layout: Mapping[str, int],
@@ -82,9 +89,7 @@ def bind_layout(
             "then run with `--from-savepoint` into a new checkpoint)"
         )
     if not path.exists() or found != wanted:
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(wanted, sort_keys=True) + "\n")
-        temporary.replace(path)
+        replace_text(path, json.dumps(wanted, sort_keys=True) + "\n")
 
 
 def fixed_part(layout: Mapping[str, int], tunable: Collection[str]) -> dict[str, int | None]:
@@ -100,9 +105,7 @@ def pinned_layout(checkpoint: Path, layout: Mapping[str, int], file: str = "pinn
     found = json.loads(path.read_text()) if path.exists() else {}
     pinned = {**layout, **found}
     if pinned != found:
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(pinned, sort_keys=True) + "\n")
-        temporary.replace(path)
+        replace_text(path, json.dumps(pinned, sort_keys=True) + "\n")
     return pinned
 
 
@@ -128,9 +131,7 @@ class PerBatch:
         value = self.values[batch_id] = choose()
         for old in sorted(self.values)[: -self.kept]:
             del self.values[old]
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.values))
-        os.replace(temporary, self.path)
+        replace_text(self.path, json.dumps(self.values))
         return value
 
 
