@@ -874,9 +874,20 @@ def test_bad_input_costs_a_bounded_amount_of_parsing(monkeypatch: pytest.MonkeyP
     records = [tx(tx_id=1.0) if i % 2 else tx() + tx() for i in range(5000)]
     result = check(TransactionEvent, records)
     assert result.slow.size == 5000
-    budget = columnar._RETRIES * 5000 + columnar._MIN_RETRY_CALLS * columnar._CALL_COST
+    budget = columnar.retry_budget(5000)
     # The first read, the budget, and one read that may overshoot it.
     assert sum(cost) <= 2 * (5000 + columnar._CALL_COST) + budget, (sum(cost), len(cost))
+
+
+@pytest.mark.parametrize("at", [0, 1500, 2998, 8000])
+@pytest.mark.parametrize("size", [3000, columnar._BLOCK_RECORDS])
+def test_one_bad_record_arrow_does_not_name_is_isolated_wherever_it_stands(size: int, at: int) -> None:
+    """Two objects on a line: Arrow miscounts the block without naming the record; halving finds it."""
+    at = min(at, size - 1)
+    records = [tx(tx_id=i) for i in range(size)]
+    records[at] = tx() + tx()
+    result = check(TransactionEvent, records)
+    assert result.slow.tolist() == [at]
 
 
 @pytest.mark.parametrize("dirty", [0.0, 0.001])
