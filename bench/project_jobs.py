@@ -34,6 +34,8 @@ TX_PER_CUSTOMER_DAY = 1.9
 MAX_EVENT_BYTES = 16_384
 #: The bench's token key (any key: the simulation has no real card numbers).
 TOKEN_KEY = b"bench"
+#: How the champion is trained on the first days of the input: it needs this many of them.
+CHAMPION_PERIODS = Periods(train_days=7, delay_days=3, test_days=3)
 
 
 def events_of(frame: pd.DataFrame) -> EventBatch:
@@ -49,7 +51,7 @@ def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) 
         ModelSpec("hist_gradient_boosting"),
         "all",
         params,
-        Periods(train_days=7, delay_days=3, test_days=3).plans(dataset.last_ms),
+        CHAMPION_PERIODS.plans(dataset.last_ms),
         DEFAULT_ALERTS_PER_DAY,
     )
     run_training(
