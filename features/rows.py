@@ -111,11 +111,14 @@ def concat_frames(*frames: pd.DataFrame) -> pd.DataFrame:
             data[name] = np.concatenate([part.to_numpy() for part in parts])
         else:
             data[name] = pd.concat(parts, ignore_index=True)
-    return pd.DataFrame(data, index=pd.RangeIndex(sum(len(frame) for frame in nonempty)))
+    return pd.DataFrame(data, index=pd.RangeIndex(sum(len(frame) for frame in nonempty)), copy=False)
 
 
 def frame_of(fields: list[tuple[str, pa.DataType]], columns: dict[str, object], n: int) -> pd.DataFrame:
-    """A frame with exactly ``fields``: given columns, the rest null (built by NumPy, not from lists)."""
+    """A frame with exactly ``fields``: given columns, the rest null (built by NumPy, not from lists).
+
+    The columns are taken as they are, not copied into one block per dtype: a frame as wide as the stages'
+    rows took 2 ms to build that way, most of it copying."""
     data = {}
     missing = np.ones(n, dtype=bool)
     for name, kind in fields:
@@ -129,7 +132,7 @@ def frame_of(fields: list[tuple[str, pa.DataType]], columns: dict[str, object], 
             data[name] = np.full(n, np.nan)
         else:
             data[name] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), missing)
-    return pd.DataFrame(data, index=pd.RangeIndex(n))
+    return pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
 
 
 # --- 1. decode --------------------------------------------------------------------------------------

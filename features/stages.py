@@ -34,6 +34,7 @@ from features.rows import (
     CARD_BUCKET,
     DETAIL,
     KIND,
+    LATE,
     RAW,
     REASON,
     SOURCE_OFFSET,
@@ -158,7 +159,8 @@ def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
         else np.empty(0)
     )
     repeated = repeated_transactions(events, waiting_ids)
-    dead = concat_frames(rows_where(rows, kinds == RowKind.DEAD), as_duplicates(rows_where(events, repeated)))
+    repeats = [as_duplicates(rows_where(events, repeated))] if repeated.any() else []
+    dead = concat_frames(rows_where(rows, kinds == RowKind.DEAD), *repeats)
     events = rows_where(events, ~repeated)
 
     late_mask = _event_time(events) < waiting.frontier_ms if len(events) else np.zeros(0, dtype=bool)
@@ -171,7 +173,8 @@ def release(waiting: Waiting, rows: pd.DataFrame) -> tuple[Waiting, Released]:
         due, still = rows_where(held, due_mask), rows_where(held, ~due_mask)
     else:
         due, still = held, held
-    released = concat_frames(due.assign(late=False), late.assign(late=True))
+    released = concat_frames(due, late)  # a new frame: its late flags are set in place
+    released[LATE] = np.arange(len(released)) >= len(due)
     return Waiting(still.reset_index(drop=True), frontier), Released(released, dead)
 
 
