@@ -4,7 +4,8 @@ This follows the generative process of Le Borgne et al., "Reproducible Machine L
 Card Fraud Detection - Practical Handbook", section 3.2, so that models trained and evaluated on its
 output compare with the literature:
 
-- customers live at ``(x, y) ~ U(0, 100)^2`` with a mean amount ``~ U(5, 100)`` (standard deviation
+- customers live at ``(x, y) ~ U(0, 100)^2`` (the square grows beyond the handbook's 10,000 terminals, see
+  below) with a mean amount ``~ U(5, 100)`` (standard deviation
   half the mean) and a mean number of transactions per day ``~ U(0, 4)``;
 - terminals live at ``(x, y) ~ U(0, 100)^2``; a customer uses the terminals strictly within
   ``radius`` of home, and a customer with none in reach makes no transactions;
@@ -16,6 +17,11 @@ output compare with the literature:
   next 27 are fraud; (3) each day three customers are compromised and ``int(n / 3)`` of their ``n``
   transactions on that day and the next 13, chosen at random, have their amount multiplied by 5 and
   are fraud.
+
+Beyond the handbook's 10,000 terminals the square's side grows with the square root of the terminals, so
+that terminals stay as dense as in its run and a customer reaches about as many (78 on average at radius
+5): at a fixed side, each customer would reach a share of every terminal, and 200,000 customers among
+400,000 terminals would make 600 million reachable pairs.
 
 As in the handbook, scenario 3 draws for overlapping windows are applied one day after the other, so
 a transaction selected twice is multiplied twice. The handbook's compromise loop stops one day short
@@ -46,8 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.events import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, TxColumns
 
-#: Side of the square (in the handbook's arbitrary distance unit) where customers and terminals live.
+#: Side of the square (in the handbook's arbitrary distance unit) where customers and terminals live, up to
+#: the handbook's number of terminals; beyond, it grows so that terminals stay as dense.
 AREA_SIZE = 100.0
+HANDBOOK_TERMINALS = 10_000
 SECONDS_PER_DAY = 86_400
 #: Time of day is ``int(N(TIME_MEAN_S, TIME_STD_S))`` seconds.
 TIME_MEAN_S = 43_200.0
@@ -90,6 +98,11 @@ class SimulatorConfig(BaseModel):
         default=5.0, gt=0, allow_inf_nan=False, description="A customer's reach to terminals."
     )
     seed: int = Field(default=0, ge=0, description="Seed of the whole simulation.")
+
+    @property
+    def area_size(self) -> float:
+        """Side of the square where customers and terminals live (see the module docstring)."""
+        return AREA_SIZE * max(1.0, (self.terminals / HANDBOOK_TERMINALS) ** 0.5)
 
     @model_validator(mode="after")
     def _period_is_sane(self) -> Self:
@@ -161,7 +174,7 @@ def _expand_ranges(starts: IntArray, counts: IntArray) -> tuple[IntArray, IntArr
 
 
 def _reachable_terminals(
-    customer_xy: FloatArray, terminal_xy: FloatArray, radius: float
+    customer_xy: FloatArray, terminal_xy: FloatArray, radius: float, area_size: float
 ) -> tuple[IntArray, IntArray]:
     """Terminals strictly within ``radius`` of each customer, as CSR (indptr, indices).
 
@@ -170,8 +183,8 @@ def _reachable_terminals(
     terminals.
     """
     # A cell at least as wide as the radius; capped in number so that cell keys cannot overflow.
-    side = max(radius, AREA_SIZE / _MAX_CELLS_PER_AXIS)
-    n_cells = int(np.ceil(AREA_SIZE / side)) + 1
+    side = max(radius, area_size / _MAX_CELLS_PER_AXIS)
+    n_cells = int(np.ceil(area_size / side)) + 1
     stride = n_cells + 2  # cell coordinates are shifted by one, so a -1 neighbour never wraps.
 
     def cells(xy: FloatArray) -> tuple[IntArray, IntArray]:
@@ -214,11 +227,11 @@ def simulate_profiles(config: SimulatorConfig) -> Profiles:
     """Draw the customer and terminal profiles of a simulation (the same ones :func:`simulate` uses)."""
     rngs = _phase_rngs(config.seed)
     customer_rng = rngs[_PHASE_CUSTOMERS]
-    customer_xy = customer_rng.uniform(0.0, AREA_SIZE, size=(config.customers, 2))
+    customer_xy = customer_rng.uniform(0.0, config.area_size, size=(config.customers, 2))
     mean_amount = customer_rng.uniform(5.0, 100.0, size=config.customers)
     mean_tx_per_day = customer_rng.uniform(0.0, 4.0, size=config.customers)
-    terminal_xy = rngs[_PHASE_TERMINALS].uniform(0.0, AREA_SIZE, size=(config.terminals, 2))
-    indptr, indices = _reachable_terminals(customer_xy, terminal_xy, config.radius)
+    terminal_xy = rngs[_PHASE_TERMINALS].uniform(0.0, config.area_size, size=(config.terminals, 2))
+    indptr, indices = _reachable_terminals(customer_xy, terminal_xy, config.radius, config.area_size)
     return Profiles(
         customer_xy=customer_xy,
         mean_amount=mean_amount,

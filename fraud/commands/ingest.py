@@ -91,7 +91,14 @@ def table_batch(settings: Settings, clean: CleanTable, source: str, delay_days: 
 def simulate_command(
     ctx: typer.Context,
     customers: Annotated[int, typer.Option(min=1, help="Number of customers (cards).")] = 5000,
-    terminals: Annotated[int, typer.Option(min=1, help="Number of terminals.")] = 10000,
+    terminals: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Number of terminals. Beyond 10,000 the map grows with them, so that a customer reaches "
+            "about as many as in the handbook's run.",
+        ),
+    ] = 10000,
     days: Annotated[int, typer.Option(min=1, help="Number of simulated days.")] = 183,
     start: Annotated[str, typer.Option(help="First simulated day (UTC), YYYY-MM-DD.")] = "2018-04-01",
     seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same output.")] = 0,

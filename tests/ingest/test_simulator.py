@@ -213,6 +213,30 @@ def test_reachability_matches_brute_force_distances() -> None:
         assert np.array_equal(reached, expected)
 
 
+def test_reachability_matches_brute_force_distances_on_a_grown_square() -> None:
+    config = SimulatorConfig(customers=300, terminals=40_000, seed=4)
+    assert config.area_size == 200.0
+    profiles = simulate_profiles(config)
+    assert profiles.terminal_xy.max() > 150.0 and profiles.customer_xy.max() > 150.0
+    for customer in range(config.customers):
+        diff = profiles.customer_xy[customer] - profiles.terminal_xy
+        expected = np.flatnonzero(np.sqrt(np.sum(np.square(diff), axis=1)) < config.radius)
+        reached = profiles.reach_indices[
+            profiles.reach_indptr[customer] : profiles.reach_indptr[customer + 1]
+        ]
+        assert np.array_equal(reached, expected)
+
+
+def test_more_terminals_than_the_handbooks_keep_its_reach_per_customer() -> None:
+    """Terminals stay as dense as in the handbook's run: a customer reaches about as many, not a share of all."""
+    assert SimulatorConfig().area_size == 100.0 and SimulatorConfig(terminals=4000).area_size == 100.0
+    handbook = simulate_profiles(SimulatorConfig(customers=2000))
+    grown = simulate_profiles(SimulatorConfig(customers=8000, terminals=160_000))
+    handbook_reach, grown_reach = handbook.reach_counts.mean(), grown.reach_counts.mean()
+    # pi * 5^2 / 100^2 of 10,000 terminals, less at the square's edges: about 72 in both.
+    assert 65 < handbook_reach < 80 and abs(grown_reach - handbook_reach) < 0.05 * handbook_reach
+
+
 def test_customers_without_terminals_in_reach_make_no_transactions() -> None:
     config = SimulatorConfig(customers=400, terminals=100, days=10, radius=3.0, seed=1)
     profiles = simulate_profiles(config)
