@@ -668,7 +668,7 @@ def main() -> None:
     if set(keys) != {s.key for s in SYSTEMS} and not args.no_report:
         parser.error("the report needs every system: add --no-report to run some of them")
     systems = [s for key in keys for s in SYSTEMS if s.key == key]
-    needed = project_jobs.CHAMPION_PERIODS.history_days
+    needed = project_jobs.CHAMPION_MIN_DAYS
     if "pipeline" in keys and args.backlog_days < needed:
         parser.error(
             f"--backlog-days {args.backlog_days}: the pipeline's champion is trained on the backlog, "

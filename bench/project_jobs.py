@@ -34,8 +34,11 @@ TX_PER_CUSTOMER_DAY = 1.9
 MAX_EVENT_BYTES = 16_384
 #: The bench's token key (any key: the simulation has no real card numbers).
 TOKEN_KEY = b"bench"
-#: How the champion is trained on the first days of the input: it needs this many of them.
-CHAMPION_PERIODS = Periods(train_days=7, delay_days=3, test_days=3)
+#: How the champion is trained on the first days of the input: up to a week of training (as many days as
+#: the input has before the delay and the test days), 3 days of delay, 3 of test.
+CHAMPION_TRAIN_DAYS, CHAMPION_DELAY_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
+#: The fewest days of input the champion can be trained on: a day of training.
+CHAMPION_MIN_DAYS = 1 + CHAMPION_DELAY_DAYS + CHAMPION_TEST_DAYS
 
 
 def events_of(frame: pd.DataFrame) -> EventBatch:
@@ -47,11 +50,15 @@ def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) 
     """Train gradient boosting on every feature of ``first`` (batch path) and register it in the stack's
     MLflow store, where the first version becomes the champion."""
     dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    days = dataset.last_ms // DAY_MS - dataset.first_ms // DAY_MS + 1
+    train_days = min(CHAMPION_TRAIN_DAYS, days - CHAMPION_DELAY_DAYS - CHAMPION_TEST_DAYS)
     options = TrainOptions(
         ModelSpec("hist_gradient_boosting"),
         "all",
         params,
-        CHAMPION_PERIODS.plans(dataset.last_ms),
+        Periods(train_days=train_days, delay_days=CHAMPION_DELAY_DAYS, test_days=CHAMPION_TEST_DAYS).plans(
+            dataset.last_ms
+        ),
         DEFAULT_ALERTS_PER_DAY,
     )
     run_training(
