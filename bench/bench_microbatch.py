@@ -512,12 +512,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
-    short = [days for _, days in args.sizes if days < project_jobs.CHAMPION_MIN_DAYS]
-    if short:
-        parser.error(
-            f"--sizes: {short[0]} days of history: the champion is trained on them, which needs at least "
-            f"{project_jobs.CHAMPION_MIN_DAYS}"
-        )
+    for _, days in args.sizes:
+        project_jobs.check_champion_days(parser, "--sizes: days of history", days)
     print(f"settings: {report.args_settings(args)}; embedded Tansu broker (memory), Valkey, SQLite MLflow")
     runs = [run(args, customers, days) for customers, days in args.sizes]
     tables = [summary(runs, args.rate), *(phases(r, args) for r in runs)]

@@ -668,12 +668,8 @@ def main() -> None:
     if set(keys) != {s.key for s in SYSTEMS} and not args.no_report:
         parser.error("the report needs every system: add --no-report to run some of them")
     systems = [s for key in keys for s in SYSTEMS if s.key == key]
-    needed = project_jobs.CHAMPION_MIN_DAYS
-    if "pipeline" in keys and args.backlog_days < needed:
-        parser.error(
-            f"--backlog-days {args.backlog_days}: the pipeline's champion is trained on the backlog, "
-            f"which needs at least {needed} days"
-        )
+    if "pipeline" in keys:
+        project_jobs.check_champion_days(parser, "--backlog-days", args.backlog_days)
     started = time.monotonic()
     print(f"settings: {report.args_settings(args)}; embedded Tansu broker (memory), Valkey, SQLite MLflow")
 

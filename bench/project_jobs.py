@@ -7,6 +7,7 @@ thing.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,14 @@ TOKEN_KEY = b"bench"
 CHAMPION_TRAIN_DAYS, CHAMPION_DELAY_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
 #: The fewest days of input the champion can be trained on: a day of training.
 CHAMPION_MIN_DAYS = 1 + CHAMPION_DELAY_DAYS + CHAMPION_TEST_DAYS
+
+
+def check_champion_days(parser: argparse.ArgumentParser, option: str, days: int) -> None:
+    """Refuse, in one line naming ``option``, fewer days of input than the champion is trained on."""
+    if days < CHAMPION_MIN_DAYS:
+        parser.error(
+            f"{option} {days}: the champion is trained on these days, which need at least {CHAMPION_MIN_DAYS}"
+        )
 
 
 def events_of(frame: pd.DataFrame) -> EventBatch:

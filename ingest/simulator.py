@@ -19,8 +19,8 @@ output compare with the literature:
   are fraud.
 
 Beyond the handbook's 10,000 terminals the square's side grows with the square root of the terminals, so
-that terminals stay as dense as in its run and a customer reaches about as many (78 on average at radius
-5): at a fixed side, each customer would reach a share of every terminal, and 200,000 customers among
+that terminals stay as dense as in its run and a customer reaches about as many (78 at radius 5, fewer
+near the square's edges): at a fixed side, each customer would reach a share of every terminal, and 200,000 customers among
 400,000 terminals would make 600 million reachable pairs.
 
 As in the handbook, scenario 3 draws for overlapping windows are applied one day after the other, so
@@ -91,7 +91,7 @@ class SimulatorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     customers: int = Field(default=5000, ge=1, description="Number of customers (cards).")
-    terminals: int = Field(default=10000, ge=1, description="Number of terminals.")
+    terminals: int = Field(default=HANDBOOK_TERMINALS, ge=1, description="Number of terminals.")
     days: int = Field(default=183, ge=1, description="Number of simulated days.")
     start: dt.date = Field(default=dt.date(2018, 4, 1), description="First simulated day (UTC).")
     radius: float = Field(
