@@ -70,8 +70,16 @@ class ModelSpec:
 
 #: The default model of `fraud train` and the demo, and its days of training data: the candidate that
 #: validation chose in the model report (docs/models.md, `make eval`; a test checks they agree).
-DEFAULT_SPEC = ModelSpec("hist_gradient_boosting")
+DEFAULT_SPEC = ModelSpec("hist_gradient_boosting", max_depth=3)
 DEFAULT_TRAIN_DAYS = 56
+
+
+def depth_for(kind: str, max_depth: int | None) -> int | None:
+    """The maximum depth of a ``kind`` model asked for with ``max_depth`` (None: not given; 0: unlimited):
+    the default's own depth for the default's kind, unlimited for the others."""
+    if max_depth is None:
+        return DEFAULT_SPEC.max_depth if kind == DEFAULT_SPEC.kind else None
+    return max_depth or None
 
 
 def build_pipeline(spec: ModelSpec) -> Pipeline:

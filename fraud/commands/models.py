@@ -22,6 +22,7 @@ from models.estimators import (
     FEATURE_SETS,
     MODEL_KINDS,
     ModelSpec,
+    depth_for,
 )
 from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
 from models.registry import (
@@ -56,8 +57,14 @@ def train_command(
     ] = "canonical",
     model: Annotated[str, typer.Option(help=f"Classifier: {', '.join(MODEL_KINDS)}.")] = DEFAULT_SPEC.kind,
     max_depth: Annotated[
-        int | None, typer.Option(min=1, help="Maximum tree depth (trees only).")
-    ] = DEFAULT_SPEC.max_depth,
+        int | None,
+        typer.Option(
+            min=0,
+            help=f"Maximum tree depth (trees only); 0: unlimited. Default: {DEFAULT_SPEC.max_depth} for "
+            f"{DEFAULT_SPEC.kind}, unlimited for the others.",
+            show_default=False,
+        ),
+    ] = None,
     n_estimators: Annotated[
         int,
         typer.Option(min=1, help="Trees (random_forest) or boosting iterations (hist_gradient_boosting)."),
@@ -168,7 +175,7 @@ def train_command(
     if wait_s and input_file is None:
         history = periods.history_days + DEFAULT_PARAMS.window_days[-1]
         training.wait_for_history(settings, history, wait_s)
-    spec = ModelSpec(model, max_depth, n_estimators, class_weight, seed)  # type: ignore[arg-type]
+    spec = ModelSpec(model, depth_for(model, max_depth), n_estimators, class_weight, seed)  # type: ignore[arg-type]
     params = feature_params(feature_delay_days)
     protocol = EvalProtocol(known_frauds, round(settings.label_delay_days * DAY_MS))  # type: ignore[arg-type]
     if input_file is not None:

@@ -17,6 +17,7 @@ from models.estimators import (
     MODEL_KINDS,
     ModelSpec,
     build_pipeline,
+    depth_for,
     feature_set,
 )
 from models.splits import TARGET, SplitPlan, split
@@ -76,3 +77,10 @@ def test_the_default_model_is_the_one_the_model_report_chose_on_validation() -> 
     chosen = [line for line in report.splitlines() if line.startswith("Chosen on validation: ")]
     assert len(chosen) == 1, "run `make eval`: docs/models.md names no chosen model"
     assert chosen[0].startswith(f"Chosen on validation: {DEFAULT_SPEC.describe(DEFAULT_TRAIN_DAYS)}.")
+
+
+def test_a_depth_not_given_is_the_defaults_for_its_kind_and_unlimited_for_others() -> None:
+    assert depth_for(DEFAULT_SPEC.kind, None) == DEFAULT_SPEC.max_depth
+    assert depth_for("random_forest", None) is None
+    assert depth_for(DEFAULT_SPEC.kind, 0) is None
+    assert depth_for("random_forest", 7) == 7

@@ -1,0 +1,51 @@
+"""The model report's choice of the default: the shallowest candidate validation cannot tell from the best."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from models.estimators import ModelSpec
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def eval_models(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("eval_models")
+
+
+def validated(eval_models: ModuleType, *found: tuple[int | None, int, float, float]) -> list:
+    """(candidate, metrics) pairs, best AP first, of (depth, training days, mean AP, its std)."""
+    pairs = [
+        (
+            eval_models.Candidate(
+                f"depth {depth}, {days} days", ModelSpec("hist_gradient_boosting", depth), "all", days
+            ),
+            {"average_precision": ap, "average_precision_std": std},
+        )
+        for depth, days, ap, std in found
+    ]
+    return sorted(pairs, key=lambda pair: -pair[1]["average_precision"])
+
+
+def test_a_shallower_candidate_within_one_standard_error_of_the_best_is_chosen(
+    eval_models: ModuleType,
+) -> None:
+    # One standard error of the best: 0.02 / sqrt(4) = 0.01, so the floor is 0.74.
+    found = validated(eval_models, (None, 56, 0.75, 0.02), (8, 56, 0.745, 0.02), (3, 28, 0.741, 0.02))
+    assert eval_models.choose(found).name == "depth 3, 28 days"
+
+
+def test_a_shallower_candidate_past_one_standard_error_is_not(eval_models: ModuleType) -> None:
+    found = validated(eval_models, (None, 56, 0.75, 0.02), (8, 56, 0.745, 0.02), (3, 28, 0.739, 0.02))
+    assert eval_models.choose(found).name == "depth 8, 56 days"
+
+
+def test_at_the_same_depth_the_better_one_is_chosen(eval_models: ModuleType) -> None:
+    found = validated(eval_models, (None, 56, 0.75, 0.2), (5, 28, 0.70, 0.1), (5, 56, 0.72, 0.1))
+    assert eval_models.choose(found).name == "depth 5, 56 days"
