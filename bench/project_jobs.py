@@ -24,7 +24,7 @@ from infra.embedded import HOST, StackInfo
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from models.dataset import file_dataset
-from models.estimators import ModelSpec
+from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.tracking import default_artifact_location
 from scoring.pipeline import PipelineConfig
@@ -56,13 +56,13 @@ def events_of(frame: pd.DataFrame) -> EventBatch:
 
 
 def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) -> None:
-    """Train gradient boosting on every feature of ``first`` (batch path) and register it in the stack's
-    MLflow store, where the first version becomes the champion."""
+    """Train the default model (``models.estimators.DEFAULT_SPEC``) on every feature of ``first`` (batch
+    path) and register it in the stack's MLflow store, where the first version becomes the champion."""
     dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
     days = dataset.last_ms // DAY_MS - dataset.first_ms // DAY_MS + 1
     train_days = min(CHAMPION_TRAIN_DAYS, days - CHAMPION_DELAY_DAYS - CHAMPION_TEST_DAYS)
     options = TrainOptions(
-        ModelSpec("hist_gradient_boosting"),
+        DEFAULT_SPEC,
         "all",
         params,
         Periods(train_days=train_days, delay_days=CHAMPION_DELAY_DAYS, test_days=CHAMPION_TEST_DAYS).plans(
