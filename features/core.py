@@ -41,12 +41,14 @@ from features.definitions import (
     SECOND_MS,
     TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
+    UNUSUAL_AMOUNT_FACTOR,
     FeatureParams,
     card_amount_ratio_column,
     card_amount_zscore_column,
     card_avg_amount_column,
     card_nb_tx_column,
     card_nb_tx_hours_column,
+    card_nb_unusual_column,
     card_prior_ratio_column,
     terminal_nb_fraud_column,
     terminal_nb_tx_column,
@@ -426,6 +428,11 @@ def card_step(
             columns[card_prior_ratio_column(days)] = ratio
             columns[card_amount_zscore_column(days)] = zscore
     longest_count, longest_total = count, total
+    unusual = params.unusual_window_days
+    first = np.searchsorted(key, space.encode(query_code, query_time - unusual * DAY_MS), side="right")
+    columns[card_nb_unusual_column(unusual)] = _unusual_counts(
+        cents, first, pos, longest_count - 1, longest_total - query_cents
+    )
     columns[card_nb_tx_hours_column(params.short_window_hours)] = window(params.short_window_ms)[0]
     # The previous row is in the longest window iff that window holds more than the row itself.
     previous = np.maximum(pos - 1, 0)
@@ -468,6 +475,18 @@ def _against_prior(
     rows = some[varied]
     zscore[rows] = (cents[rows] * count[rows] - total[rows]) / np.sqrt(spread[varied])
     return ratio, zscore
+
+
+def _unusual_counts(
+    cents: IntArray, starts: IntArray, stops: IntArray, prior_count: IntArray, prior_total: IntArray
+) -> IntArray:
+    """Per query, how many of ``cents[starts[i]:stops[i]]`` are over :data:`UNUSUAL_AMOUNT_FACTOR` times
+    the mean of its ``prior_count`` earlier amounts summing to ``prior_total`` (in integers: exact)."""
+    lengths = stops - starts
+    owner = np.repeat(np.arange(len(starts)), lengths)
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    over = cents[starts[owner] + within] * prior_count[owner] > UNUSUAL_AMOUNT_FACTOR * prior_total[owner]
+    return np.bincount(owner[over], minlength=len(starts)).astype(np.int64)
 
 
 def card_windows(

@@ -83,6 +83,18 @@ def card_prior_ratio_column(days: int) -> str:
     return f"card_prior_amount_ratio_{days}d"
 
 
+def card_nb_unusual_column(days: int) -> str:
+    """Name of the card's number of unusual amounts (:data:`UNUSUAL_AMOUNT_FACTOR`) in the ``days`` days
+    before the transaction (the transaction excluded)."""
+    return f"card_nb_unusual_{days}d"
+
+
+#: An amount is unusual for a card past this many times the mean amount of its earlier transactions in the
+#: longest window; ``card_nb_unusual_*`` counts them over this many days (at most the longest window).
+UNUSUAL_AMOUNT_FACTOR = 3
+UNUSUAL_WINDOW_DAYS = 7
+
+
 def terminal_nb_fraud_column(days: int) -> str:
     """Name of the terminal's number of known frauds in the ``days``-day window ending a label delay ago."""
     return f"terminal_nb_fraud_{days}d"
@@ -183,6 +195,11 @@ class FeatureParams(BaseModel):
         """The card windows whose history before a transaction measures its amount: all but the shortest
         (a day holds too few transactions to give a card's usual amount)."""
         return self.window_days[1:]
+
+    @property
+    def unusual_window_days(self) -> int:
+        """The days over which ``card_nb_unusual_*`` counts a card's unusual amounts."""
+        return min(UNUSUAL_WINDOW_DAYS, self.window_days[-1])
 
     @property
     def card_span_ms(self) -> int:
@@ -308,6 +325,16 @@ class FeatureParams(BaseModel):
                 ),
             )
         ]
+        unusual = self.unusual_window_days
+        card_unusual = FeatureSpec(
+            card_nb_unusual_column(unusual),
+            "card",
+            "int64",
+            f"{unusual} d, {longest} d",
+            f"the number of the card's earlier transactions in (t - {unusual} d, t], the transaction excluded, "
+            f"whose amount is over {UNUSUAL_AMOUNT_FACTOR} times the mean amount of its earlier transactions in "
+            f"(t - {longest} d, t]: a card spending far above its usual amounts again and again",
+        )
         terminal_frauds = [
             FeatureSpec(
                 terminal_nb_fraud_column(days),
@@ -331,7 +358,15 @@ class FeatureParams(BaseModel):
                 "compromise has been going on",
             )
         )
-        return (*card_windows, *terminal_windows, *time, *card_more, *card_prior, *terminal_frauds)
+        return (
+            *card_windows,
+            *terminal_windows,
+            *time,
+            *card_more,
+            *card_prior,
+            card_unusual,
+            *terminal_frauds,
+        )
 
     @property
     def feature_columns(self) -> tuple[str, ...]:

@@ -78,7 +78,7 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         "features added: card_amount_ratio_7d",
         "features dropped: card_nb_tx_30d, card_avg_amount_30d, terminal_nb_tx_30d, terminal_risk_30d, "
         "card_amount_ratio_30d, card_prior_amount_ratio_30d, card_amount_zscore_30d, terminal_nb_fraud_30d",
-        "changed windows: card_secs_since_prev_tx (30 d -> 7 d), "
+        "changed windows: card_secs_since_prev_tx (30 d -> 7 d), card_nb_unusual_7d (7 d, 30 d -> 7 d, 7 d), "
         "terminal_days_since_first_fraud (30 d, 7 d before -> 7 d, 7 d before)",
     ]
     assert check_specs(saved, FeatureParams(label_delay_ms=DAY_MS), "here")  # a shorter delay: served

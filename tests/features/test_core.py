@@ -190,6 +190,28 @@ def test_amount_against_the_cards_earlier_transactions() -> None:
     assert zscore_7d[4] == zscore_30d[4]
 
 
+def test_unusual_amounts_are_counted_over_the_last_7_days_against_the_30_day_mean() -> None:
+    usual = [(i, "A", "x", 10.0, T - (8 + i) * DAY_MS) for i in range(1, 21)]  # 9 to 28 days before T
+    features = card_features(
+        txs(
+            *usual,
+            (21, "A", "x", 50.0, T),  # unusual, but nothing earlier in 7 days is
+            (22, "A", "x", 60.0, T + 1),  # earlier mean 250/21: 50 is over 3 times it
+            (23, "A", "x", 10.0, T + 2),  # earlier mean 310/22: 50 and 60 are
+            (24, "A", "x", 10.0, T + 8 * DAY_MS),  # its 7 days start after tx 23
+            (31, "B", "x", 10.0, T),
+            (32, "B", "x", 40.0, T + 1),
+            (33, "B", "x", 0.0, T + 2),  # earlier mean 25: 40 is not over 75
+            (34, "B", "x", 0.0, T + 3),  # earlier mean 50/3: 40 is not over 50 (exactly)
+            (35, "B", "x", 1.0, T + 4),  # earlier mean 12.5: 40 is over 37.5
+        )
+    )
+
+    unusual = features["card_nb_unusual_7d"]
+    assert unusual.loc[[1, 20, 21, 22, 23, 24]].tolist() == [0, 0, 0, 1, 2, 0]
+    assert unusual.loc[[31, 32, 33, 34, 35]].tolist() == [0, 0, 0, 0, 1]
+
+
 def test_amounts_are_summed_in_cents() -> None:
     features = card_features(txs((1, "A", "x", 0.1, T), (2, "A", "x", 0.2, T + 1), (3, "A", "x", 0.3, T + 2)))
 

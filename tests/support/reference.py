@@ -25,12 +25,14 @@ from features.definitions import (
     KNOWN_AT_MS,
     TERMINAL_DAYS_SINCE_FIRST_FRAUD,
     TX_TIME_MS,
+    UNUSUAL_AMOUNT_FACTOR,
     FeatureParams,
     card_amount_ratio_column,
     card_amount_zscore_column,
     card_avg_amount_column,
     card_nb_tx_column,
     card_nb_tx_hours_column,
+    card_nb_unusual_column,
     card_prior_ratio_column,
     terminal_nb_fraud_column,
     terminal_nb_tx_column,
@@ -94,6 +96,14 @@ def reference_features(
             variance = sum((c - prior_mean) ** 2 for c in prior) / len(prior) if prior else Fraction(0)
             zscore = float(cents - prior_mean) / math.sqrt(variance) if len(prior) > 1 and variance else 0.0
             row[card_amount_zscore_column(days)] = zscore
+        days = params.unusual_window_days
+        usual = [Fraction(round(o[TxColumns.AMOUNT] * 100)) for o in earlier if o[EVENT_TIME_MS] > t - cap_ms]
+        row[card_nb_unusual_column(days)] = sum(
+            1
+            for o in earlier
+            if o[EVENT_TIME_MS] > t - days * DAY_MS
+            and round(o[TxColumns.AMOUNT] * 100) > UNUSUAL_AMOUNT_FACTOR * sum(usual) / len(usual)
+        )
         for days in params.window_days:
             window = [
                 o
