@@ -477,16 +477,35 @@ def _against_prior(
     return ratio, zscore
 
 
+#: Amounts compared at once by ``_unusual_counts``: its memory stays bounded whatever a card's burst.
+_UNUSUAL_CHUNK = 1 << 22
+
+
 def _unusual_counts(
     cents: IntArray, starts: IntArray, stops: IntArray, prior_count: IntArray, prior_total: IntArray
 ) -> IntArray:
     """Per query, how many of ``cents[starts[i]:stops[i]]`` are over :data:`UNUSUAL_AMOUNT_FACTOR` times
-    the mean of its ``prior_count`` earlier amounts summing to ``prior_total`` (in integers: exact)."""
+    the mean of its ``prior_count`` earlier amounts summing to ``prior_total`` (in integers: exact).
+
+    Each query's amounts are compared one by one, in chunks of queries holding about
+    :data:`_UNUSUAL_CHUNK` amounts: the work is the sum of the ranges' lengths (a card's transactions of the
+    window, times its transactions in the batch)."""
     lengths = stops - starts
-    owner = np.repeat(np.arange(len(starts)), lengths)
-    within = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    over = cents[starts[owner] + within] * prior_count[owner] > UNUSUAL_AMOUNT_FACTOR * prior_total[owner]
-    return np.bincount(owner[over], minlength=len(starts)).astype(np.int64)
+    counts = np.zeros(len(starts), dtype=np.int64)
+    ends = np.cumsum(lengths)
+    begin = 0
+    while begin < len(starts):
+        # At least one query per chunk, however long its range.
+        end = max(
+            begin + 1, int(np.searchsorted(ends, ends[begin] - lengths[begin] + _UNUSUAL_CHUNK, "right"))
+        )
+        part = lengths[begin:end]
+        owner = np.repeat(np.arange(begin, end), part)
+        within = np.arange(len(owner)) - np.repeat(np.cumsum(part) - part, part)
+        over = cents[starts[owner] + within] * prior_count[owner] > UNUSUAL_AMOUNT_FACTOR * prior_total[owner]
+        counts[begin:end] = np.bincount(owner[over] - begin, minlength=end - begin)
+        begin = end
+    return counts
 
 
 def card_windows(

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from features import core
 from features.core import (
     CardState,
     TerminalState,
@@ -210,6 +211,20 @@ def test_unusual_amounts_are_counted_over_the_last_7_days_against_the_30_day_mea
     unusual = features["card_nb_unusual_7d"]
     assert unusual.loc[[1, 20, 21, 22, 23, 24]].tolist() == [0, 0, 0, 1, 2, 0]
     assert unusual.loc[[31, 32, 33, 34, 35]].tolist() == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 22])
+def test_unusual_amounts_are_counted_alike_whatever_the_chunks(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of one card in one batch is counted in chunks of bounded size, to the same counts."""
+    rng = np.random.default_rng(7)
+    amounts = rng.choice([1.0, 10.0, 100.0], size=60, p=[0.45, 0.45, 0.1])
+    batch = txs(*[(i, "A" if i % 3 else "B", "x", float(amount), T + i) for i, amount in enumerate(amounts)])
+    expected = card_features(batch)["card_nb_unusual_7d"]
+    assert expected.max() > 0
+    monkeypatch.setattr(core, "_UNUSUAL_CHUNK", chunk)
+    assert card_features(batch)["card_nb_unusual_7d"].tolist() == expected.tolist()
 
 
 def test_amounts_are_summed_in_cents() -> None:
