@@ -71,11 +71,21 @@ def server(store: tuple[Any, str]) -> Iterator[str]:
         yield url
 
 
+# The page redraws the alerts table as it polls: what the test reads of a row, it reads in one script (a row
+# found in one call may be replaced before the next).
+
+
 def alert_rows(browser: WebDriver) -> list[str]:
-    return [
-        row.get_attribute("data-tx-id") or ""
-        for row in browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")
-    ]
+    """The tx ids of the alerts table's rows, top first."""
+    script = "return [...document.querySelectorAll('#alerts tbody tr')].map((row) => row.dataset.txId || '');"
+    return list(browser.execute_script(script))
+
+
+NEWEST_ALERT = """
+const row = document.querySelector("#alerts tbody tr");
+const reasons = row.querySelector("td.top");
+return [row.innerText, reasons.innerText, reasons.getAttribute("title") || ""];
+"""
 
 
 def test_page_shows_new_alerts_and_looks_up_a_card(
@@ -91,12 +101,11 @@ def test_page_shows_new_alerts_and_looks_up_a_card(
     # New alerts while the page is open: they appear at the top, newest event time first.
     write_alerts(client, [make_alert(2, card_id=CARD_B), make_alert(3, card_id=CARD_B)], prefix, RETENTION_S)
     wait.until(lambda b: alert_rows(b) == ["3", "2", "1"])
-    newest = browser.find_element(By.CSS_SELECTOR, "#alerts tbody tr")
-    assert CARD_B[:12] in newest.text
+    newest, reasons, title = browser.execute_script(NEWEST_ALERT)
+    assert CARD_B[:12] in newest
     # Its top features with their signed contributions; the method and base margin in the cell's title.
-    reasons = newest.find_element(By.CSS_SELECTOR, "td.top")
-    assert reasons.text == "card_amount_ratio_30d +1.25, card_nb_tx_1d -0.50"
-    assert "(tree_shap), base margin -4.50" in (reasons.get_attribute("title") or "")
+    assert reasons == "card_amount_ratio_30d +1.25, card_nb_tx_1d -0.50"
+    assert "(tree_shap), base margin -4.50" in title
 
     # Card lookup with the form.
     write_scores(client, [make_score(3, card_id=CARD_B)], prefix, RETENTION_S)
@@ -151,8 +160,7 @@ def scoring_job(tmp_path: Path) -> Iterator[None]:
         metrics.close()
 
 
-# The page redraws the strip and the charts as it polls: what the test reads of them, it reads in one script
-# (an element found in one call may be replaced before the next).
+# The strip and the charts are redrawn as the page polls too: read in one script each.
 
 
 def chart_values(browser: WebDriver, chart: str) -> list[int]:
