@@ -20,8 +20,8 @@ output compare with the literature:
 
 Beyond the handbook's 10,000 terminals the square's side grows with the square root of the terminals, so
 that terminals stay as dense as in its run and a customer reaches about as many (78 at radius 5, fewer
-near the square's edges): at a fixed side, each customer would reach a share of every terminal, and 200,000 customers among
-400,000 terminals would make 600 million reachable pairs.
+near the square's edges): at a fixed side, each customer would reach a share of every terminal, and
+200,000 customers among 400,000 terminals would make 600 million reachable pairs.
 
 As in the handbook, scenario 3 draws for overlapping windows are applied one day after the other, so
 a transaction selected twice is multiplied twice. The handbook's compromise loop stops one day short

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
 from models.estimators import ModelSpec
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture
-def eval_models(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))
-    return importlib.import_module("eval_models")
+def eval_models(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("eval_models")
 
 
 def validated(eval_models: ModuleType, *found: tuple[int | None, int, float, float]) -> list:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
+from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.conftest import BENCH
+
 SCRIPTS = sorted(path.stem for path in BENCH.glob("*.py"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_the_script_imports(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import their shared pieces (measure, report)
-    module = importlib.import_module(name)
+def test_the_script_imports(name: str, bench_script: Callable[[str], ModuleType]) -> None:
+    module = bench_script(name)
     assert module.__file__ == str(BENCH / f"{name}.py")
