@@ -1,4 +1,5 @@
-"""The project beside its peers, in one run, on one embedded broker and one generated input.
+"""The project beside its peers, in one run, on one generated input, each system on an embedded stack of its
+own.
 
 Systems, one after another, each as a subprocess measured from outside:
 
@@ -21,19 +22,20 @@ reads its feature records, committed in the same Kafka transactions as the score
    reused while the pins are the same): Quix Streams pins an older confluent-kafka than the project's, and
    neither belongs in the project's environment.
 2. Simulates a fixed-seed input (``ingest.simulator``); the first ``--backlog-days`` are the backlog, the
-   rest feed the paced loads. Trains the project's champion on the backlog (batch path), as
-   bench_scoring does.
-3. For each system: creates topics of its own, produces the backlog to them as ``fraud ingest`` does
-   (``ingest.produce``: transactions and labels), starts the system and reads its output topic from the
-   beginning. Unpaced: the steady rate is the outputs after the first second of output over the time from
-   then to the last output (start-up, and a first micro-batch written at once, left out); the whole
-   backlog from launch is reported too. Paced: then, at each of ``--rates`` transactions/s,
-   ``--warmup-s`` then ``--paced-s`` of new transactions (reported: the latter), and the latency from
-   handing a transaction to the producer to its output being readable (read_committed), p50/p95/p99. A rate
-   is sustained when every output arrived within ``--drain-s`` after the load and latency grew by at most
-   0.1 s per second of the load (least-squares slope: the system kept at least 90 % of the pace); the
-   higher rates are skipped after one that is not. Peak memory (PSS) and CPU of the system's process
-   tree (the broker is shared, and not counted).
+   rest feed the paced loads.
+3. For each system: starts an embedded stack of its own (an in-memory broker slows as it fills, and a
+   50,000-card backlog with a system's outputs is gigabytes); for the pipeline, trains the project's
+   champion on the backlog (batch path) as bench_scoring does; creates the topics, produces the backlog
+   to them as ``fraud ingest`` does (``ingest.produce``: transactions and labels), starts the system and
+   reads its output topic from the beginning. Unpaced: the steady rate is the outputs after the first
+   second of output over the time from then to the last output (start-up, and a first micro-batch written
+   at once, left out); the whole backlog from launch is reported too. Paced: then, at each of ``--rates``
+   transactions/s, ``--warmup-s`` then ``--paced-s`` of new transactions (reported: the latter), and the
+   latency from handing a transaction to the producer to its output being readable (read_committed),
+   p50/p95/p99. A rate is sustained when every output arrived within ``--drain-s`` after the load and
+   latency grew by at most 0.1 s per second of the load (least-squares slope: the system kept at least
+   90 % of the pace); the higher rates are skipped after one that is not. Peak memory (PSS) and CPU of the
+   system's process tree (the broker not counted).
 4. Checks, for ``--check-cards`` cards drawn with the seed, that each system's 1/7/30-day counts and means
    equal the project's batch path (``features.batch``) on every one of their transactions; a system that
    differs is reported as not comparable, loudly. Differences on transactions the project marked late
@@ -72,10 +74,10 @@ from features.batch import transactions_features
 from features.definitions import FeatureParams, card_avg_amount_column, card_nb_tx_column
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
-from infra.clients import PRODUCER_LINGER_MS, Clients, cluster_metadata
+from infra.clients import PRODUCER_LINGER_MS, Clients
 from infra.embedded import temporary_stack
 from infra.kafka_source.planner import FETCH_WAIT_MS
-from infra.topic_admin import delete_topics, ensure_topics
+from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
@@ -351,7 +353,6 @@ def run_system(system: System, label: str, run: Run) -> Result:
     started = time.monotonic()
     result = Result(system, label)
     admin = clients.admin()
-    before = set(cluster_metadata(admin).topics)
     topics = Topics().with_prefix(f"{system.key}-")
     ensure_topics(admin, topics.all(), args.partitions, 1)
     produced = produce_events(clients.producer(), topics, run.backlog)
@@ -388,8 +389,6 @@ def run_system(system: System, label: str, run: Run) -> Result:
         print(f"  {label} FAILED: {result.failure}; the end of {log_path.relative_to(ROOT)}:")
         print("\n".join(f"    {line}" for line in tail))
     check_features(result, reader, run.reference)
-    created = sorted(set(cluster_metadata(admin).topics) - before)
-    delete_topics(admin, created)  # the broker keeps everything in memory: free it for the next system
     print(f"  {label}: {time.monotonic() - started:.0f} s in all")
     return result
 
@@ -671,7 +670,9 @@ def main() -> None:
     if "pipeline" in keys:
         project_jobs.check_champion_days(parser, "--backlog-days", args.backlog_days)
     started = time.monotonic()
-    print(f"settings: {report.args_settings(args)}; embedded Tansu broker (memory), Valkey, SQLite MLflow")
+    print(
+        f"settings: {report.args_settings(args)}; an embedded stack each: Tansu (memory), Valkey, SQLite MLflow"
+    )
 
     pythons = {s.venv: venv_python(s.venv) for s in systems if s.venv is not None}
     found = {s.key: versions(pythons.get(s.venv or "", Path(sys.executable)), s.packages) for s in systems}
@@ -697,18 +698,24 @@ def main() -> None:
     )
 
     results: list[Result] = []
-    with tempfile.TemporaryDirectory() as tmp, temporary_stack(Path(tmp)) as info:
-        home = Path(tmp)
-        clients = Clients.for_stack(info, home, partitions=args.partitions)
-        stack_file = home / "stack.json"
-        stack_file.write_text(info.to_json())
-        if any(s.key == "pipeline" for s in systems):
-            trained = time.monotonic()
-            project_jobs.train_champion(first, info, FeatureParams())
-            print(f"champion trained and registered in {time.monotonic() - trained:.0f} s")
-        run = Run(clients, home, stack_file, backlog, later_events, later_ids, reference, pythons, args)
+    with tempfile.TemporaryDirectory() as tmp:
         for system in systems:
-            results.append(run_system(system, labels[system.key], run))
+            # A stack each: the in-memory broker slows as it fills, and deleted topics do not give its
+            # memory back.
+            home = Path(tmp) / system.key
+            home.mkdir()
+            with temporary_stack(home) as info:
+                clients = Clients.for_stack(info, home, partitions=args.partitions)
+                stack_file = home / "stack.json"
+                stack_file.write_text(info.to_json())
+                if system.key == "pipeline":
+                    trained = time.monotonic()
+                    project_jobs.train_champion(first, info, FeatureParams())
+                    print(f"champion trained and registered in {time.monotonic() - trained:.0f} s")
+                run = Run(
+                    clients, home, stack_file, backlog, later_events, later_ids, reference, pythons, args
+                )
+                results.append(run_system(system, labels[system.key], run))
 
     elapsed = time.monotonic() - started
     rates = args.rate_list
@@ -756,7 +763,7 @@ def main() -> None:
         **{k: v for k, v in report.args_settings(args).items() if k not in ("rate_list", "systems")},
         "backlog_transactions": results[0].backlog if results else 0,
         **{f"{s.key}_versions": " ".join(f"{p}=={v}" for p, v in found[s.key].items()) for s in systems},
-        "stack": "embedded Tansu (memory), Valkey, SQLite MLflow",
+        "stack": "an embedded stack per system: Tansu (memory), Valkey, SQLite MLflow",
         "duration_min": f"{elapsed / 60:.1f}",
     }
     default_size = args.customers == parser.get_default("customers")
