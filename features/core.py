@@ -477,8 +477,10 @@ def _against_prior(
     return ratio, zscore
 
 
-#: Amounts compared at once by ``_unusual_counts``: its memory stays bounded whatever a card's burst.
-_UNUSUAL_CHUNK = 1 << 22
+#: Up to this many amount comparisons in all, ``_unusual_counts`` compares each query's amounts one by one
+#: (the usual case: a card's week times its rows of the batch); past it, :func:`_counts_above` counts
+#: them, so that a card's burst in one batch costs n log n, not n².
+_UNUSUAL_DIRECT = 1 << 22
 
 
 def _unusual_counts(
@@ -487,25 +489,53 @@ def _unusual_counts(
     """Per query, how many of ``cents[starts[i]:stops[i]]`` are over :data:`UNUSUAL_AMOUNT_FACTOR` times
     the mean of its ``prior_count`` earlier amounts summing to ``prior_total`` (in integers: exact).
 
-    Each query's amounts are compared one by one, in chunks of queries holding about
-    :data:`_UNUSUAL_CHUNK` amounts: the work is the sum of the ranges' lengths (a card's transactions of the
-    window, times its transactions in the batch)."""
+    A query whose range is not empty has earlier amounts (``prior_count`` > 0), and for integers
+    ``a * count > F * total`` is ``a > floor(F * total / count)``: the same counts either way below."""
     lengths = stops - starts
+    if int(lengths.sum()) > _UNUSUAL_DIRECT:
+        thresholds = (UNUSUAL_AMOUNT_FACTOR * prior_total) // np.maximum(prior_count, 1)
+        return _counts_above(cents, starts, stops, thresholds)
+    owner = np.repeat(np.arange(len(starts)), lengths)
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    over = cents[starts[owner] + within] * prior_count[owner] > UNUSUAL_AMOUNT_FACTOR * prior_total[owner]
+    return np.bincount(owner[over], minlength=len(starts)).astype(np.int64)
+
+
+def _counts_above(values: IntArray, starts: IntArray, stops: IntArray, thresholds: IntArray) -> IntArray:
+    """Per query, how many of ``values[starts[i]:stops[i]]`` are over ``thresholds[i]``, in O((n + queries)
+    log n): as a segment tree does, each range is cut into aligned blocks of 2**k positions, at most two per
+    level k, and a block's count is two binary searches in the values ordered by (block, rank of the value)
+    at that level (each level's order merges the previous one's sorted halves)."""
     counts = np.zeros(len(starts), dtype=np.int64)
-    ends = np.cumsum(lengths)
-    begin = 0
-    while begin < len(starts):
-        # At least one query per chunk, however long its range.
-        end = max(
-            begin + 1, int(np.searchsorted(ends, ends[begin] - lengths[begin] + _UNUSUAL_CHUNK, "right"))
-        )
-        part = lengths[begin:end]
-        owner = np.repeat(np.arange(begin, end), part)
-        within = np.arange(len(owner)) - np.repeat(np.cumsum(part) - part, part)
-        over = cents[starts[owner] + within] * prior_count[owner] > UNUSUAL_AMOUNT_FACTOR * prior_total[owner]
-        counts[begin:end] = np.bincount(owner[over] - begin, minlength=end - begin)
-        begin = end
+    if not len(values) or not len(starts):
+        return counts
+    distinct = np.unique(values)
+    rank = np.searchsorted(distinct, values).astype(np.int64)
+    least = np.searchsorted(distinct, thresholds, side="right")  # the first rank over each threshold
+    width = len(distinct) + 1
+    order = np.arange(len(values), dtype=np.int64)
+    lo, hi = starts.astype(np.int64), stops.astype(np.int64)
+    level = 0
+    while (lo < hi).any():
+        keys = (order >> level) * width + rank[order]
+        if level:
+            merged = np.argsort(keys, kind="stable")  # two sorted runs per block: a merge
+            order, keys = order[merged], keys[merged]
+        left = (lo < hi) & (lo & 1 == 1)
+        counts[left] += _over_in_blocks(keys, lo[left], least[left], width)
+        lo[left] += 1
+        right = (lo < hi) & (hi & 1 == 1)
+        hi[right] -= 1
+        counts[right] += _over_in_blocks(keys, hi[right], least[right], width)
+        lo >>= 1
+        hi >>= 1
+        level += 1
     return counts
+
+
+def _over_in_blocks(keys: IntArray, blocks: IntArray, least: IntArray, width: int) -> IntArray:
+    """How many values of each block rank at or past ``least`` (``keys``: block * width + rank, sorted)."""
+    return np.searchsorted(keys, (blocks + 1) * width) - np.searchsorted(keys, blocks * width + least)
 
 
 def card_windows(

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from features import core
 from features.core import (
@@ -213,18 +215,36 @@ def test_unusual_amounts_are_counted_over_the_last_7_days_against_the_30_day_mea
     assert unusual.loc[[31, 32, 33, 34, 35]].tolist() == [0, 0, 0, 0, 1]
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 1 << 22])
-def test_unusual_amounts_are_counted_alike_whatever_the_chunks(
-    chunk: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("direct", [0, 1 << 22])
+def test_unusual_amounts_are_counted_alike_one_by_one_or_by_blocks(
+    direct: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A burst of one card in one batch is counted in chunks of bounded size, to the same counts."""
+    """A burst of one card in one batch is counted by blocks (n log n) past a bound on the comparisons one
+    by one (n²), to the same counts."""
     rng = np.random.default_rng(7)
     amounts = rng.choice([1.0, 10.0, 100.0], size=60, p=[0.45, 0.45, 0.1])
     batch = txs(*[(i, "A" if i % 3 else "B", "x", float(amount), T + i) for i, amount in enumerate(amounts)])
     expected = card_features(batch)["card_nb_unusual_7d"]
     assert expected.max() > 0
-    monkeypatch.setattr(core, "_UNUSUAL_CHUNK", chunk)
+    monkeypatch.setattr(core, "_UNUSUAL_DIRECT", direct)
     assert card_features(batch)["card_nb_unusual_7d"].tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(-50, 50), min_size=1, max_size=70),
+    queries=st.lists(st.tuples(st.integers(0, 70), st.integers(0, 70), st.integers(-60, 60)), max_size=30),
+)
+def test_counts_above_a_threshold_in_ranges_are_those_counted_one_by_one(
+    values: list[int], queries: list[tuple[int, int, int]]
+) -> None:
+    array, n = np.asarray(values, dtype=np.int64), len(values)
+    ranges = [(min(a, b, n), min(max(a, b), n), t) for a, b, t in queries]
+    starts, stops, thresholds = (np.asarray([r[i] for r in ranges], dtype=np.int64) for i in range(3))
+
+    counts = core._counts_above(array, starts, stops, thresholds)
+
+    assert counts.tolist() == [int((array[a:b] > t).sum()) for a, b, t in ranges]
 
 
 def test_amounts_are_summed_in_cents() -> None:
