@@ -78,7 +78,7 @@ class Counted:
             self.calls["requests"] += requests
             self.calls["exchanges"] += 1
         self.calls["bytes"] += sum(
-            len(part) for value in values if value for part in value if isinstance(part, bytes)
+            len(part) for value in values if value for part in value if isinstance(part, (bytes, str))
         )
 
     def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]:

@@ -53,6 +53,16 @@ def is_paged_layout(layout: Mapping[str, int]) -> bool:
     return "page_bytes" in layout
 
 
+#: How this version stores an entry: 2, as text (``features.entry_store``); 1 (a layout that records no
+#: format), as bytes.
+ENTRY_FORMAT = 2
+
+
+def is_current_layout(layout: Mapping[str, int]) -> bool:
+    """Whether a recorded layout keeps its state as this version does: pages, stored as text."""
+    return is_paged_layout(layout) and layout.get("entry_format") == ENTRY_FORMAT
+
+
 def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:
     """The routing hash of each id, hashing each distinct id once."""
     values = ids.to_numpy() if isinstance(ids, pd.Series) else ids
@@ -66,10 +76,11 @@ def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int
 @dataclass(frozen=True)
 class Layout:
     """What routes events to state: the buckets (Spark keys) of each stage, the slots in each bucket, and the
-    size past which a page of slots is cut (:class:`Pages`). The buckets and slots are fixed for the life of
-    a checkpoint (``infra.checkpoints``); a savepoint moves state between them (``features.rescale``). The
-    page size may change from one run to the next (:attr:`TUNABLE`): it only decides where pages are cut
-    from then on, never where a card's history is found, and pages are never merged."""
+    size past which a page of slots is cut (:class:`Pages`); and how entries are stored (:data:`ENTRY_FORMAT`).
+    The buckets, slots and format are fixed for the life of a checkpoint (``infra.checkpoints``); a
+    savepoint moves state between them (``features.rescale``). The page size may change from one run to the
+    next (:attr:`TUNABLE`): it only decides where pages are cut from then on, never where a card's history
+    is found, and pages are never merged."""
 
     #: The fields a checkpoint takes a new value of on a restart.
     TUNABLE: ClassVar[tuple[str, ...]] = ("page_bytes",)
@@ -79,6 +90,7 @@ class Layout:
     card_slots: int = DEFAULT_SLOTS
     terminal_slots: int = DEFAULT_SLOTS
     page_bytes: int = DEFAULT_PAGE_BYTES
+    entry_format: int = ENTRY_FORMAT
 
     def as_record(self) -> dict[str, int]:
         """The layout as a checkpoint records it."""

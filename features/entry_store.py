@@ -11,10 +11,17 @@ terminals leave the state by event time, as a replay of the same events removes 
 
 The store is Spark's ``MapState`` behind a protocol of batched gets, puts and removes: a call's requests to
 the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark_state``).
+
+Entries are stored as text, their bytes in base64. The state server sends each value it reads to Python
+pickled by Pyrolite, which turns a binary value into a string one byte at a time: a 32 KiB page cost the
+JVM 450-700 µs to send, an ASCII string of the same bytes (43 KiB) 40-90 µs, and a micro-batch reads
+thousands of pages (``docs/architecture.md``, state layout). Checkpoints of earlier versions hold bytes:
+:func:`entry_bytes` reads either.
 """
 
 from __future__ import annotations
 
+import binascii
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +32,9 @@ import numpy.typing as npt
 
 from features.definitions import HOUR_MS
 
-#: Schemas of the two maps (Spark DDL): slot -> packed entry, hour -> the slots listed under it.
-ENTRY_KEY, ENTRY_VALUE = "slot bigint", "value binary"
+#: Schemas of the two maps (Spark DDL): slot -> packed entry (as text: :func:`entry_text`), hour -> the slots
+#: listed under it.
+ENTRY_KEY, ENTRY_VALUE = "slot bigint", "value string"
 INDEX_KEY, INDEX_VALUE = "hour bigint", "slots binary"
 _SLOTS = np.dtype("<i8")
 
@@ -92,7 +100,9 @@ class EntryStore:
         """The stored values of ``slots`` (slots without an entry are left out)."""
         keys = [int(slot) for slot in slots]
         values = self.entries.get_many([(slot,) for slot in keys])
-        return {slot: value[0] for slot, value in zip(keys, values, strict=True) if value is not None}
+        return {
+            slot: entry_bytes(value[0]) for slot, value in zip(keys, values, strict=True) if value is not None
+        }
 
     def write(self, clock: Clock, written: Written, newest_before: Mapping[int, int]) -> Clock:
         """Store ``written`` (``newest_before``: the newest time of each slot's value as it was read; a slot
@@ -104,7 +114,7 @@ class EntryStore:
                 if slot in newest_before:
                     removed.append((slot,))
                 continue
-            updates.append(((slot,), (value,)))
+            updates.append(((slot,), (entry_text(value),)))
             hour = written.newest[slot] // HOUR_MS
             before = newest_before.get(slot)
             if before is None or before // HOUR_MS != hour:
@@ -145,11 +155,22 @@ class EntryStore:
         expired = [
             (slot,)
             for slot, value in zip(candidates, values, strict=True)
-            if value is not None and newest_of(value[0]) <= horizon
+            if value is not None and newest_of(entry_bytes(value[0])) <= horizon
         ]
         self.entries.remove_many(expired)
         self.index.remove_many([(hour,) for hour in due])
         return Clock(clock.newest_ms, np.setdiff1d(clock.hours, due).astype(np.int64)), len(expired)
+
+
+def entry_text(value: bytes) -> str:
+    """An entry's packed bytes as the text the store keeps (base64)."""
+    return binascii.b2a_base64(value, newline=False).decode("ascii")
+
+
+def entry_bytes(stored: str | bytes) -> bytes:
+    """An entry's packed bytes from what the store keeps: text (:func:`entry_text`), or bytes in checkpoints
+    of earlier versions."""
+    return binascii.a2b_base64(stored) if isinstance(stored, str) else bytes(stored)
 
 
 def _slots_of(value: tuple[Any, ...] | None) -> npt.NDArray[np.int64]:

@@ -43,6 +43,7 @@ from features.definitions import (
     terminal_risk_column,
 )
 from features.entries import Layout, Pages, is_entry_layout, is_paged_layout, unpack_cards, unpack_terminals
+from features.entry_store import entry_bytes
 from features.job import (
     CARD_ENTRIES_VAR,
     CARD_STATE_VAR,
@@ -306,7 +307,7 @@ def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureP
     if not is_entry_layout(job.layout):
         held = None if stored is None else card_bucket_of(*stored.values())
         return card_view(card_id, job, bucket, held, params)
-    history, _ = unpack_cards([] if entry is None else [entry[0]])
+    history, _ = unpack_cards([] if entry is None else [entry_bytes(entry[0])])
     if stored is None and entry is None:
         return card_view(card_id, job, bucket, None, params)
     pending = from_blob(stored["pending"]) if stored is not None else empty_events()
@@ -425,5 +426,5 @@ def read_terminal(
     if not is_entry_layout(job.layout):
         held = None if stored is None else terminal_state_of(*stored.values())
         return terminal_view(terminal_id, job, bucket, held, params)
-    held = None if entry is None else unpack_terminals([entry[0]])[0]
+    held = None if entry is None else unpack_terminals([entry_bytes(entry[0])])[0]
     return terminal_view(terminal_id, job, bucket, held, params)

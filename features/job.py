@@ -38,13 +38,14 @@ from features.entries import (
     Layout,
     Pages,
     card_entries,
+    is_current_layout,
     is_entry_layout,
     is_paged_layout,
     terminal_entries,
     unpack_cards,
     unpack_terminals,
 )
-from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore
+from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import Rescale, rekey_cards, rekey_terminals
 from features.rows import (
@@ -423,11 +424,12 @@ def read_layout_state(
     entries = reader.all_map_values(CARD_ENTRIES_VAR, KEY)
     cards = []
     for key, (pending, frontier, *_) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
-        history, _ = unpack_cards(value for (value,) in entries.get(key, []))
+        history, _ = unpack_cards(entry_bytes(value) for (value,) in entries.get(key, []))
         cards.append(CardBucket(history, from_blob(pending), int(frontier)))
     terminal_entries_by_key = reader.all_map_values(TERMINAL_ENTRIES_VAR, KEY)
     terminals = [
-        unpack_terminals(value for (value,) in values)[0] for values in terminal_entries_by_key.values()
+        unpack_terminals(entry_bytes(value) for (value,) in values)[0]
+        for values in terminal_entries_by_key.values()
     ]
     return cards, terminals
 
@@ -508,17 +510,23 @@ def prepare_checkpoint(config: FeatureJobConfig) -> None:
     recorded = json.loads(layout_file.read_text()) if layout_file.exists() else None
     if recorded is None and config.checkpoint.is_dir() and any(config.checkpoint.iterdir()):
         recorded = {}  # written before layouts were recorded: one value per bucket
-    if recorded is not None and not is_paged_layout(recorded):
-        kept_as = "an entry per slot" if is_entry_layout(recorded) else "one value per bucket"
+    if recorded is not None and not is_current_layout(recorded):
         raise CheckpointLayoutError(
-            f"checkpoint {config.checkpoint} keeps its state in {kept_as}, as earlier versions of the job "
-            "did: move it into this version's pages through a savepoint (`fraud savepoint create`, then run "
-            "with `--from-savepoint` into a new checkpoint)"
+            f"checkpoint {config.checkpoint} keeps its state in {_kept_as(recorded)}, as earlier versions of "
+            "the job did: move it into this version's state through a savepoint (`fraud savepoint create`, "
+            "then run with `--from-savepoint` into a new checkpoint)"
         )
     bind_layout(config.checkpoint, layout_of(config), tunable=Layout.TUNABLE)
     changes = bind_specs(config.checkpoint, config.params)
     if changes:
         _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))
+
+
+def _kept_as(layout: Mapping[str, int]) -> str:
+    """How a recorded layout of an earlier version keeps its state."""
+    if is_paged_layout(layout):
+        return "pages stored as bytes"
+    return "an entry per slot" if is_entry_layout(layout) else "one value per bucket"
 
 
 def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:

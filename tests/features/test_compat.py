@@ -141,6 +141,16 @@ def test_a_record_without_parameters_gets_them_at_the_next_start(tmp_path: Path)
             {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 16384, "terminal_slots": 16384},
             "an entry per slot",
         ),
+        (
+            {
+                "card_buckets": 6,
+                "terminal_buckets": 6,
+                "card_slots": 65536,
+                "terminal_slots": 65536,
+                "page_bytes": 32768,
+            },
+            "pages stored as bytes",
+        ),
     ],
 )
 def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_the_savepoint_that_moves_it(

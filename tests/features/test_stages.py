@@ -21,7 +21,7 @@ from features.core import CardState, TerminalState, compute_features, labels_fro
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.entries import Layout, Pages, unpack_cards, unpack_terminals
-from features.entry_store import EntryStore
+from features.entry_store import EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import rekey_cards, rekey_terminals
 from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
@@ -383,10 +383,10 @@ class Stages:
         cards = []
         for state in self.card_state.values():
             pending, frontier, *_ = state.value.get() or (to_blob(empty_events()), -(2**62))
-            history, _ = unpack_cards(value for (value,) in state.entries.entries.values())
+            history, _ = unpack_cards(entry_bytes(value) for (value,) in state.entries.entries.values())
             cards.append(CardBucket(history, from_blob(pending), int(frontier)))
         terminals = [
-            unpack_terminals(value for (value,) in state.entries.entries.values())[0]
+            unpack_terminals(entry_bytes(value) for (value,) in state.entries.entries.values())[0]
             for state in self.terminal_state.values()
         ]
         return cards, terminals

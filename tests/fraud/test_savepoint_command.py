@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
+from features.entries import ENTRY_FORMAT
 from fraud import cli
 from fraud.console import console
 from fraud.savepoints import SAVEPOINT_FILE
@@ -48,7 +49,7 @@ def test_create_list_inspect_delete(home: Path, capsys: pytest.CaptureFixture[st
     assert "transactions/1: 300" in out
     assert (
         f"card_buckets 6; terminal_buckets 6; card_slots {DEFAULT_SLOTS}; terminal_slots {DEFAULT_SLOTS}; "
-        f"page_bytes {DEFAULT_PAGE_BYTES}; shuffle partitions 2" in out
+        f"page_bytes {DEFAULT_PAGE_BYTES}; entry_format {ENTRY_FORMAT}; shuffle partitions 2" in out
     )
     code, out, _ = fraud(capsys, "savepoint", "inspect", str(made), "--json")
     assert code == 0 and json.loads(out)["batch"] == 2

@@ -12,6 +12,7 @@ from contracts.errors import ConfigError, NotFoundError, StateError
 from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.compat import SPECS_FILE, FeatureSpecsError
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
+from features.entries import ENTRY_FORMAT
 from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
@@ -87,7 +88,7 @@ def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoi
         savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(
         SavepointMismatchError,
-        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, page_bytes, this",
+        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, page_bytes, entry_format, this",
     ):
         savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
     with pytest.raises(
@@ -197,6 +198,6 @@ def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_pa
     assert (start.how, start.change) == (
         "rescaled",
         f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}, "
-        f"page_bytes none -> {DEFAULT_PAGE_BYTES}",
+        f"page_bytes none -> {DEFAULT_PAGE_BYTES}, entry_format none -> {ENTRY_FORMAT}",
     )
     assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT

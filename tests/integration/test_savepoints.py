@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 from contracts.provenance import provenance_of
 from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.definitions import FeatureParams
+from features.entries import ENTRY_FORMAT
 from features.job import FeatureJobConfig
 from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
@@ -154,6 +155,7 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
         "card_slots": DEFAULT_SLOTS,
         "terminal_slots": DEFAULT_SLOTS,
         "page_bytes": DEFAULT_PAGE_BYTES,
+        "entry_format": ENTRY_FORMAT,
     }
     resumed_output = resumed_log.read_text()
     assert f"Starting from savepoint {savepoint} (batch {saved['batch']}" in resumed_output
@@ -208,7 +210,8 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     code, error = run_in_process({**env, "FRAUD_CARD_BUCKETS": "12"}, "features", "run", "--once")
     assert (
         code == 5
-        and f"'card_buckets': 6, 'card_slots': {DEFAULT_SLOTS}, 'page_bytes': {DEFAULT_PAGE_BYTES}, "
+        and f"'card_buckets': 6, 'card_slots': {DEFAULT_SLOTS}, 'entry_format': {ENTRY_FORMAT}, "
+        f"'page_bytes': {DEFAULT_PAGE_BYTES}, "
         "'terminal_buckets': 6, "
         f"'terminal_slots': {DEFAULT_SLOTS}}}, this run asks for"
         in error
@@ -270,6 +273,7 @@ def rescale_runs(
         "card_slots": DEFAULT_SLOTS,
         "terminal_slots": DEFAULT_SLOTS,
         "page_bytes": DEFAULT_PAGE_BYTES,
+        "entry_format": ENTRY_FORMAT,
     }
     origin = json.loads((twelve / savepoints.RESTORED_FILE).read_text())
     assert origin["rescaled"] == "card_buckets 6 -> 12, terminal_buckets 6 -> 12, shuffle partitions 2 -> 3"
