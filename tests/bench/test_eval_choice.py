@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import ModuleType
 
+import pandas as pd
 import pytest
 
 from models.estimators import ModelSpec
@@ -45,3 +46,32 @@ def test_a_shallower_candidate_past_one_standard_error_is_not(eval_models: Modul
 def test_at_the_same_depth_the_better_one_is_chosen(eval_models: ModuleType) -> None:
     found = validated(eval_models, (None, 56, 0.75, 0.2), (5, 28, 0.70, 0.1), (5, 56, 0.72, 0.1))
     assert eval_models.choose(found).name == "depth 5, 56 days"
+
+
+def test_a_terminal_fraud_counts_as_known_once_its_label_is_and_for_a_compromise_s_days(
+    eval_models: ModuleType,
+) -> None:
+    """What the report's ceilings call knowable: a fraud of the row's terminal whose label is known by the
+    row's time, from the compromise length before it."""
+    day = 86_400_000
+    rows = pd.DataFrame(
+        {
+            "terminal_id": ["7", "7", "7", "8"],
+            "event_time_ms": [10 * day, 20 * day, 40 * day, 20 * day],
+        }
+    )
+    labels = pd.DataFrame(
+        {
+            "tx_id": [1, 2],
+            "terminal_id": ["7", "7"],
+            "tx_time_ms": [5 * day, 11 * day],
+            "known_at_ms": [12 * day, 18 * day],
+            "is_fraud": [1, 0],
+        }
+    )
+
+    known = eval_models._terminal_fraud_known(rows, labels)
+
+    # Day 10: the day-5 fraud is not known yet; day 20: it is; day 40: it is 35 days old (past 28);
+    # terminal 8 has none. The day-11 label is not a fraud.
+    assert known.tolist() == [False, True, False, False]
