@@ -416,10 +416,11 @@ def _terminate(service: Service, grace_s: float = 5.0) -> bool:
 
 
 @contextlib.contextmanager
-def temporary_stack(home: Path) -> Iterator[StackInfo]:
-    """An embedded stack under ``home`` for the duration of the block (benchmarks, one-off runs)."""
+def temporary_stack(home: Path, durable: bool = False) -> Iterator[StackInfo]:
+    """An embedded stack under ``home`` for the duration of the block (benchmarks, one-off runs); ``durable``:
+    its topics on disk, in the object store (:meth:`EmbeddedStack.start`), for more than memory holds."""
     stack = EmbeddedStack(home)
-    info = stack.start()
+    info = stack.start(durable=durable)
     try:
         yield info
     finally:
