@@ -197,7 +197,7 @@ def breakdown(
     stage_kind: dict[int, str] = {}
     for what, context, phases in timings:
         batch = context.get("batch")
-        if batch not in chosen:
+        if batch is None or batch not in chosen:
             continue
         if "stage" in context and what in STAGE_OF:
             stage_kind[context["stage"]] = STAGE_OF[what]

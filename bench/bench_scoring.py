@@ -177,7 +177,7 @@ def run_paced(
         watcher = threading.Thread(target=watch_alerts, args=(clients, alerts_key, seen, stop), daemon=True)
         watcher.start()
         warm = paced(clients, take(int(rate * warmup)), rate, warmup)
-        last_warm = {id(q): (q.lastProgress or {}).get("batchId", -1) for q in queries}
+        last_warm = {id(q): q.lastProgress["batchId"] if q.lastProgress else -1 for q in queries}
         cpu_before, started = process_cpu_s(), time.monotonic()
         sent = paced(clients, take(int(rate * seconds)), rate, seconds)
         cpu = cpu_report(cpu_before, time.monotonic() - started)
