@@ -38,7 +38,10 @@ CARD_TOKEN_PATTERN = r"^[0-9a-f]{32}$"  # noqa: S105 - a format, not a secret
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 TxId = Annotated[int, Field(ge=0, lt=2**63)]
 CardToken = Annotated[str, Field(pattern=CARD_TOKEN_PATTERN)]
-TerminalId = Annotated[str, Field(min_length=1, max_length=64)]
+#: A terminal id is any text but NUL: pandas, which the feature job groups by, ends a string at a NUL, so
+#: ``"T1\x00x"`` would share ``"T1"``'s history.
+TERMINAL_ID_PATTERN = r"^[^\x00]*$"
+TerminalId = Annotated[str, Field(min_length=1, max_length=64, pattern=TERMINAL_ID_PATTERN)]
 EventTimeMs = Annotated[int, Field(ge=MIN_EVENT_TIME_MS, lt=MAX_EVENT_TIME_MS)]
 
 
