@@ -18,6 +18,7 @@ from features.entries import (
     Layout,
     Pages,
     Rows,
+    _sorted_factorize,
     _sorted_rows,
     card_entries,
     card_rows,
@@ -243,6 +244,21 @@ def test_entries_are_packed_in_one_canonical_order_whether_rows_tie_on_their_fir
         expected = np.lexsort((rows["cents"], rows["tx_id"], rows["time"], codes, slots))
         order = _sorted_rows(Rows(slots, codes, table, rows, "time"), codes)
         assert (order == expected).all()
+
+
+@given(
+    st.one_of(
+        st.lists(st.text(st.characters(blacklist_characters="\x00"), max_size=6), max_size=40),
+        st.lists(st.integers(-50, 50), max_size=40),
+    )
+)
+def test_keys_are_coded_in_the_order_python_sorts_them_strings_or_not(keys: list[object]) -> None:
+    values = np.asarray(keys, dtype=object)
+    codes, distinct = _sorted_factorize(values)
+    expected_codes, expected = pd.factorize(values, sort=True)
+
+    assert list(distinct) == list(expected) == sorted(set(keys))
+    assert (codes == expected_codes).all()
 
 
 def test_rows_carried_as_read_write_the_entries_their_whole_history_writes() -> None:
