@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy bench/*.py bench/peers/*.py
 	$(BIN)/lint-imports
 
 test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services

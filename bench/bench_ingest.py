@@ -76,12 +76,12 @@ def main() -> None:
             f"{result.dead_letters.total:,} dead letters; peak RSS {peak_mib:,.0f} MiB."
         ],
     )
-    settings = {
+    recorded = {
         **config.model_dump(mode="json"),
         "partitions": args.partitions,
         "broker": "embedded Tansu (memory)",
     }
-    report.write_unless_skipped(args, "ingest", script=__file__, tables=[table], settings=settings)
+    report.write_unless_skipped(args, "ingest", script=__file__, tables=[table], settings=recorded)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,10 @@ def main() -> None:
         for message in consumer.consume(args.batch, timeout=0.01):
             if message.error() is not None:
                 raise KafkaException(message.error())
-            event = orjson.loads(message.value())
+            raw = message.value()
+            if raw is None:  # a tombstone: no transaction
+                continue
+            event = orjson.loads(raw)
             card = event["card_id"]
             history = state.get(card)
             if history is None:
