@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from py4j.protocol import Py4JError
+from py4j.protocol import Py4JError, Py4JNetworkError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
@@ -32,6 +32,13 @@ def _project_errors(kind: type[FraudError] = FraudError) -> dict[str, type[Fraud
     for sub in kind.__subclasses__():
         found |= _project_errors(sub)
     return found
+
+
+#: Why a query stopped when the driver lost Spark's JVM under it, without a Ctrl-C.
+JVM_GONE = (
+    "Spark's JVM stopped under it (out of memory, or killed): Spark's log says which (logs/spark.log under "
+    "FRAUD_HOME); started again, the job resumes from its checkpoint"
+)
 
 
 class JobFailedError(FraudError):
@@ -86,6 +93,11 @@ def watch_query(
                     break
                 with contextlib.suppress(StreamingQueryException):  # it failed: said below, in one line
                     query.awaitTermination(poll_s)
+        except (Py4JNetworkError, ConnectionError) as gone:
+            if not stop_requested.is_set():  # not a second Ctrl-C that broke a call to the JVM
+                raise JobFailedError(JVM_GONE) from gone
+            report.seconds = time.monotonic() - started
+            return report
         except KeyboardInterrupt:
             console.print("Stopping...")
             try:

@@ -246,12 +246,13 @@ T = TypeVar("T")
 
 def stop_session(spark: SparkSession) -> None:
     """Stop Spark. When the driver cannot reach its JVM any more (a Ctrl-C cut a call to it short and broke
-    the connection), there is nothing to stop from here: the JVM ends with this process."""
+    the connection, or the JVM is gone), there is nothing to stop from here: the JVM ends with this
+    process."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PySpark's own warning that it could not stop the JVM cleanly
         try:
             spark.stop()
-        except Py4JError:
+        except (Py4JError, ConnectionError):
             _log.debug("Spark's JVM is out of reach; it stops with this process")
 
 

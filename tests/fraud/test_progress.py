@@ -39,6 +39,41 @@ def test_a_query_that_fails_while_waited_on_raises_the_one_line_error() -> None:
     assert "\n" not in str(raised.value)
 
 
+class OrphanedQuery:
+    """A query whose JVM died under it (out of memory, killed): the driver's next call finds no answer."""
+
+    @property
+    def isActive(self) -> bool:
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+
+def test_a_query_whose_jvm_died_raises_the_one_line_error_naming_spark_s_log() -> None:
+    with pytest.raises(JobFailedError, match=r"the streaming query failed: Spark's JVM stopped") as raised:
+        watch_query(cast(StreamingQuery, OrphanedQuery()), poll_s=0)
+    assert "\n" not in str(raised.value) and "spark.log" in str(raised.value)
+
+
+class QueryCutOffAfterCtrlC:
+    """Ctrl-C comes while the driver waits on the JVM, and the call comes back broken: a stop was asked for,
+    so the JVM being out of reach is the stop's doing, not a failure."""
+
+    isActive = True
+    recentProgress: tuple[dict[str, Any], ...] = ()
+
+    def awaitTermination(self, timeout: float) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        raise Py4JNetworkError("Error while receiving")
+
+
+def test_a_connection_broken_after_ctrl_c_ends_with_a_report_not_an_error() -> None:
+    started_with = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        report = watch_query(cast(StreamingQuery, QueryCutOffAfterCtrlC()), poll_s=0)
+        assert report.batches == 0 and report.seconds >= 0
+    finally:
+        signal.signal(signal.SIGINT, started_with)
+
+
 class InterruptedQuery:
     """A query watched when Ctrl-C comes: the interrupt lands in a call to the JVM, whose connection it
     breaks, so stopping the query cannot reach the JVM either."""
