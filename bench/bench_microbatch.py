@@ -395,6 +395,10 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                 measured_from = started_wall + float(sent[warm] - sent[0])
                 measured_to = started_wall + float(sent[-1] - sent[0])
                 wait_for(lambda: reader.count >= wanted, 120, "paced output", process, PIPELINE)
+            except SystemExit as stopped:
+                raise SystemExit(
+                    f"{stopped}; its output: {log_path}, Spark's log: {logs / 'spark.log'}"
+                ) from None
             finally:
                 process.send_signal(signal.SIGINT)
                 try:
@@ -404,11 +408,12 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                     process.wait()
                 sampler.stop()
                 reader.stop()
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copy(home / "logs" / "spark.log", logs / "spark.log")
         seen = reader.first_seen
         latencies = np.array([seen[tx] for tx in later_ids[warm:n]]) - sent[warm:]
         latency = Latency.of(sent[warm:], latencies)
         print(f"paced {args.rate:,.0f}/s: p50/p95/p99 {latency.cell()}, max {latency.max:.2f} s")
-        shutil.copy(home / "logs" / "spark.log", logs / "spark.log")
         (written,) = events.iterdir()  # Spark 4's event log: a directory of rolled files
         shutil.rmtree(logs / "events", ignore_errors=True)
         shutil.copytree(written, logs / "events")
