@@ -535,8 +535,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
-    for _, days in args.sizes:
-        project_jobs.check_champion_days(parser, "--sizes: days of history", days)
     print(f"settings: {report.args_settings(args)}; embedded Tansu broker, Valkey, SQLite MLflow")
     runs = [run(args, customers, days) for customers, days in args.sizes]
     tables = [summary(runs, args.rate), *(phases(r, args) for r in runs)]

@@ -667,8 +667,6 @@ def main() -> None:
     if set(keys) != {s.key for s in SYSTEMS} and not args.no_report:
         parser.error("the report needs every system: add --no-report to run some of them")
     systems = [s for key in keys for s in SYSTEMS if s.key == key]
-    if "pipeline" in keys:
-        project_jobs.check_champion_days(parser, "--backlog-days", args.backlog_days)
     started = time.monotonic()
     print(
         f"settings: {report.args_settings(args)}; an embedded stack each: Tansu (memory), Valkey, SQLite MLflow"

@@ -296,7 +296,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.pipeline_only and args.paced_jobs == "separate":
         parser.error("--pipeline-only runs no separate jobs: it cannot pace them")
-    project_jobs.check_champion_days(parser, "--unpaced-days", args.unpaced_days)
     print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
 
     rates = [float(r) for r in args.rates.split(",") if r.strip()]

@@ -7,13 +7,13 @@ thing.
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig
@@ -23,6 +23,7 @@ from infra.clients import Clients
 from infra.embedded import HOST, StackInfo
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
+from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
 from models.estimators import DEFAULT_SPEC
 from models.metrics import DEFAULT_ALERTS_PER_DAY
@@ -35,19 +36,17 @@ TX_PER_CUSTOMER_DAY = 1.9
 MAX_EVENT_BYTES = 16_384
 #: The bench's token key (any key: the simulation has no real card numbers).
 TOKEN_KEY = b"bench"
-#: How the champion is trained on the first days of the input: up to a week of training (as many days as
-#: the input has before the delay and the test days), 3 days of delay, 3 of test.
+#: How the champion is trained on the latest days of the input: up to a week of training, 3 days of delay,
+#: 3 of test.
 CHAMPION_TRAIN_DAYS, CHAMPION_DELAY_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
-#: The fewest days of input the champion can be trained on: a day of training.
-CHAMPION_MIN_DAYS = 1 + CHAMPION_DELAY_DAYS + CHAMPION_TEST_DAYS
-
-
-def check_champion_days(parser: argparse.ArgumentParser, option: str, days: int) -> None:
-    """Refuse, in one line naming ``option``, fewer days of input than the champion is trained on."""
-    if days < CHAMPION_MIN_DAYS:
-        parser.error(
-            f"{option} {days}: the champion is trained on these days, which need at least {CHAMPION_MIN_DAYS}"
-        )
+#: The fewest days of input the champion learns from: a week of training, its delay and test days. On fewer,
+#: the training days' frauds are not known yet (their labels come ``LABEL_DELAY_MS`` late): a model of no
+#: fraud puts its threshold at zero and alerts on every transaction.
+CHAMPION_MIN_DAYS = CHAMPION_TRAIN_DAYS + CHAMPION_DELAY_DAYS + CHAMPION_TEST_DAYS
+#: The world the champion learns from when the input is shorter (a large world's few days): the features
+#: describe one card or terminal, so a model of this world scores another world's transactions as it would
+#: its own.
+CHAMPION_WORLD = SimulatorConfig(customers=5_000, terminals=10_000, days=31, seed=0)
 
 
 def events_of(frame: pd.DataFrame) -> EventBatch:
@@ -57,17 +56,19 @@ def events_of(frame: pd.DataFrame) -> EventBatch:
 
 def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) -> None:
     """Train the default model (``models.estimators.DEFAULT_SPEC``) on every feature of ``first`` (batch
-    path) and register it in the stack's MLflow store, where the first version becomes the champion."""
+    path), or of ``CHAMPION_WORLD`` when ``first`` holds fewer than ``CHAMPION_MIN_DAYS`` days, and register
+    it in the stack's MLflow store, where the first version becomes the champion."""
+    first_day, last_day = first[TxColumns.EVENT_TIME].min(), first[TxColumns.EVENT_TIME].max()
+    if (last_day.normalize() - first_day.normalize()).days + 1 < CHAMPION_MIN_DAYS:
+        first = simulate(CHAMPION_WORLD)
     dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
-    days = dataset.last_ms // DAY_MS - dataset.first_ms // DAY_MS + 1
-    train_days = min(CHAMPION_TRAIN_DAYS, days - CHAMPION_DELAY_DAYS - CHAMPION_TEST_DAYS)
     options = TrainOptions(
         DEFAULT_SPEC,
         "all",
         params,
-        Periods(train_days=train_days, delay_days=CHAMPION_DELAY_DAYS, test_days=CHAMPION_TEST_DAYS).plans(
-            dataset.last_ms
-        ),
+        Periods(
+            train_days=CHAMPION_TRAIN_DAYS, delay_days=CHAMPION_DELAY_DAYS, test_days=CHAMPION_TEST_DAYS
+        ).plans(dataset.last_ms),
         DEFAULT_ALERTS_PER_DAY,
     )
     run_training(

@@ -217,6 +217,11 @@ def split(dataset: Dataset, plan: SplitPlan, protocol: EvalProtocol | None = Non
     for name, frame in (("training", train), ("test", tested.rows)):
         if frame.empty:
             raise DatasetError(f"the {name} period of {plan.describe()} has no transactions")
+    if not train[TARGET].any():
+        raise DatasetError(
+            f"the training period of {plan.describe()} holds no fraud known before its test days: a model "
+            "learns nothing from it (labels come late); train on more days of data"
+        )
     return Split(plan, train.reset_index(drop=True), tested.rows, tested.removed_rows, tested.removed_cards)
 
 

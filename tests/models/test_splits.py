@@ -73,6 +73,18 @@ def test_no_label_unknown_at_the_test_start_reaches_training(small_dataset: Data
     assert targets.sum() == len(train_frauds) - len(late)
 
 
+def test_a_training_period_whose_frauds_are_all_known_too_late_is_refused(small_dataset: Dataset) -> None:
+    """A model of no known fraud scores every transaction alike, and its budget's threshold then alerts on all
+    of them: such a training period is an error, not a model."""
+    labels = small_dataset.labels.copy()
+    in_training = labels[TX_TIME_MS].between(PLAN.train_start_ms, PLAN.train_end_ms - 1)
+    labels.loc[in_training, KNOWN_AT_MS] = PLAN.test_start_ms
+    with pytest.raises(DatasetError, match="holds no fraud known before its test days"):
+        split(_with_labels(small_dataset, labels), PLAN)
+    labels.loc[labels.index[in_training][:1], KNOWN_AT_MS] = PLAN.test_start_ms - 1
+    assert split(_with_labels(small_dataset, labels), PLAN).train[TARGET].sum() == 1
+
+
 def test_training_period_and_targets(small_dataset: Dataset) -> None:
     train = split(small_dataset, PLAN).train
     times = train[EVENT_TIME_MS]
