@@ -20,6 +20,10 @@ DEAD_COUNTS = {reason.value: f"n_dead_{reason.value}" for reason in Reason}
 COUNTS = (FEATURE_COUNT, LATE_COUNT, SCORE_COUNT, ALERT_COUNT, *DEAD_COUNTS.values())
 #: Next to the counts: the alerts' source records (``contracts.records.ALERT_SOURCE_HEADER``), collected.
 ALERT_SOURCES = "alert_sources"
+#: The most alerts' sources a state call or a task passes on. They are gathered on the driver in one row of
+#: Spark's observed metrics, and a backlog or a burst of alerts (a micro-batch of 100,000 alerts: 75 MB)
+#: filled the driver's heap: past this, a call's further alerts are not timed.
+ALERT_SOURCES_KEPT = 1_000
 #: The counts' and sources' columns as Spark DDL (``mapInArrow`` and state outputs) and as Arrow fields.
 COUNTS_DDL = ", ".join([*(f"{name} bigint" for name in COUNTS), f"{ALERT_SOURCES} array<string>"])
 COUNTS_FIELDS = [*((name, pa.int64()) for name in COUNTS), (ALERT_SOURCES, pa.list_(pa.string()))]
@@ -52,9 +56,10 @@ def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, 
     return counts
 
 
-def alert_sources(records: pa.Table, topics: Topics) -> list[str]:
-    """The source positions of a state call's or a task's alert records, from their headers."""
-    alerts = records.filter(pc.equal(records.column("topic"), topics.alerts))
+def alert_sources(records: pa.Table, topics: Topics, kept: int = ALERT_SOURCES_KEPT) -> list[str]:
+    """The source positions of a state call's or a task's first ``kept`` alert records, from their
+    headers."""
+    alerts = records.filter(pc.equal(records.column("topic"), topics.alerts)).slice(0, kept)
     found = []
     for headers in alerts.column("headers").to_pylist() if alerts.num_rows else ():
         value = next((h["value"] for h in headers or () if h["key"] == ALERT_SOURCE_HEADER), None)

@@ -186,6 +186,11 @@ def test_alert_sources_are_collected_from_the_alerts_headers() -> None:
         }
     )
     assert alert_sources(records, TOPICS) == ["transactions/2@41"]
+    # Past ``kept`` alerts (with a source or not), no more sources.
+    many = pa.concat_tables([records] * 3)
+    assert alert_sources(many, TOPICS) == ["transactions/2@41"] * 3
+    assert alert_sources(many, TOPICS, kept=3) == ["transactions/2@41"] * 2
+    assert alert_sources(many, TOPICS, kept=0) == []
     assert parse_source_position("transactions/2@41") == ("transactions/2", 41)
     assert parse_source_position("no position") is None
 
