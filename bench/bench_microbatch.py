@@ -4,7 +4,9 @@ other. For each size:
 
 1. Simulates a fixed-seed input (``ingest.simulator``, as bench_peers.py does); the first ``--backlog-days``
    are the backlog (the state the pipeline holds), the rest feed the paced load. Trains the champion on
-   the backlog (batch path) and produces the backlog (``ingest.produce``).
+   the backlog (batch path; a backlog of fewer than 13 days is too short to learn from, and the champion
+   learns from a world of its own, ``project_jobs.CHAMPION_WORLD``) and produces the backlog
+   (``ingest.produce``).
 2. Starts the real command, ``fraud pipeline run``, as a subprocess on an embedded stack of its own (from
    ``--durable-from`` cards a durable one, its broker's topics on disk: more than memory holds), with Spark's
    event log on (``SPARK_CONF_DIR``) and ``--log-level debug`` (the project's timing lines,

@@ -36,8 +36,8 @@ TX_PER_CUSTOMER_DAY = 1.9
 MAX_EVENT_BYTES = 16_384
 #: The bench's token key (any key: the simulation has no real card numbers).
 TOKEN_KEY = b"bench"
-#: How the champion is trained on the latest days of the input: up to a week of training, 3 days of delay,
-#: 3 of test.
+#: How the champion is trained on the latest days of the input: a week of training, 3 days of delay, 3 of
+#: test.
 CHAMPION_TRAIN_DAYS, CHAMPION_DELAY_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
 #: The fewest days of input the champion learns from: a week of training, its delay and test days. On fewer,
 #: the training days' frauds are not known yet (their labels come ``LABEL_DELAY_MS`` late): a model of no
