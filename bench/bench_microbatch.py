@@ -12,7 +12,9 @@ other. For each size:
    event log on (``SPARK_CONF_DIR``) and ``--log-level debug`` (the project's timing lines,
    ``infra.timing``); reads its feature records from the beginning (read_committed) and waits until the
    backlog is through: the first output's time after launch is reported.
-3. Streams ``--warmup-s`` then ``--paced-s`` of new transactions at ``--rate``/s; the latency from handing a
+3. Streams ``--warmup-s`` then ``--paced-s`` of new transactions at ``--rate``/s (longer when the backlog's
+   micro-batches took longer: as long as three of them, up to ``--max-paced-s``, so that micro-batches as
+   long as those start in it); the latency from handing a
    transaction to the producer to its feature record being readable, p50/p95/p99, over the measured part.
 4. Stops the command (SIGINT: Ctrl-C) and takes apart the micro-batches that ran during the measured part:
 
@@ -77,6 +79,9 @@ DEFAULT_SIZES = "5000:31,50000:31,200000:7"
 #: From this many cards a size runs on a durable stack, its broker's topics on disk: in memory, the 200,000-card
 #: size's topics and outputs took 8.1 GB and the machine ran out of memory.
 DURABLE_FROM = 100_000
+#: The measured part of the paced load lasts at least this many of the backlog's micro-batches (each of
+#: ``--max-records``, at the backlog rate): at 200,000 cards a micro-batch takes longer than ``--paced-s``.
+BATCHES_MEASURED = 3
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "build" / "bench-microbatch"
 FRAUD = Path(sys.executable).parent / "fraud"
@@ -303,6 +308,7 @@ class Run:
     peak_memory_bytes: int
     load: str
     durable: bool
+    paced_s: float
 
     def ms(self, *names: str) -> str:
         """The medians of phases, by their names, as ``a / b / c`` ms."""
@@ -313,7 +319,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
     """Simulate, produce the backlog, run the pipeline through it, pace the load, take the micro-batches
     apart."""
     terminals = args.terminals_per_customer * customers
-    paced_tx = args.rate * (args.paced_s + args.warmup_s)
+    paced_tx = args.rate * (max(args.paced_s, args.max_paced_s) + args.warmup_s)
     days = backlog_days + math.ceil(paced_tx / (customers * TX_PER_CUSTOMER_DAY)) + 1
     frame = simulate(SimulatorConfig(customers=customers, terminals=terminals, days=days, seed=args.seed))
     cut = frame[TxColumns.EVENT_TIME].min().normalize() + pd.Timedelta(days=backlog_days)
@@ -382,7 +388,14 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                     f"first output {first_output_s:.1f} s after launch; backlog through at {backlog_s:.1f} s "
                     f"({backlog_rate:,.0f} tx/s)"
                 )
-                n = int(args.rate * (args.warmup_s + args.paced_s))
+                paced_s = min(
+                    args.max_paced_s, max(args.paced_s, BATCHES_MEASURED * args.max_records / backlog_rate)
+                )
+                if paced_s > args.paced_s:
+                    print(
+                        f"measuring {paced_s:.0f} s of the paced load: {BATCHES_MEASURED} of the backlog's micro-batches"
+                    )
+                n = int(args.rate * (args.warmup_s + paced_s))
                 warm = int(args.rate * args.warmup_s)
                 wanted = reader.count + n
                 started_wall = time.time()
@@ -424,7 +437,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
     )
     if not batches:
         raise SystemExit(
-            f"{customers:,} cards: no micro-batch started in the {args.paced_s:g} s measured (each took longer): "
+            f"{customers:,} cards: no micro-batch started in the {paced_s:.0f} s measured (each took longer): "
             "give a longer --paced-s"
         )
     return Run(
@@ -440,6 +453,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
         peak_memory_bytes=sampler.peak_memory_bytes,
         load=f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after",
         durable=durable,
+        paced_s=paced_s,
     )
 
 
@@ -499,7 +513,7 @@ def phases(r: Run, args: argparse.Namespace) -> report.Table:
         ["phase", "median ms", "p90 ms", "measured by"],
         r.rows,
         caption=(
-            f"{r.customers:,} cards: the {r.batches} micro-batches that started in the {args.paced_s:.0f} s "
+            f"{r.customers:,} cards: the {r.batches} micro-batches that started in the {r.paced_s:.0f} s "
             f"measured at {args.rate:,.0f} tx/s (after {args.warmup_s:.0f} s of warm-up), on a state of "
             f"{r.transactions:,} transactions"
         ),
@@ -523,7 +537,18 @@ def main() -> None:
     )
     parser.add_argument("--terminals-per-customer", type=int, default=2)
     parser.add_argument("--rate", type=float, default=2000.0, help="paced load, transactions/s")
-    parser.add_argument("--paced-s", type=float, default=15.0, help="measured seconds of the paced load")
+    parser.add_argument(
+        "--paced-s",
+        type=float,
+        default=15.0,
+        help=f"measured seconds of the paced load, or {BATCHES_MEASURED} of the backlog's micro-batches if longer",
+    )
+    parser.add_argument(
+        "--max-paced-s",
+        type=float,
+        default=120.0,
+        help="the longest the measured part is made for slow micro-batches",
+    )
     parser.add_argument("--warmup-s", type=float, default=10.0, help="paced seconds before it, not measured")
     parser.add_argument("--partitions", type=int, default=4, help="of every topic")
     parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
