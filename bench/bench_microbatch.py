@@ -14,8 +14,8 @@ other. For each size:
    backlog is through: the first output's time after launch is reported.
 3. Streams ``--warmup-s`` then ``--paced-s`` of new transactions at ``--rate``/s (longer when the backlog's
    micro-batches took longer: as long as three of them, up to ``--max-paced-s``, so that micro-batches as
-   long as those start in it); the latency from handing a
-   transaction to the producer to its feature record being readable, p50/p95/p99, over the measured part.
+   long as those start in it); the latency from handing a transaction to the producer to its feature record
+   being readable, p50/p95/p99, over the measured part.
 4. Stops the command (SIGINT: Ctrl-C) and takes apart the micro-batches that ran during the measured part:
 
    - Spark's progress reports (from the event log): ``durationMs`` (latestOffset: the source's planning,
@@ -438,7 +438,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
     if not batches:
         raise SystemExit(
             f"{customers:,} cards: no micro-batch started in the {paced_s:.0f} s measured (each took longer): "
-            "give a longer --paced-s"
+            "give a longer --paced-s (or --max-paced-s)"
         )
     return Run(
         customers=customers,
