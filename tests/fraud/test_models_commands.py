@@ -93,6 +93,19 @@ def test_unknown_alias_is_a_one_line_error(tracking_uri: str) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_a_training_period_without_a_known_fraud_is_a_one_line_error(
+    small_file: Path, tracking_uri: str
+) -> None:
+    """A day of training whose frauds are confirmed after its test days begin: no model is trained."""
+    split = ["--train-start", "2018-04-20", "--train-days", "1", "--delay-days", "1", "--test-days", "7"]
+    result = fraud_in(os.environ, "train", "--input", str(small_file), *split, "--no-register")
+    lines = stderr_lines(result)
+    assert result.returncode != 0, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "holds no fraud known before its test days" in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_periods_anchored_at_the_test_week_count_folds_forward() -> None:
     """--test-start fixes the first fold's test week whatever the training length; --folds go forward."""
     last_ms = 0  # unused when a start is given
