@@ -388,8 +388,8 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                     f"first output {first_output_s:.1f} s after launch; backlog through at {backlog_s:.1f} s "
                     f"({backlog_rate:,.0f} tx/s)"
                 )
-                paced_s = min(
-                    args.max_paced_s, max(args.paced_s, BATCHES_MEASURED * args.max_records / backlog_rate)
+                paced_s = max(
+                    args.paced_s, min(args.max_paced_s, BATCHES_MEASURED * args.max_records / backlog_rate)
                 )
                 if paced_s > args.paced_s:
                     print(
