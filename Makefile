@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m infra.maven fetch
 	$(BIN)/python -m infra.class_archive
 	@touch $(STAMP)
 

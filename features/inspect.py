@@ -56,7 +56,8 @@ from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE, check_intact
-from infra.kafka_source.offsets import NO_FRONTIER
+from infra.kafka_offsets import NO_FRONTIER
+from infra.offset_log import Frontier, is_frontier
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:
@@ -100,21 +101,21 @@ class JobState:
         return self.checkpoint / QUERY_DIR
 
     @property
-    def _source(self) -> dict[str, Any]:
-        offsets = [offset for offset in self.batch.source_offsets if isinstance(offset, dict)]
-        return offsets[0] if len(offsets) == 1 else {}
+    def _frontier(self) -> Frontier | None:
+        return next((Frontier.of_json(o) for o in self.batch.source_offsets if is_frontier(o)), None)
 
     @property
     def frontier_ms(self) -> int | None:
-        """The batch's event-time frontier (``infra.kafka_source``): every record stamped before it was
-        read. None before the source has seen a record."""
-        frontier = self._source.get("frontier")
-        return None if frontier is None or int(frontier) <= NO_FRONTIER else int(frontier)
+        """The batch's event-time frontier (``infra.kafka_frontier``): every record stamped before it was
+        read. None before the job has seen a record."""
+        frontier = self._frontier
+        return None if frontier is None or frontier.frontier_ms <= NO_FRONTIER else frontier.frontier_ms
 
     @property
     def final(self) -> bool:
         """Whether the batch was the last of an ``--once`` run, which released every event held."""
-        return bool(self._source.get("final", False))
+        frontier = self._frontier
+        return frontier is not None and frontier.final
 
     def as_json(self) -> dict[str, Any]:
         """Where the state was read and what it reflects, as JSON values."""

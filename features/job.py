@@ -25,6 +25,7 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, GroupedData, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -79,18 +80,18 @@ from features.transport import (
 )
 from infra.arrow_json import newest_rows, read_records, text_arrays
 from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
+from infra.kafka_frontier import FrontierConfig, final_in, read_frontier
+from infra.kafka_log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
-from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
-from infra.kafka_source.datasource import read_stream
-from infra.kafka_source.splits import Split
 from infra.redis_connection import RedisTarget
 from infra.redis_keys import card_features_key
 from infra.redis_store import set_latest_encoded
 from infra.schemas import spark_ddl
 from infra.spark import observations, start_stream
+from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark_state import PipelinedMap
 from infra.stage_counts import (
     COUNTS_DDL,
@@ -107,18 +108,34 @@ C = TxColumns
 _log = logging.getLogger(__name__)
 
 
+#: The column of each Kafka record's micro-batch clock (Spark's batch timestamp, epoch ms): a re-run sees the
+#: same, so it judges a record dated too far ahead of it as the first run did.
+CLOCK = "clock"
+
+
 @dataclass(frozen=True)
-class EventDecoder:
-    """The Kafka source's decoder: transactions and labels to events packed per card bucket, and ticks."""
+class DecodeRecords:
+    """The first stage over the connector's records (``mapInArrow``): transactions and labels to events
+    packed per card bucket (``features.decode``); transactions dated too far ahead of the micro-batch's
+    clock are dead rows."""
 
     options: DecodeOptions
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for records in batches:
+            if records.num_rows:
+                yield pack(decode(records, self.options, records.column(CLOCK)[0].as_py()), CARD_BUCKET)
+
+
+@dataclass(frozen=True)
+class CardTicks:
+    """The frontier source's ticker (``infra.kafka_frontier.Ticker``): one tick per card bucket, packed."""
+
+    card_buckets: int
     schema: str = spark_ddl(PACKED_FIELDS)
 
-    def decode(self, records: pa.RecordBatch, split: Split) -> Iterator[pa.RecordBatch]:
-        yield pack(decode(records, self.options, split.clock_ms), CARD_BUCKET)
-
-    def heartbeat(self, split: Split) -> Iterator[pa.RecordBatch]:
-        yield pack(ticks(split.frontier_ms, self.options.card_buckets, split.final), CARD_BUCKET)
+    def ticks(self, frontier_ms: int, final: bool) -> pa.RecordBatch:
+        return pack(ticks(frontier_ms, self.card_buckets, final), CARD_BUCKET)
 
 
 #: The names of the state variables (what Spark's state data source reads them by): each stage's value per
@@ -271,10 +288,11 @@ class FeatureJobConfig:
     params: FeatureParams
     max_event_bytes: int
     max_records_per_trigger: int | None = None
-    #: Where the input is read from and, for a ``once`` run, up to (``infra.kafka_source.config``): a
-    #: time range replays just that range.
-    starting_offsets: str = EARLIEST
-    ending_offsets: str = LATEST
+    #: Where a new query's input starts (its first records at or after, epoch ms; None: the earliest) and
+    #: where a run ends (None: a stream without end, or a ``once`` run's end of the log): a time range
+    #: replays just that range.
+    start_ms: int | None = None
+    end_ms: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
     #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
@@ -326,6 +344,10 @@ class FeatureJobConfig:
     def with_rescale(self, rescale: Rescale | None) -> FeatureJobConfig:
         return replace(self, rescale=rescale)
 
+    def ended(self, progress: dict[str, Any]) -> bool:
+        """A run of a range ends with its final micro-batch (``infra.kafka_frontier``)."""
+        return self.end_ms is not None and final_in(progress)
+
     def start(
         self,
         spark: SparkSession,
@@ -338,31 +360,44 @@ class FeatureJobConfig:
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
-    """The streaming job's output: feature records and dead letters, packed for the Kafka sink."""
-    decoder = EventDecoder(
-        DecodeOptions(
-            transactions_topic=config.topics.transactions,
-            labels_topic=config.topics.labels,
-            card_buckets=config.card_buckets,
-            max_event_bytes=config.max_event_bytes,
-            max_clock_skew_ms=config.max_clock_skew_ms,
-        )
-    )
-    source = KafkaSourceConfig(
+    """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Checks first
+    that its checkpoint's input is still in the topics' logs, and finds where a run of a range ends."""
+    topics = config.inputs
+    check_resume(config.kafka_config, query_location(config.checkpoint))
+    ending_offsets = None
+    if config.end_ms is not None:
+        ending_offsets = offsets_for_time(new_admin(config.kafka_config), topics, config.end_ms)
+    position = config.rescale.position if config.rescale is not None else None
+    source = KafkaInput(
         kafka_config=config.kafka_config,
-        topics=(config.topics.transactions, config.topics.labels),
+        topics=topics,
+        start_ms=config.start_ms,
+        starting_offsets=position.offsets if position is not None else None,
+        ending_offsets=ending_offsets,
         max_records_per_trigger=config.max_records_per_trigger,
-        starting_offsets=config.starting_offsets,
-        ending_offsets=config.ending_offsets,
-        allowed_lateness_ms=config.params.max_lateness_ms,
-        read_tasks=spark.sparkContext.defaultParallelism,  # one task per core
-        decoder=decoder,
+    )
+    options = DecodeOptions(
+        transactions_topic=config.topics.transactions,
+        labels_topic=config.topics.labels,
+        card_buckets=config.card_buckets,
+        max_event_bytes=config.max_event_bytes,
         max_clock_skew_ms=config.max_clock_skew_ms,
-        initial_position=config.rescale.position if config.rescale is not None else None,
+    )
+    records = read_stream(spark, source).withColumn(CLOCK, F.unix_millis(F.current_timestamp()))
+    events = records.mapInArrow(DecodeRecords(options), spark_ddl(PACKED_FIELDS))
+    frontier = FrontierConfig(
+        kafka_config=config.kafka_config,
+        topics=topics,
+        query_dir=str(query_location(config.checkpoint)),
+        ticker=CardTicks(config.card_buckets),
+        allowed_lateness_ms=config.params.max_lateness_ms,
+        max_clock_skew_ms=config.max_clock_skew_ms,
+        ending_offsets=ending_offsets,
+        initial=position.frontier if position is not None else None,
     )
     card_state, terminal_state = initial_states(spark, config)
     card = (
-        read_stream(spark, source)
+        events.union(read_frontier(spark, frontier))
         .groupBy(KEY)
         .transformWithStateInPandas(
             statefulProcessor=CardStage(config.params, config.layout),

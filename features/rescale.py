@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +34,8 @@ from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState
 from features.rows import CARD_BUCKET, concat_frames, empty_events
 from features.stages import CardBucket
-from infra.kafka_source.offsets import NO_FRONTIER
+from infra.kafka_offsets import NO_FRONTIER
+from infra.offset_log import Position
 
 C = TxColumns
 
@@ -49,9 +49,9 @@ class Rescale:
     query_dir: Path
     #: Its committed micro-batch: the state as that batch left it.
     batch: int
-    #: That batch's end offset of the job's Kafka source, where the new query's source starts
-    #: (``infra.kafka_source.config.KafkaSourceConfig.initial_position``).
-    position: dict[str, Any]
+    #: Where that batch left the job's input (the connector's offsets and the frontier): where the new
+    #: query's input starts.
+    position: Position
     #: The layout the query's state was written in (``layout.json``: buckets and, since state is kept in
     #: entries, slots), which says how to read it.
     layout: dict[str, int]

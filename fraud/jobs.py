@@ -30,7 +30,6 @@ from fraud.running import registered, this_job
 from infra.checkpoints import check_intact
 from infra.clients import Clients
 from infra.input_watch import InputWatch, observer_group
-from infra.kafka_source.config import EARLIEST, LATEST, at_time
 from infra.metrics import JobMetrics
 from infra.redis_connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
@@ -114,6 +113,11 @@ class Job(Protocol):
         """The same job, its first micro-batch re-keying another layout's state (``features.rescale``)."""
         ...
 
+    def ended(self, progress: dict[str, Any]) -> bool:
+        """Whether a run of a time range is done after the micro-batch of this progress report (the query
+        reads on otherwise: Spark's Kafka connector has no end for streams)."""
+        ...
+
     def start(
         self,
         spark: SparkSession,
@@ -132,14 +136,6 @@ class Scope:
     namespace: str = ""
     start_ms: int | None = None
     end_ms: int | None = None
-
-    @property
-    def starting_offsets(self) -> str:
-        return EARLIEST if self.start_ms is None else at_time(self.start_ms)
-
-    @property
-    def ending_offsets(self) -> str:
-        return LATEST if self.end_ms is None else at_time(self.end_ms)
 
 
 def redis_target(settings: Settings, clients: Clients, *, prefix: str = "", writer: str = "") -> RedisTarget:
@@ -169,8 +165,8 @@ def feature_job_config(
         params=params,
         max_event_bytes=settings.max_event_bytes,
         max_records_per_trigger=max_records,
-        starting_offsets=scope.starting_offsets,
-        ending_offsets=scope.ending_offsets,
+        start_ms=scope.start_ms,
+        end_ms=scope.end_ms,
         max_clock_skew_ms=round(settings.max_clock_skew_s * 1000),
         card_buckets=settings.card_buckets,
         terminal_buckets=settings.terminal_buckets,
@@ -204,8 +200,8 @@ def scoring_job_config(
         alias=alias,
         max_records_per_trigger=max_records,
         shadow_alias=shadow_alias,
-        starting_offsets=scope.starting_offsets,
-        ending_offsets=scope.ending_offsets,
+        start_ms=scope.start_ms,
+        end_ms=scope.end_ms,
     )
 
 
@@ -335,7 +331,7 @@ def run_job(
                 console.print(
                     f"{job.description}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}."
                 )
-                report = watch_query(query, on_progress=metrics.on_progress, bar=once)
+                report = watch_query(query, on_progress=metrics.on_progress, bar=once, ended=job.ended)
             finally:
                 stop_session(spark)  # also stops the Python workers and their Kafka consumers
     finally:

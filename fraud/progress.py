@@ -69,10 +69,13 @@ def watch_query(
     poll_s: int = 1,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     bar: bool = False,
+    ended: Callable[[dict[str, Any]], bool] | None = None,
 ) -> QueryReport:
     """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure.
     ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics``). ``bar``: also
-    show how far the query is toward the end of its input as it was when it started (a bounded run)."""
+    show how far the query is toward the end of its input as it was when it started (a bounded run).
+    ``ended``: the query is stopped after the micro-batch whose progress report it says is the last (a run
+    of a time range)."""
     report = QueryReport()
     started = time.monotonic()
     seen = -1
@@ -82,6 +85,7 @@ def watch_query(
                 if stop_requested.is_set():
                     raise KeyboardInterrupt
                 active = query.isActive
+                done = False
                 for progress in query.recentProgress:
                     if ran_a_batch(progress) and progress["batchId"] > seen:
                         seen = progress["batchId"]
@@ -89,6 +93,11 @@ def watch_query(
                         progress_bar.update(report.records, sum(records_behind(progress).values()))
                         if on_progress is not None:
                             on_progress(progress)
+                        done = done or (ended is not None and ended(progress))
+                if done:
+                    with quiet_py4j():
+                        query.stop()
+                    break
                 if not active:
                     break
                 with contextlib.suppress(StreamingQueryException):  # it failed: said below, in one line

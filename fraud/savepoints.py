@@ -35,13 +35,12 @@ from features.definitions import FeatureParams
 from features.entries import Layout
 from features.rescale import Rescale
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout, fixed_part
-from infra.kafka_source.planner import Position, position
+from infra.offset_log import Position, position_at
 from infra.savepoints import (
     NothingCommittedError,
     copy_committed,
     last_committed,
     read_batch_conf,
-    read_offsets,
     restore,
 )
 
@@ -99,7 +98,7 @@ class Savepoint:
     @property
     def topics(self) -> set[str]:
         """The topics the job read."""
-        return Position(self.offsets, self.frontier_ms, self.final).topics
+        return Position(self.offsets).topics
 
 
 def default_location(home: Path, job: str, namespace: str = "", now: datetime | None = None) -> Path:
@@ -131,10 +130,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             ) from None
         except NothingCommittedError as exc:
             raise NothingCommittedError(f"{exc}: the {job} job has nothing to save yet") from None
-        sources = [
-            position(end) for end in read_offsets(copy / QUERY_DIR, copied.batch) if isinstance(end, dict)
-        ]
-        frontiers = [source.frontier_ms for source in sources if source.frontier_ms is not None]
+        at = position_at(copy / QUERY_DIR, copied.batch)
         layout = copy / LAYOUT_FILE
         shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch).get(SHUFFLE_PARTITIONS)
         savepoint = Savepoint(
@@ -145,9 +141,9 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
             checkpoint=str(checkpoint),
             batch=copied.batch,
-            offsets={name: o for source in sources for name, o in sorted(source.offsets.items())},
-            frontier_ms=min(frontiers, default=None),
-            final=bool(sources) and all(source.final for source in sources),
+            offsets=dict(sorted(at.offsets.items())),
+            frontier_ms=at.frontier_ms,
+            final=at.final,
             layout=json.loads(layout.read_text()) if layout.exists() else {},
             features=read_specs(copy),
             files=copied.files,
@@ -325,19 +321,19 @@ def start_from(
 
 
 def rescale_of(savepoint: Savepoint) -> Rescale:
-    """Where a rescaled job takes its first state and source position from: the savepoint's copy of the
-    query checkpoint at its micro-batch, and that batch's end offset of the job's one source.
+    """Where a rescaled job takes its first state and input position from: the savepoint's copy of the
+    query checkpoint at its micro-batch, and where that batch left the job's input.
 
     Raises:
-        SavepointMismatchError: the savepoint's query has another number of sources than one.
+        SavepointMismatchError: the savepoint's query keeps no frontier (it is not a job with keyed state).
     """
     query = savepoint.path / CHECKPOINT_COPY / QUERY_DIR
-    ends = [end for end in read_offsets(query, savepoint.batch) if isinstance(end, dict)]
-    if len(ends) != 1:
+    position = position_at(query, savepoint.batch)
+    if position.frontier is None:
         raise SavepointMismatchError(
-            f"savepoint {savepoint.path} has {len(ends)} sources with offsets: a rescale restores one"
+            f"savepoint {savepoint.path} keeps no event-time frontier: only a job with keyed state is rescaled"
         )
-    return Rescale(query, savepoint.batch, ends[0], dict(savepoint.layout))
+    return Rescale(query, savepoint.batch, position, dict(savepoint.layout))
 
 
 def unfinished_rescale(checkpoint: Path) -> Path | None:

@@ -145,22 +145,18 @@ def wait_for_history(settings: Settings, days: float, timeout_s: float, poll_s: 
     clients = Clients.from_settings(settings)
     topic = settings.topics.transactions
     deadline = time.monotonic() + timeout_s
-    consumer = clients.consumer(overrides={"enable.partition.eof": True})
-    try:
-        with console.status(f"Waiting for {days:g} days of history in {topic!r}...") as status:
-            while True:
-                span = time_span(consumer, topic)
-                held = 0.0 if span is None else (span[1] - span[0]) / DAY_MS
-                if held >= days:
-                    break
-                if time.monotonic() > deadline:
-                    raise DatasetError(
-                        f"{topic!r} holds {held:.1f} days of history after {timeout_s:.0f} s; training needs {days:g}"
-                    )
-                status.update(f"Waiting for {days:g} days of history in {topic!r} ({held:.1f} so far)...")
-                time.sleep(poll_s)
-    finally:
-        consumer.close()
+    with console.status(f"Waiting for {days:g} days of history in {topic!r}...") as status:
+        while True:
+            span = time_span(clients, topic)
+            held = 0.0 if span is None else (span[1] - span[0]) / DAY_MS
+            if held >= days:
+                break
+            if time.monotonic() > deadline:
+                raise DatasetError(
+                    f"{topic!r} holds {held:.1f} days of history after {timeout_s:.0f} s; training needs {days:g}"
+                )
+            status.update(f"Waiting for {days:g} days of history in {topic!r} ({held:.1f} so far)...")
+            time.sleep(poll_s)
     console.print(f"{topic!r} holds {held:.1f} days of history.")
 
 

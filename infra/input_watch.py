@@ -14,10 +14,10 @@ from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from infra.clients import KAFKA_LOGGER
-from infra.kafka_log import log_bounds, partitions_of
+from infra.kafka_log import partitions_of
 
 _log = logging.getLogger(__name__)
 
@@ -85,18 +85,13 @@ class InputWatch:
                 "group.id": group,
                 "enable.auto.commit": False,
                 "isolation.level": "read_uncommitted",
-                "fetch.wait.max.ms": 20,
-                "enable.partition.eof": True,  # for log_bounds
+                "fetch.wait.max.ms": 20,  # an append time to a fetch's precision
                 "queued.max.messages.kbytes": 4096,
             },
             logger=KAFKA_LOGGER,
         )
         partitions = [(topic, p) for topic in topics for p in partitions_of(self._consumer, topic)]
-        # The log's end as it is (Tansu reports a high watermark short of it: infra.kafka_log.log_bounds).
-        ends = log_bounds(self._consumer, partitions) if partitions else {}
-        self._consumer.assign(
-            [TopicPartition(*_topic_partition(name), end) for name, (_, end) in ends.items()]
-        )
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for topic, p in partitions])
         self.arrivals = Arrivals([f"{topic}/{p}" for topic, p in partitions])
         self._client = threading.Lock()  # the consumer, shared by the tail and the commits
         self._stop = threading.Event()

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.errors import ConfigError
 from contracts.records import parse_source_position
 from infra.input_watch import ARRIVALS_KEPT_S, InputWatch
+from infra.offset_log import Frontier, connector_offsets, is_frontier
 from infra.stage_counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
@@ -44,16 +45,12 @@ LATENCY_BUCKETS = (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 
 
 def records_read(progress: Mapping[str, Any]) -> int:
-    """Kafka records a micro-batch read (``fraud-kafka`` offsets count them), over all sources. (Spark's
-    own row count is of the source's rows, which a decoder may pack: events per card bucket.)"""
+    """Kafka records a micro-batch read: the rows of its Kafka sources (not the frontier's ticks)."""
     return sum(
-        _read(source.get("endOffset")) - _read(source.get("startOffset"))
+        int(source.get("numInputRows") or 0)
         for source in progress.get("sources", [])
+        if connector_offsets(_offsets(source.get("endOffset")))
     )
-
-
-def _read(raw: Any) -> int:
-    return int(_offsets(raw).get("read", 0))
 
 
 class JobMetrics:
@@ -149,8 +146,9 @@ class JobMetrics:
             topic, _, partition = name.rpartition("/")
             self.lag.labels(job, topic, partition).set(behind)
         for source in progress.get("sources", []):
-            frontier = _offsets(source.get("endOffset")).get("frontier")
-            if isinstance(frontier, int) and frontier > 0:
+            end = _offsets(source.get("endOffset"))
+            frontier = Frontier.of_json(end).frontier_ms if is_frontier(end) else 0
+            if frontier > 0:
                 self.frontier_delay.labels(job).set(max(0.0, time.time() - frontier / 1000))
         operators = progress.get("stateOperators", [])
         for name, operator in zip(operator_names(operators), operators, strict=True):
@@ -231,9 +229,9 @@ def records_behind(progress: Mapping[str, Any]) -> dict[str, int]:
     micro-batch."""
     behind = {}
     for source in progress.get("sources", []):
-        latest = _offsets(source.get("latestOffset")).get("offsets", {})
-        for name, at in _offsets(source.get("endOffset")).get("offsets", {}).items():
-            behind[name] = max(0, int(latest.get(name, at)) - int(at))
+        latest = connector_offsets(_offsets(source.get("latestOffset")))
+        for name, at in connector_offsets(_offsets(source.get("endOffset"))).items():
+            behind[name] = max(0, latest.get(name, at) - at)
     return behind
 
 
@@ -272,9 +270,9 @@ def batch_ranges(progress: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """The offsets a micro-batch read, per ``topic/partition``: [start, end)."""
     ranges = {}
     for source in progress.get("sources", []):
-        start = _offsets(source.get("startOffset")).get("offsets", {})
-        for name, end in _offsets(source.get("endOffset")).get("offsets", {}).items():
-            ranges[name] = (int(start.get(name, end)), int(end))
+        start = connector_offsets(_offsets(source.get("startOffset")))
+        for name, end in connector_offsets(_offsets(source.get("endOffset"))).items():
+            ranges[name] = (start.get(name, end), end)
     return ranges
 
 

@@ -34,6 +34,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from contracts.errors import ConfigError
 from contracts.settings import DEFAULT_EXECUTOR_START_TIMEOUT_S, Settings
 from infra import spark_daemon
+from infra.maven import JVM_CACHE, SPARK_KAFKA, jar_paths
 from infra.spark_daemon import PRELOAD_ENV
 from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
 from infra.stage_counts import ALERT_SOURCES, COUNTS
@@ -68,9 +69,6 @@ ALLOCATOR_ENV = {
     "ARROW_DEFAULT_MEMORY_POOL": "system",
 }
 
-#: What the project builds for Spark's JVM, kept with this environment: the local file system's jar and the
-#: class archive.
-JVM_CACHE = Path(sys.prefix) / "var" / "fraud-jvm"
 #: The JVMs of a job, its driver and its executors, compile with C1 only. What they run is moving Arrow
 #: batches between the Python workers, the shuffle and the state store: C2's compiler threads take more CPU
 #: from the Python workers than its code saves, on few cores above all (docs/architecture.md, Spark).
@@ -222,6 +220,8 @@ def spark_session(
     builder = SparkSession.builder
     for key, value in session_config(settings, app_name, shuffle_partitions, preload).items():
         builder = builder.config(key, value)
+    # Spark's own Kafka connector, at exactly Spark's version (``infra.maven``), for the driver and executors.
+    builder = builder.config("spark.jars", ",".join(str(path) for path in jar_paths(SPARK_KAFKA)))
     jar = local_file_system_jar() if settings.spark.master.startswith("local") else None
     if jar is not None:  # local mode: the driver's JVM is the executor
         builder = builder.config("spark.driver.extraClassPath", str(jar)).config(

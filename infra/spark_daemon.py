@@ -39,7 +39,7 @@ PRELOAD = (
     "pyspark.sql.streaming.stateful_processor_api_client",
     "pandas",
     "pyarrow",
-    "infra.kafka_source.datasource",
+    "infra.kafka_frontier",
     "infra.kafka_sink.datasource",
 )
 #: Environment variable with more modules to import, comma-separated: the jobs' own (``spark_session``

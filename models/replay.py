@@ -55,11 +55,7 @@ class ReplayedEvents:
 def _read_events(
     clients: Clients, topic: str, model: type[EventT], max_bytes: int, progress: Progress
 ) -> tuple[list[EventT], int]:
-    consumer = clients.consumer(overrides={"enable.partition.eof": True})
-    try:
-        total = sum(end - first for first, end in offset_bounds(consumer, topic).values())
-    finally:
-        consumer.close()
+    total = sum(end - first for first, end in offset_bounds(clients.admin(), topic).values())
     events: list[EventT] = []
     rejected = 0
     pending = 0

@@ -32,9 +32,8 @@ from contracts.records import ScoreRecord
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from infra.kafka_sink.records import SinkRows
-from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
-from infra.kafka_source.datasource import read_batch
 from infra.schemas import spark_ddl
+from infra.spark_kafka import KafkaInput, read_batch
 from models.comparison import CARD_ID, DAY, LABEL, SCORE_A, SCORE_B, TX_ID
 from models.registry import LoadedModel
 from models.replay import ReplayedEvents, replay_dataset
@@ -111,13 +110,7 @@ def score_range(spark: SparkSession, kafka_config: dict[str, object], scorer: Pa
     offset says little about its event time (a time index would skip records), and the range is cut by
     event time before any scoring.
     """
-    source = KafkaSourceConfig(
-        kafka_config,
-        (scorer.topics.features,),
-        starting_offsets=EARLIEST,
-        ending_offsets=LATEST,
-        read_tasks=spark.sparkContext.defaultParallelism,
-    )
+    source = KafkaInput(kafka_config, (scorer.topics.features,))
     pairs = pd.DataFrame(read_batch(spark, source).mapInArrow(scorer, spark_ddl(PAIR_FIELDS)).toPandas())
     return pairs.drop_duplicates(TX_ID).reset_index(drop=True)
 

@@ -22,7 +22,7 @@ each committed Kafka transaction, idempotently.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,14 +32,14 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import JobName, Topics
 from features import job as feature_job
 from features.rescale import Rescale
-from infra.checkpoints import pinned_layout
+from infra.checkpoints import query_location
+from infra.kafka_log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
-from infra.kafka_source.config import EARLIEST, LATEST, KafkaSourceConfig
-from infra.kafka_source.datasource import read_stream
 from infra.redis_connection import RedisTarget
 from infra.spark import observations
+from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
 from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.core import Scorer
@@ -63,10 +63,11 @@ class ScoringJobConfig(ScoresWithModels):
     #: A second alias scored beside the serving one (a challenger): its scores go to the shadow scores
     #: topic, never to alerts or Redis.
     shadow_alias: str | None = None
-    #: Where the input is read from and, for a ``once`` run, up to (``infra.kafka_source.config``): a
-    #: time range replays just that range.
-    starting_offsets: str = EARLIEST
-    ending_offsets: str = LATEST
+    #: Where a new query's input starts (its first records at or after, epoch ms; None: the earliest) and
+    #: where a run ends (None: a stream without end, or a ``once`` run's end of the log): a time range
+    #: scores just that range.
+    start_ms: int | None = None
+    end_ms: int | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
     #: first task (``infra.spark_daemon``): loading a model takes seconds of MLflow and skops imports.
@@ -92,6 +93,10 @@ class ScoringJobConfig(ScoresWithModels):
         """Keyed state to re-key at the start: the scoring job has none (a savepoint of it is copied)."""
         return self
 
+    def ended(self, progress: dict[str, Any]) -> bool:
+        """Never before its ``once`` run reaches the log's end: the records past a range's end are dropped."""
+        return False
+
     def start(
         self,
         spark: SparkSession,
@@ -106,20 +111,23 @@ class ScoringJobConfig(ScoresWithModels):
 
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
-    """The raw records of the features topic, as a stream."""
-    source = KafkaSourceConfig(
+    """The records of the features topic, as a stream (cut at the run's end, if it has one).
+
+    Spark's connector reads each topic-partition's range of a micro-batch in a task of its own, the same on a
+    re-run: each write task of the sink, and its exactly-once marker, gets the rows it had the first time.
+    A ``once`` run with an end reads on to the log's end as the connector does, and drops what it reads past
+    the end."""
+    source = KafkaInput(
         kafka_config=config.kafka_config,
-        topics=(config.topics.features,),
+        topics=config.inputs,
+        start_ms=config.start_ms,
         max_records_per_trigger=config.max_records_per_trigger,
-        starting_offsets=config.starting_offsets,
-        ending_offsets=config.ending_offsets,
-        # One task per core when the checkpoint starts; a restart elsewhere keeps the count: a re-run
-        # micro-batch must give each write task (and its exactly-once marker) the rows it had the first time.
-        read_tasks=pinned_layout(config.checkpoint, {"read_tasks": spark.sparkContext.defaultParallelism})[
-            "read_tasks"
-        ],
     )
-    return read_stream(spark, source)
+    check_resume(config.kafka_config, query_location(config.checkpoint))
+    ending = None
+    if config.end_ms is not None:
+        ending = offsets_for_time(new_admin(config.kafka_config), config.inputs, config.end_ms)
+    return read_stream(spark, replace(source, ending_offsets=ending))
 
 
 def start_scoring_job(

@@ -117,6 +117,9 @@ class PipelineConfig(ScoresWithModels):
     def with_rescale(self, rescale: Rescale | None) -> PipelineConfig:
         return replace(self, features=self.features.with_rescale(rescale))
 
+    def ended(self, progress: dict[str, Any]) -> bool:
+        return self.features.ended(progress)
+
     def start(
         self,
         spark: SparkSession,

@@ -1,7 +1,7 @@
 """Alert consumers on the command line: ``fraud alerts tail|get``, ``fraud card`` and ``fraud serve``.
 
 ``alerts tail`` reads the alerts topic as a read_committed consumer with ``assign()`` and offsets it
-manages (no consumer group: joining one takes ~25 s on the embedded broker); the lookups read Redis.
+manages (no consumer group to join or leave behind); the lookups read Redis.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from rich.table import Table
 from api.app import create_app
 from contracts.errors import ConfigError, NotFoundError
 from contracts.events import CARD_TOKEN_PATTERN
-from contracts.provenance import CopyFilter
 from contracts.records import EXPLANATION_FIELDS, AlertRecord
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
 from infra.clients import Clients
-from infra.kafka_log import consumed, offset_bounds, offsets_for_time, partitions_of, read_topic
+from infra.kafka_log import consumed, offset_bounds, offsets_for_time, read_topic
+from infra.kafka_offsets import parse_tp, tp_name
 from infra.redis_connection import check_access, client_for
 from infra.redis_reads import card_known, card_summary, get_alert
 
@@ -36,19 +36,18 @@ app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis
 
 
 def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[Message]:
-    """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever; copies
-    left by aborted attempts of the sink skipped (``contracts.provenance``)."""
-    consumer = clients.consumer(overrides={"fetch.wait.max.ms": 100, "enable.partition.eof": True})
+    """Every record of ``topic`` from ``from_ms`` (or the beginning) on, waiting for new ones forever."""
+    admin = clients.admin()
+    if from_ms is None:
+        starts = {tp_name(topic, p): first for p, (first, _) in offset_bounds(admin, topic).items()}
+    else:
+        starts = offsets_for_time(admin, (topic,), from_ms)
+    consumer = clients.consumer()
     try:
-        if from_ms is None:
-            starts = {partition: first for partition, (first, _) in offset_bounds(consumer, topic).items()}
-        else:
-            starts = offsets_for_time(consumer, topic, partitions_of(consumer, topic), from_ms)
-        consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
-        copies = CopyFilter()
+        consumer.assign([TopicPartition(*parse_tp(name), offset) for name, offset in starts.items()])
         while True:
             for message, at_end in consumed(consumer, 1_000, timeout=0.5):
-                if not at_end and not copies.is_copy(str(message.partition()), message.headers()):
+                if not at_end:
                     yield message
     finally:
         consumer.close()
@@ -57,8 +56,9 @@ def follow_topic(clients: Clients, topic: str, from_ms: int | None) -> Iterator[
 def _at_or_after(message: Message, from_ms: int | None) -> bool:
     """Whether the record's Kafka timestamp is at or after ``from_ms``.
 
-    Seeking with offsets_for_times is exact on Apache Kafka, but the embedded broker (Tansu) answers with
-    an earlier offset (the partition's start), so records before ``from_ms`` are also skipped here.
+    A seek by time starts each partition at its first record stamped at or after ``from_ms``; alerts are
+    stamped with their transaction's event time and written as they are scored, so records after it may be
+    stamped earlier: those are skipped here.
     """
     return from_ms is None or message.timestamp()[1] >= from_ms
 

@@ -139,7 +139,7 @@ def simulate_command(
     if (
         produce
         and if_empty
-        and holds_records(Clients.from_settings(settings).consumer(), settings.topics.transactions)
+        and holds_records(Clients.from_settings(settings).admin(), settings.topics.transactions)
     ):
         console.print(
             f"{escape(settings.topics.transactions)!r} holds records already: nothing produced (--if-empty).",

@@ -10,8 +10,9 @@ from rich.table import Table
 from contracts.settings import Settings
 from fraud.console import console, counts_table, err_console, settings_of
 from infra.clients import Clients, cluster_metadata
-from infra.embedded import HOST, EmbeddedStack, StackInfo
+from infra.embedded import EmbeddedStack, StackInfo
 from infra.kafka_log import topic_counts
+from infra.maven import KAFKA_VERSION
 from infra.topic_admin import (
     create_project_topics,
     delete_topics,
@@ -34,50 +35,37 @@ def up(
     redis_port: Annotated[
         int | None, typer.Option(min=1, max=65_535, help="Redis port on 127.0.0.1 (default: a free one).")
     ] = None,
-    in_memory: Annotated[
-        bool,
-        typer.Option(
-            "--in-memory",
-            help="Keep topics and Redis keys in memory only: faster to start, all lost at `fraud down`.",
-        ),
-    ] = False,
 ) -> None:
-    """Start the embedded stack: Tansu broker (topics kept in a local S3 store under FRAUD_HOME), Valkey
-    (Redis) server, MLflow store; create the topics."""
+    """Start the embedded stack: Apache Kafka broker, Valkey (Redis) server, MLflow store, their data kept
+    under FRAUD_HOME; create the topics."""
     settings = settings_of(ctx)
-    with console.status("Starting the embedded stack..."):
+    with console.status("Starting the embedded stack...") as status:
         info = EmbeddedStack(settings.home).start(
-            broker_port=broker_port, redis_port=redis_port, durable=not in_memory
+            broker_port=broker_port, redis_port=redis_port, progress=status.update
         )
     created = create_topics(settings)
     console.print(stack_table(info, "Embedded stack started"))
     console.print(f"Created topics: {', '.join(created) or 'none (all existed)'}")
-    console.print(f"{keeping(info, settings)} Stop it with [bold]fraud down[/bold].")
+    console.print(f"{keeping(settings)} Stop it with [bold]fraud down[/bold].")
 
 
-def keeping(info: StackInfo, settings: Settings) -> str:
-    """What survives a `fraud down` of the stack ``info``, in a sentence."""
-    if info.durable:
-        return f"Topics, Redis keys and the MLflow store are kept under {settings.home.resolve()}."
-    return (
-        "Topics and Redis keys are in memory (--in-memory): `fraud down` loses them; the MLflow store and the "
-        f"jobs' checkpoints under {settings.home.resolve()} stay and will no longer match the topics."
-    )
+def keeping(settings: Settings) -> str:
+    """What survives a `fraud down`, in a sentence."""
+    return f"Topics, Redis keys and the MLflow store are kept under {settings.home.resolve()}."
 
 
 def down(ctx: typer.Context) -> None:
-    """Stop the embedded stack started by `fraud up` (only the processes it started); a durable one keeps
-    its topics and Redis keys for the next `fraud up`."""
+    """Stop the embedded stack started by `fraud up` (only the processes it started); it keeps its topics,
+    Redis keys and models for the next `fraud up`."""
     settings = settings_of(ctx)
     stack = EmbeddedStack(settings.home)
-    info = stack.running()
-    if info is not None and not info.durable:
-        err_console.print(f"[yellow]warning:[/yellow] {keeping(info, settings)}")
     with console.status("Stopping the embedded stack..."):
         stopped = stack.stop()
-    console.print(f"Stopped: {', '.join(stopped)}" if stopped else "No embedded stack was running.")
-    if info is not None and info.durable:
-        console.print(f"{keeping(info, settings)} `fraud up` starts it again with them.")
+    if not stopped:
+        console.print("No embedded stack was running.")
+        return
+    console.print(f"Stopped: {', '.join(stopped)}")
+    console.print(f"{keeping(settings)} `fraud up` starts it again with them.")
 
 
 @topics_app.command("create")
@@ -159,12 +147,9 @@ def stack_table(info: StackInfo, title: str) -> Table:
     table.add_column("service")
     table.add_column("address")
     table.add_column("pid", justify="right")
-    storage = "topics in the object store" if info.durable else "topics in memory"
-    table.add_row(f"Kafka broker (Tansu), {storage}", info.bootstrap_servers, str(info.broker.pid))
-    if info.objects is not None:
-        table.add_row(
-            "Object store (SeaweedFS S3)", f"http://{HOST}:{info.objects.port}", str(info.objects.pid)
-        )
+    table.add_row(
+        f"Kafka broker (Apache Kafka {KAFKA_VERSION})", info.bootstrap_servers, str(info.broker.pid)
+    )
     table.add_row("Redis (Valkey)", info.redis_url, str(info.redis.pid))
     table.add_row("MLflow store", info.mlflow_tracking_uri, "")
     return table

@@ -25,10 +25,6 @@ from infra.input_watch import OBSERVER_GROUP_PREFIX
 from infra.kafka_log import log_bounds
 from infra.metrics import Samples, scrape
 
-#: The consumer that finds the logs' bounds: a fetch of an empty or fully read partition answers at once
-#: instead of after librdkafka's default 500 ms wait, and one consumer reads every partition together.
-BOUNDS_CONSUMER = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
-
 
 def status(
     ctx: typer.Context,
@@ -118,30 +114,24 @@ def groups_table(clients: Clients) -> Table:
     table = Table(title="Processed offsets (consumer groups)", title_justify="left")
     for column in ("group", "topic", "committed", "log end", "lag"):
         table.add_column(column, justify="left" if column in ("group", "topic") else "right")
-    consumer = clients.consumer(overrides=BOUNDS_CONSUMER)
-    try:
-        for group in groups:
-            future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-            committed = {
-                (tp.topic, tp.partition): tp.offset
-                for tp in future.result().topic_partitions
-                if tp.offset >= 0
-            }
-            ends = log_bounds(consumer, sorted(committed))
-            by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-            for (topic, partition), offset in committed.items():
-                by_topic[topic][0] += offset
-                by_topic[topic][1] += ends[f"{topic}/{partition}"][1]
-            for topic, (done, end) in sorted(by_topic.items()):
-                table.add_row(
-                    group.removeprefix(OBSERVER_GROUP_PREFIX),
-                    topic,
-                    f"{done:,}",
-                    f"{end:,}",
-                    f"{max(0, end - done):,}",
-                )
-    finally:
-        consumer.close()
+    for group in groups:
+        future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in future.result().topic_partitions if tp.offset >= 0
+        }
+        ends = log_bounds(admin, sorted(committed))
+        by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for (topic, partition), offset in committed.items():
+            by_topic[topic][0] += offset
+            by_topic[topic][1] += ends[f"{topic}/{partition}"][1]
+        for topic, (done, end) in sorted(by_topic.items()):
+            table.add_row(
+                group.removeprefix(OBSERVER_GROUP_PREFIX),
+                topic,
+                f"{done:,}",
+                f"{end:,}",
+                f"{max(0, end - done):,}",
+            )
     return table
 
 
@@ -151,15 +141,10 @@ def offsets_table(clients: Clients, settings: Settings) -> Table:
     table = Table(title="Topics (offsets)", title_justify="left")
     for column in ("topic", "partitions", "first", "end"):
         table.add_column(column, justify="left" if column == "topic" else "right")
-    consumer = clients.consumer(overrides=BOUNDS_CONSUMER)
-    try:
-        found = cluster_metadata(consumer).topics
-        partitions = {
-            topic: sorted(found[topic].partitions) for topic in settings.topics.all() if topic in found
-        }
-        bounds = log_bounds(consumer, [(topic, p) for topic, ps in partitions.items() for p in ps])
-    finally:
-        consumer.close()
+    admin = clients.admin()
+    found = cluster_metadata(admin).topics
+    partitions = {topic: sorted(found[topic].partitions) for topic in settings.topics.all() if topic in found}
+    bounds = log_bounds(admin, [(topic, p) for topic, ps in partitions.items() for p in ps])
     for topic, numbers in partitions.items():
         spans = [bounds[f"{topic}/{p}"] for p in numbers]
         firsts, ends = sum(first for first, _ in spans), sum(end for _, end in spans)

@@ -1,7 +1,9 @@
 """Exactly-once Kafka sink for Spark Structured Streaming, as a Python data source (``fraud-kafka-sink``).
 
-Spark's JVM Kafka connector cannot be installed here (DESIGN.md), so Kafka output goes through PySpark 4's
-Python Data Source API on confluent-kafka. A job describes the sink once, as a
+Spark's own Kafka sink is at-least-once (a re-run micro-batch writes its rows again; transactions per
+micro-batch were proposed, SPARK-28908, and never merged), so Kafka output goes through PySpark 4's Python
+Data Source API on confluent-kafka, with a Kafka transaction per write task. A job describes the sink once,
+as a
 :class:`~infra.kafka_sink.config.KafkaSinkConfig`, and hands it over whole::
 
     config = KafkaSinkConfig(clients.kafka_config(), checkpoint_sink_id(checkpoint, "alerts"), topic="alerts")
@@ -33,19 +35,13 @@ Delivery guarantee:
   Kafka partition; a micro-batch's partitions become visible independently (one transaction each).
 * ``read_uncommitted`` consumers see rows before their transaction commits, and also the rows of
   aborted attempts (a failed task, or a crash mid-transaction): at-least-once, duplicates possible.
-* Tansu 0.6 (the embedded broker) commits and aborts transactions, holds the last stable offset while
-  one is open, applies transactional offset commits only on commit and fences zombies, but its fetch
-  responses never list aborted transactions: its ``read_committed`` consumers therefore also see the rows
-  of aborted attempts once the abort is written. A clean run, and a re-run after a crash that came
-  between transactions, are exactly-once there too; after a crash or task failure mid-transaction,
-  readers that skip copies by provenance (below) are exactly-once there, others at-least-once.
-  Tansu also drops offset-commit metadata, so the marker is the offset alone.
-  Its commits can stay half done when two transactions write one partition at once (the partition then
-  holds back read_committed consumers for good), so on Tansu the write tasks of one host take turns per
-  topic (:mod:`infra.txn_lock`): each reads its rows first, then produces and commits under the lock.
+* A writer killed inside an open transaction holds back ``read_committed`` readers of its partitions at
+  the last stable offset until the broker aborts the transaction (``transaction.timeout.ms``,
+  :data:`~infra.clients.TRANSACTION_TIMEOUT_MS`) or the restarted task's producer fences it, whichever
+  comes first; then they go on, and never see its records.
 * Provenance: each record of a micro-batch write carries the header ``fraud.provenance``
-  (``{transactional id}/{batch}/{attempt}/{position}``, :mod:`contracts.provenance`), by which a reader
-  tells an aborted attempt's copies from the records of the attempt that committed.
+  (``{transactional id}/{batch}/{attempt}/{position}``, :mod:`contracts.provenance`): which write task,
+  micro-batch and attempt wrote it.
 * The marker is a consumer-group offset: Kafka expires the offsets of a group without members after
   ``offsets.retention.minutes`` (7 days by default). A query stopped in the crash window for longer
   than that rewrites its last micro-batch on restart.
@@ -61,10 +57,8 @@ import functools
 import gc
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -100,7 +94,6 @@ from infra.kafka_sink.transactions import (
 from infra.spark_config import config_from, config_options
 from infra.spark_logs import mark_worker_logs
 from infra.timing import Timings
-from infra.txn_lock import needs_locks, topic_locks, topics_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -194,11 +187,10 @@ class _ArrowKafkaWriter:
             self.on_transaction_event("opened", batch_id, partition_id)
             prefix = header_prefix(writer.transactional_id, batch_id, uuid.uuid4().hex[:8])
             try:
-                with self._one_at_a_time(writer, first, iter(kept[1:]), timings) as rest:
-                    with timings.phase("produce"):
-                        rows = self._produce_all(producer, writer, first, rest, what, prefix)
-                    with timings.phase("commit"):
-                        commit(producer, what)
+                with timings.phase("produce"):
+                    rows = self._produce_all(producer, writer, first, iter(kept[1:]), what, prefix)
+                with timings.phase("commit"):
+                    commit(producer, what)
                 break
             except SinkWriteError as error:
                 writer.discard_producer()
@@ -211,27 +203,6 @@ class _ArrowKafkaWriter:
             self.config.run_after_commit(kept)
         timings.log()
         return self._message(batch_id, partition_id, rows, "written")
-
-    @contextmanager
-    def _one_at_a_time(
-        self,
-        writer: TransactionalWriter,
-        first: pa.RecordBatch,
-        rest: Iterator[pa.RecordBatch],
-        timings: Timings | None = None,
-    ) -> Iterator[Iterator[pa.RecordBatch]]:
-        """The rows after ``first``; on a broker that needs it, with this host's locks of their topics held
-        until the block ends (the rows are read first: the lock covers producing and committing only)."""
-        bootstrap = str(self.config.kafka_config["bootstrap.servers"])
-        if not needs_locks(writer.consumer, bootstrap):
-            yield rest
-            return
-        buffered = list(rest)
-        started = time.perf_counter()
-        with topic_locks(bootstrap, topics_of([first, *buffered], self.config.topic)):
-            if timings is not None:
-                timings.add("lock-wait", started)
-            yield iter(buffered)
 
     def _begin(self, writer: TransactionalWriter, batch_id: int, what: str) -> Producer | None:
         """Own the transactional id, check the marker, begin the transaction and send the marker first.
@@ -387,9 +358,8 @@ class FraudKafkaBatchWriter(_ArrowKafkaWriter, DataSourceArrowWriter):
         try:
             producer = writer.start_producer()
             producer.begin_transaction()
-            with self._one_at_a_time(writer, first, iterator) as rest:
-                rows = self._produce_all(producer, writer, first, rest, what)
-                commit(producer, what)
+            rows = self._produce_all(producer, writer, first, iterator, what)
+            commit(producer, what)
         finally:
             writer.close()
         return self._message(None, partition_id, rows, "written")

@@ -28,7 +28,7 @@ from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.kafka_source.offsets import NO_FRONTIER
+from infra.kafka_offsets import NO_FRONTIER
 from infra.kafka_source.planner import end_offset, release_without_records
 from infra.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate

@@ -1,8 +1,6 @@
 from array import array
 
 import pytest
-
-from contracts.errors import ConfigError
 from infra.kafka_source.config import KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import KafkaStreamReader
 from infra.kafka_source.offsets import NO_FRONTIER
@@ -15,6 +13,8 @@ from infra.kafka_source.planner import (
     share,
 )
 from infra.kafka_source.splits import Split, SplitGroup, group_splits
+
+from contracts.errors import ConfigError
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
 

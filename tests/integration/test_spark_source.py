@@ -5,17 +5,17 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
-from pyspark.sql import SparkSession
-
-from contracts.settings import Settings
-from infra.clients import Clients
-from infra.kafka_log import read_topic
 from infra.kafka_source import reader
 from infra.kafka_source.config import LATEST, KafkaSourceConfig, at_time
 from infra.kafka_source.datasource import read_batch, read_stream, source_options
 from infra.kafka_source.offsets import NO_FRONTIER
 from infra.kafka_source.planner import FIRST_BATCH_MAX_RECORDS, Tail, planner_consumer
 from infra.kafka_source.splits import Split
+from pyspark.sql import SparkSession
+
+from contracts.settings import Settings
+from infra.clients import Clients
+from infra.kafka_log import read_topic
 from infra.metrics import records_read
 from infra.spark_config import CONFIG_OPTION
 

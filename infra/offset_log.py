@@ -1,0 +1,135 @@
+"""What a streaming query's offset log says of its input: the connector's offsets and the frontier.
+
+Spark keeps each micro-batch's end offsets in ``<checkpoint>/offsets/<batch>``: a version line, the batch's
+metadata (its timestamp, the SQL settings the checkpoint keeps), then a line per source, its offset as JSON.
+Spark's Kafka connector writes ``{"topic": {"partition": offset}}``; the frontier source
+(``infra.kafka_frontier``) writes a :class:`Frontier`. Readers here: the frontier source itself,
+savepoints, the state inspection, and the history check at a job's start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.kafka_offsets import NO_FRONTIER, parse_tp, tp_name
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The source's offset: the frontier and what it was computed from.
+
+    ``kafka``: the connector's next offset of each partition, up to which the progress accounts for the
+    records; ``progress``: the timestamp of the last record read of each partition; ``frontier_ms``: F;
+    ``final``: this frontier's micro-batch is the last of an ``availableNow`` run; ``planned``: how many
+    frontiers the query has planned (each a new offset).
+    """
+
+    kafka: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, int] = field(default_factory=dict)
+    frontier_ms: int = NO_FRONTIER
+    final: bool = False
+    planned: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of_json(cls, raw: Mapping[str, Any]) -> Frontier:
+        return cls(
+            kafka={str(k): int(v) for k, v in raw.get("kafka", {}).items()},
+            progress={str(k): int(v) for k, v in raw.get("progress", {}).items()},
+            frontier_ms=int(raw.get("frontier_ms", NO_FRONTIER)),
+            final=bool(raw.get("final", False)),
+            planned=int(raw.get("planned", 0)),
+        )
+
+
+def is_frontier(offset: object) -> bool:
+    """Whether a source's offset in an offset log is this source's."""
+    return isinstance(offset, dict) and "frontier_ms" in offset and "progress" in offset
+
+
+@dataclass(frozen=True)
+class LoggedBatch:
+    """What the query's offset log says of one micro-batch: the connector's next offset of each partition
+    and the batch's timestamp (Spark's clock when it planned it)."""
+
+    batch: int
+    kafka: dict[str, int]
+    timestamp_ms: int
+
+
+def newest_batch(query_dir: Path) -> int | None:
+    """The id of the newest micro-batch in the query's offset log (None: none yet)."""
+    folder = query_dir / "offsets"
+    ids = [int(path.name) for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
+    return max(ids, default=None)
+
+
+def logged_batch(query_dir: Path, batch: int, topics: tuple[str, ...]) -> LoggedBatch:
+    """Micro-batch ``batch`` of the offset log (``offsets/<batch>``: a version line, the batch's metadata,
+    then a line per source: the connector's is ``{"topic": {"partition": offset}}``)."""
+    lines = (query_dir / "offsets" / str(batch)).read_text().splitlines()
+    metadata = json.loads(lines[1])
+    kafka: dict[str, int] = {}
+    for line in lines[2:]:
+        offset = json.loads(line) if line.strip() not in ("", "-") else None
+        if isinstance(offset, dict) and offset and set(offset) <= set(topics):
+            kafka = connector_offsets(offset)
+    return LoggedBatch(batch, kafka, int(metadata.get("batchTimestampMs", 0)))
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a query's input stood at the end of a micro-batch: the connector's next offset of each partition
+    (``topic/partition``) and the frontier (None for a query without a frontier source)."""
+
+    offsets: dict[str, int]
+    frontier: Frontier | None = None
+
+    @property
+    def frontier_ms(self) -> int | None:
+        """The event-time frontier (None: before any event, or no frontier kept)."""
+        if self.frontier is None or self.frontier.frontier_ms <= NO_FRONTIER:
+            return None
+        return self.frontier.frontier_ms
+
+    @property
+    def final(self) -> bool:
+        """The micro-batch was the final one of an ``availableNow`` run: it released every event held."""
+        return self.frontier is not None and self.frontier.final
+
+    @property
+    def topics(self) -> set[str]:
+        return {parse_tp(name)[0] for name in self.offsets}
+
+
+def position_at(query_dir: Path, batch: int) -> Position:
+    """The position the query's micro-batch ``batch`` left its input at (its offset log's entry)."""
+    lines = (query_dir / "offsets" / str(batch)).read_text().splitlines()
+    offsets: dict[str, int] = {}
+    frontier = None
+    for line in lines[2:]:
+        offset = json.loads(line) if line.strip() not in ("", "-") else None
+        if isinstance(offset, dict) and is_frontier(offset):
+            frontier = Frontier.of_json(offset)
+        elif isinstance(offset, dict):
+            offsets |= connector_offsets(offset)
+    return Position(offsets, frontier)
+
+
+def connector_offsets(offset: object) -> dict[str, int]:
+    """``topic/partition`` -> offset of the connector's ``{"topic": {"partition": offset}}`` (empty for any
+    other source's offset)."""
+    if not isinstance(offset, Mapping) or is_frontier(offset):
+        return {}
+    return {
+        tp_name(topic, int(partition)): int(position)
+        for topic, partitions in offset.items()
+        if isinstance(partitions, dict)
+        for partition, position in partitions.items()
+    }
