@@ -74,9 +74,8 @@ from features.batch import transactions_features
 from features.definitions import FeatureParams, card_avg_amount_column, card_nb_tx_column
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
-from infra.clients import PRODUCER_LINGER_MS, Clients
+from infra.clients import Clients
 from infra.embedded import temporary_stack
-from infra.kafka_source.planner import FETCH_WAIT_MS
 from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -299,14 +298,7 @@ def command(system: System, run: Run, topics: Topics) -> list[str]:
     ]
     if system.script == "quix_app.py":
         peer += ["--state-dir", str(run.home / f"{system.key}-state")]
-    return [
-        *peer,
-        *system.options,
-        "--fetch-wait-ms",
-        str(run.args.fetch_wait_ms),
-        "--linger-ms",
-        str(PRODUCER_LINGER_MS),
-    ]
+    return [*peer, *system.options]
 
 
 def wait_outputs(
@@ -650,12 +642,6 @@ def main() -> None:
     parser.add_argument("--trigger-interval-s", type=float, default=0.2, help="of the pipeline")
     parser.add_argument("--start-timeout-s", type=float, default=180.0, help="to a system's first output")
     parser.add_argument("--stall-s", type=float, default=60.0, help="without new output: the system failed")
-    parser.add_argument(
-        "--fetch-wait-ms",
-        type=int,
-        default=FETCH_WAIT_MS,
-        help="the peers' consumers' fetch.wait.max.ms: the project's Kafka source's (Tansu holds a fetch that long)",
-    )
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()

@@ -23,7 +23,6 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
 
-from contracts.provenance import CopyFilter
 from infra.clients import Clients
 from infra.kafka_log import partitions_of
 
@@ -70,8 +69,7 @@ class OutputReader:
     or were marked late.
 
     Outputs are JSON objects with ``tx_id`` and ``features`` (the project's feature records and the peers'
-    outputs alike); read_committed, and copies that an aborted attempt of the project's sink left in the
-    log are skipped (``contracts.provenance``), as the project's own readers do.
+    outputs alike), read_committed.
     """
 
     def __init__(self, clients: Clients, topic: str, checked: set[int]) -> None:
@@ -104,7 +102,6 @@ class OutputReader:
         return len(self.first_seen)
 
     def _run(self) -> None:
-        copies = CopyFilter()
         try:
             while not self._stop.is_set():
                 messages = self._consumer.consume(10_000, timeout=0.05)
@@ -112,8 +109,6 @@ class OutputReader:
                 for message in messages:
                     if message.error() is not None:
                         raise KafkaException(message.error())
-                    if copies.is_copy(str(message.partition()), message.headers()):
-                        continue
                     record = orjson.loads(message.value() or b"")
                     tx = record["tx_id"]
                     if tx in self.first_seen:

@@ -2,11 +2,9 @@
 
 Run several copies with the same ``--group`` and Kafka shares the topic's partitions among them. The
 consumer reads committed records only (``isolation.level=read_committed``: alerts of a scoring batch
-that was rolled back are never seen on Apache Kafka) and commits an alert's offset only after handling
-it, so delivery is at-least-once: after a crash, the alerts since the last commit come again. Make the
-handler idempotent by keying its effects on ``tx_id`` (a case id, an upsert). The embedded broker (Tansu)
-also shows the records of aborted transactions: the consumer skips those copies by their provenance
-header (``contracts.provenance.CopyFilter``).
+that was rolled back are never seen) and commits an alert's offset only after handling it, so delivery is
+at-least-once: after a crash, the alerts since the last commit come again. Make the handler idempotent by
+keying its effects on ``tx_id`` (a case id, an upsert).
 
     python examples/alert_consumer.py --bootstrap-servers 127.0.0.1:9092 --group case-management
 
@@ -24,7 +22,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message
 
-from contracts.provenance import CopyFilter
 from contracts.records import AlertRecord
 from contracts.settings import load_settings
 from infra.embedded import EmbeddedStack
@@ -60,7 +57,6 @@ def consume(client_config: dict[str, Any], topic: str, group: str, max_records: 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     handled = 0
-    copies = CopyFilter()  # copies left by aborted attempts of the scoring job (brokers that show them)
     consumer.subscribe([topic])
     try:
         while not stop and (max_records is None or handled < max_records):
@@ -69,9 +65,6 @@ def consume(client_config: dict[str, Any], topic: str, group: str, max_records: 
                 continue
             if message.error() is not None:
                 raise KafkaException(message.error())
-            if copies.is_copy(f"{message.topic()}/{message.partition()}", message.headers()):
-                consumer.commit(message=message, asynchronous=False)
-                continue
             try:
                 alert = AlertRecord.model_validate_json(message.value() or b"")
             except ValueError as exc:  # not an alert: log it and move on, never block the partition

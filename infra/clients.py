@@ -23,8 +23,6 @@ from infra.embedded import EmbeddedStack, StackInfo
 from infra.kafka_outage import KafkaUnreachableError
 from infra.redis_connection import redis_client
 
-#: Tansu starves tailing consumers without some producer linger (DESIGN.md).
-PRODUCER_LINGER_MS = 20
 #: How long the broker keeps a transaction open before aborting it (``transaction.timeout.ms`` of the
 #: project's transactional producers); a crashed writer that is not restarted holds back read_committed
 #: consumers of its partitions this long, so readers wait at least as long for records they planned.
@@ -160,7 +158,6 @@ class Clients:
             **self.kafka_config(),
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": PRODUCER_LINGER_MS,
             "message.max.bytes": max(1_000_000, self.settings.max_event_bytes * 2),
             **overrides,
         }

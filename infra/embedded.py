@@ -25,7 +25,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -228,14 +228,18 @@ class BrokerCommand:
         ]
 
 
-def broker_properties(port: int, controller_port: int, log_dir: Path) -> str:
-    """The broker's ``server.properties``: :data:`BROKER_CONFIG` with its listeners and log directory."""
+def broker_properties(
+    port: int, controller_port: int, log_dir: Path, more: Mapping[str, str] | None = None
+) -> str:
+    """The broker's ``server.properties``: :data:`BROKER_CONFIG` with its listeners and log directory, then
+    ``more``."""
     config = {
         **BROKER_CONFIG,
         "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
         "controller.quorum.voters": f"1@{HOST}:{controller_port}",
         "log.dirs": str(log_dir),
+        **(more or {}),
     }
     return "".join(f"{key}={value}\n" for key, value in config.items())
 
@@ -335,29 +339,35 @@ class EmbeddedStack:
         return service
 
     def broker_command(
-        self, port: int, controller_port: int, progress: Callable[[str], None] | None
+        self,
+        port: int,
+        controller_port: int,
+        progress: Callable[[str], None] | None = None,
+        more: Mapping[str, str] | None = None,
     ) -> BrokerCommand:
-        """The broker's command with its configuration written for these ports; the log directory formatted
-        at the first start."""
+        """The broker's command with its configuration written for these ports (and ``more``); the log
+        directory formatted at the first start."""
         log_dir = self.home / "kafka"
         config = self.home / "broker"
         config.mkdir(parents=True, exist_ok=True)
         properties, log4j = config / "server.properties", config / "log4j2.properties"
-        properties.write_text(broker_properties(port, controller_port, log_dir))
+        properties.write_text(broker_properties(port, controller_port, log_dir, more))
         log4j.write_text(BROKER_LOG4J)
         classpath = os.pathsep.join(str(path) for path in jar_paths(BROKER, progress))
         command = BrokerCommand(java_binary(), classpath, properties, log4j)
         if not (log_dir / "meta.properties").is_file():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            # "--cluster-id=": an id may begin with "-", which the tool would take for an option.
+            format_args = ("format", f"--cluster-id={cluster_id}", "-c", str(properties))
             formatted = subprocess.run(  # noqa: S603 - Java on the project's locked jars
-                command.run("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)),
+                command.run("kafka.tools.StorageTool", *format_args),
                 capture_output=True,
                 text=True,
             )
             if formatted.returncode != 0:
                 raise StackUnavailableError(
                     f"formatting the broker's log directory {log_dir} failed: "
-                    f"{(formatted.stderr or formatted.stdout).strip().splitlines()[-1:]}"
+                    f"{''.join((formatted.stderr or formatted.stdout).strip().splitlines()[-1:])}"
                 )
         return command
 
@@ -365,7 +375,7 @@ class EmbeddedStack:
         """The Kafka broker on ``port`` (its controller on a free one), once it answers metadata requests."""
         command = self.broker_command(port, free_port(), progress)
         args = command.run("kafka.Kafka", str(command.properties), heap=BROKER_HEAP)
-        return self._spawn("broker", args, port, logs, lambda: _broker_answers(port))
+        return self._spawn("broker", args, port, logs, lambda: broker_answers(port))
 
     def _start_redis(self, port: int, logs: Path) -> Service:
         data = self.home / "redis"
@@ -385,7 +395,8 @@ class EmbeddedStack:
         return tracking_uri, str(artifacts)
 
 
-def _broker_answers(port: int) -> bool:
+def broker_answers(port: int) -> bool:
+    """Whether a broker on ``port`` of the loopback address answers a metadata request (plaintext)."""
     from confluent_kafka.admin import AdminClient
 
     try:  # a plain connect first: the Kafka client would log every refused attempt

@@ -47,9 +47,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from contracts.errors import ConfigError, ServiceUnavailableError
+from contracts.errors import ConfigError
 from infra.clients import KAFKA_LOGGER
-from infra.kafka_log import consumed, list_offsets, partitions_of
+from infra.kafka_log import check_deadline, consumed, list_offsets, partitions_of
 from infra.kafka_offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka_outage import wait_for_kafka
 from infra.offset_log import Frontier, LoggedBatch, is_frontier, logged_batch, newest_batch
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
 
 #: The short name the data source is registered under.
 SOURCE_NAME = "fraud-frontier"
-#: How long a read back for progress waits for the records it knows are there.
+#: How long a read back for progress waits for the records it knows are there (they are committed: the
+#: connector read them), counting only the time the broker answers.
 READ_TIMEOUT_S = 60.0
 #: Records read back from where the connector stopped, at first, to find the last one's timestamp; more
 #: (eight times as many each time) when those are all stamped in the future or are transaction markers.
@@ -125,6 +126,40 @@ def frontier_of(progress: Mapping[str, int], lagging: Sequence[str], lateness_ms
     if behind:
         return min(behind) - lateness_ms
     return max(progress.values()) + 1 - lateness_ms
+
+
+def next_frontier(
+    start: Frontier,
+    ends: Mapping[str, int],
+    stamps: Mapping[str, int],
+    lagging: Sequence[str],
+    lateness_ms: int,
+    *,
+    final: bool = False,
+    first_of_run: bool = False,
+) -> Frontier | None:
+    """The frontier after ``start`` once the connector has read up to ``ends``, or None when it does not
+    change (the micro-batch then reads no ticks).
+
+    Args:
+        start: the frontier planned last.
+        ends: the connector's next offset of each partition.
+        stamps: the timestamp of the last record read of each partition since ``start`` (the partitions
+            that had one).
+        lagging: the partitions that hold records past ``ends``.
+        lateness_ms: the allowed lateness.
+        final: the micro-batch is the last of an ``availableNow`` run.
+        first_of_run: the first micro-batch of an ``availableNow`` run, which always carries ticks: a run
+            that finds nothing new then gets to its final micro-batch.
+    """
+    progress = dict(start.progress)
+    for name, stamp in stamps.items():
+        progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
+    frontier = max(start.frontier_ms, frontier_of(progress, lagging, lateness_ms))
+    probe = first_of_run and bool(start.progress) and not start.final
+    if frontier == start.frontier_ms and final == start.final and not probe:
+        return None
+    return Frontier(dict(ends), progress, frontier, final, start.planned + 1)
 
 
 # --- the source ----------------------------------------------------------------------------------------
@@ -192,26 +227,26 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         newest_ms = None
         if logged is not None and self.config.max_clock_skew_ms is not None:
             newest_ms = logged.timestamp_ms + self.config.max_clock_skew_ms
-        progress = dict(start.progress)
         read_from = {
             name: start.kafka.get(name, 0) for name, end in ends.items() if end > start.kafka.get(name, 0)
         }
-        for name, stamp in self.last_stamps(read_from, ends, newest_ms).items():
-            progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
+        stamps = self.last_stamps(read_from, ends, newest_ms)
         if ending is not None:
             lagging = sorted(name for name, end in ending.items() if ends.get(name, 0) < end)
         else:
             partitions = [(topic, p) for topic in self.config.topics for p in partitions_of(admin, topic)]
             stable = list_offsets(admin, partitions, OffsetSpec.latest())
             lagging = sorted(name for name, end in stable.items() if ends.get(name, 0) < end)
-        final = self._run_start is not None and (
-            (ending is not None and not lagging) or self._stalled(newest, logged)
+        available_now = self._run_start is not None
+        return next_frontier(
+            start,
+            ends,
+            stamps,
+            lagging,
+            self.config.allowed_lateness_ms,
+            final=available_now and ((ending is not None and not lagging) or self._stalled(newest, logged)),
+            first_of_run=available_now and newest == self._run_start,
         )
-        frontier = max(start.frontier_ms, frontier_of(progress, lagging, self.config.allowed_lateness_ms))
-        first_of_run = self._run_start is not None and newest == self._run_start and bool(start.progress)
-        if frontier == start.frontier_ms and final == start.final and not (first_of_run and not start.final):
-            return None
-        return Frontier(ends, progress, frontier, final, start.planned + 1)
 
     def _stalled(self, newest: int | None, logged: LoggedBatch | None) -> bool:
         """Whether the connector did not move in the newest micro-batch, which this ``availableNow`` run
@@ -247,7 +282,7 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer.assign([TopicPartition(*parse_tp(name), begin) for name, (begin, _) in ranges.items()])
         stamps: dict[str, list[int]] = {name: [] for name in ranges}
         pending = {name for name, (begin, end) in ranges.items() if end > begin}
-        deadline = time.monotonic() + READ_TIMEOUT_S
+        until = time.monotonic() + READ_TIMEOUT_S
         while pending:
             for message, at_end in consumed(consumer, 10_000, timeout=0.1):
                 name = tp_name(message.topic() or "", message.partition() or 0)
@@ -259,11 +294,7 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     stamps[name].append(message.timestamp()[1])
                 if at_end or offset >= end - 1:
                     pending.discard(name)
-            if pending and time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"Kafka delivered nothing of {sorted(pending)} within {READ_TIMEOUT_S:.0f} s, below "
-                    "offsets its connector read"
-                )
+            until = check_deadline(until, pending, consumer, READ_TIMEOUT_S)
         consumer.unassign()
         return stamps
 

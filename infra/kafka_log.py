@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
 from infra.clients import METADATA_TIMEOUT_S, Clients, cluster_metadata
 from infra.kafka_offsets import parse_tp, tp_name
-from infra.kafka_outage import is_outage
+from infra.kafka_outage import KafkaUnreachableError, is_outage, wait_for_kafka
 
 
 class HistoryGapError(StateError):
@@ -43,6 +43,33 @@ def consumed(consumer: Consumer, count: int, timeout: float) -> Iterator[tuple[M
             )
         else:
             raise KafkaException(error)
+
+
+def check_deadline(
+    until: float, pending: set[str], client: AdminClient | Consumer, timeout_s: float
+) -> float:
+    """The deadline of a read whose ``pending`` partitions (``topic/partition``) still hold records it knows
+    are there: ``until``, or a new one (``timeout_s`` from now) when it passed while Kafka was away. Only
+    time the broker answers counts: past the deadline, a broker that does not answer a metadata request is
+    an outage, waited out (``infra.kafka_outage``); one that answers and still delivers nothing holds the
+    records back.
+
+    Raises:
+        ServiceUnavailableError: the broker answers, and the records did not come by the deadline.
+    """
+    if not pending or time.monotonic() <= until:
+        return until
+    topics = sorted({parse_tp(name)[0] for name in pending})
+    try:
+        for topic in topics:
+            cluster_metadata(client, topic)
+    except KafkaUnreachableError:
+        wait_for_kafka(lambda: [cluster_metadata(client, topic) for topic in topics])
+        return time.monotonic() + timeout_s
+    raise ServiceUnavailableError(
+        f"no answer from Kafka for {sorted(pending)} within {timeout_s:.0f} s (longer than a writer's "
+        "transaction may stay open: the records below the offsets read are not readable)"
+    )
 
 
 def partitions_of(client: AdminClient | Consumer, topic: str) -> list[int]:

@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import JobName, Topics
 from features import job as feature_job
 from features.rescale import Rescale
-from infra.checkpoints import query_location
+from infra.checkpoints import pinned_layout, query_location
 from infra.kafka_log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import write_micro_batch
@@ -111,12 +111,8 @@ class ScoringJobConfig(ScoresWithModels):
 
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
-    """The records of the features topic, as a stream (cut at the run's end, if it has one).
-
-    Spark's connector reads each topic-partition's range of a micro-batch in a task of its own, the same on a
-    re-run: each write task of the sink, and its exactly-once marker, gets the rows it had the first time.
-    A ``once`` run with an end reads on to the log's end as the connector does, and drops what it reads past
-    the end."""
+    """The records of the features topic, as a stream (cut at the run's end, if it has one). A ``once`` run
+    with an end reads on to the log's end as the connector does, and drops what it reads past the end."""
     source = KafkaInput(
         kafka_config=config.kafka_config,
         topics=config.inputs,
@@ -128,6 +124,14 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
     if config.end_ms is not None:
         ending = offsets_for_time(new_admin(config.kafka_config), config.inputs, config.end_ms)
     return read_stream(spark, replace(source, ending_offsets=ending))
+
+
+def by_input_partition(records: DataFrame, tasks: int) -> DataFrame:
+    """``records`` in ``tasks`` partitions, each Kafka partition's records in one, by a hash of its topic and
+    number: a micro-batch re-run after a crash gives each write task of the sink (and its exactly-once
+    marker) the rows it had the first time. (The connector reads a partition's range in a task of its own,
+    but may list the tasks in another order when a micro-batch is re-run.)"""
+    return records.repartition(tasks, "topic", "partition")
 
 
 def start_scoring_job(
@@ -144,6 +148,9 @@ def start_scoring_job(
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
+    # One write task per core when the checkpoint starts; a restart elsewhere keeps the count.
+    default_tasks = spark.sparkContext.defaultParallelism
+    write_tasks = pinned_layout(config.checkpoint, {"write_tasks": default_tasks})["write_tasks"]
     sink = KafkaSinkConfig(
         kafka_config=config.kafka_config,
         sink_id=checkpoint_sink_id(config.checkpoint, "scores"),
@@ -161,7 +168,7 @@ def start_scoring_job(
             scored_at_ms=batch.scored_at_ms,
         )
         counted = Observation(OBSERVATION)
-        scored = records.mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
+        scored = by_input_partition(records, write_tasks).mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
         observed = scored.observe(counted, *observations())
         write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch.batch_id)
         return counted.get

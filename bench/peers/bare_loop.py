@@ -30,12 +30,11 @@ def main() -> None:
             "group.id": "bench-bare-loop",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "fetch.wait.max.ms": args.fetch_wait_ms,
         }
     )
     partitions = consumer.list_topics(args.input, timeout=30).topics[args.input].partitions
     consumer.assign([TopicPartition(args.input, p, OFFSET_BEGINNING) for p in sorted(partitions)])
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": args.linger_ms})
+    producer = Producer({"bootstrap.servers": args.bootstrap})
     state: dict[str, History] = {}
     running = True
 

@@ -26,16 +26,13 @@ def card_features(history: History | None, value: bytes) -> tuple[History, bytes
     return history, orjson.dumps(process(history, orjson.loads(value)))
 
 
-def dataflow(
-    bootstrap: str, input_topic: str, output_topic: str, linger_ms: int, fetch_wait_ms: int
-) -> Dataflow:
+def dataflow(bootstrap: str, input_topic: str, output_topic: str) -> Dataflow:
     flow = Dataflow("bench-card-windows")
     source = kop.input(
         "transactions",
         flow,
         brokers=[bootstrap],
         topics=[input_topic],
-        add_config={"fetch.wait.max.ms": str(fetch_wait_ms)},
     )
     op.inspect("errors", source.errs, lambda _step, error: print(f"kafka error: {error}", flush=True))
     keyed = op.map("by_card", source.oks, lambda m: (m.key.decode(), m.value))
@@ -46,7 +43,6 @@ def dataflow(
         messages,
         brokers=[bootstrap],
         topic=output_topic,
-        add_config={"linger.ms": str(linger_ms)},
     )
     return flow
 
@@ -54,7 +50,7 @@ def dataflow(
 def main() -> None:
     parser = peer_parser(__doc__)
     args = parser.parse_args()
-    flow = dataflow(args.bootstrap, args.input, args.output, args.linger_ms, args.fetch_wait_ms)
+    flow = dataflow(args.bootstrap, args.input, args.output)
     print(f"bytewax: {args.input} -> {args.output}, 1 worker", flush=True)
     cli_main(flow, workers_per_process=1)
 

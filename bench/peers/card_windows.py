@@ -85,11 +85,9 @@ def process(history: History, event: dict[str, Any]) -> dict[str, Any]:
 
 def peer_parser(doc: str | None) -> argparse.ArgumentParser:
     """A peer's argument parser (its docstring as help) with the options every peer takes: the broker, the
-    input and output topics, the producer's linger and the consumer's fetch wait."""
+    input and output topics. Each peer's Kafka clients keep their library's defaults (lingers, fetch waits)."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True, help="transactions topic")
     parser.add_argument("--output", required=True, help="output topic")
-    parser.add_argument("--linger-ms", type=int, default=20, help="producer linger (Tansu needs some)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
     return parser

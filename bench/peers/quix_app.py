@@ -42,8 +42,6 @@ def main() -> None:
         consumer_group="bench-quix",
         auto_offset_reset="earliest",
         state_dir=args.state_dir,
-        producer_extra_config={"linger.ms": args.linger_ms},
-        consumer_extra_config={"fetch.wait.max.ms": args.fetch_wait_ms},
         loglevel="WARNING",
         processing_guarantee="exactly-once" if args.exactly_once else "at-least-once",
         commit_interval=args.commit_interval_s,

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from contracts.errors import ConfigError, FraudError, StateError
-from infra.clients import PRODUCER_LINGER_MS, TRANSACTION_TIMEOUT_MS
+from infra.clients import TRANSACTION_TIMEOUT_MS
 from infra.timing import Timings
 
 #: The commit markers live on this partition of the marker topic (it exists in every topic).
@@ -123,7 +123,6 @@ class KafkaSinkConfig:
     def producer_config(self, transactional_id: str) -> dict[str, Any]:
         """Transactional, idempotent producer settings: defaults, then ``kafka_config``, then owned ones."""
         return {
-            "linger.ms": PRODUCER_LINGER_MS,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,  # kafka_config may override it
             **EAGER_CONNECTIONS,
             **self.kafka_config,

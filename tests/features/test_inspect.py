@@ -26,6 +26,7 @@ from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from infra.checkpoints import DamagedCheckpointError
 from infra.kafka_offsets import NO_FRONTIER
+from infra.offset_log import Frontier
 from infra.state_store import CheckpointNotFoundError, CommittedBatch
 
 PARAMS = FeatureParams()
@@ -35,12 +36,8 @@ LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 
 
 def a_job(frontier: int | None = T, final: bool = False) -> JobState:
-    offsets = {
-        "offsets": {"tx/0": 9},
-        "frontier": NO_FRONTIER if frontier is None else frontier,
-        "final": final,
-    }
-    return JobState(Path("/cp"), LAYOUT, CommittedBatch(41, (offsets,)))
+    kept = Frontier({"tx/0": 9}, {}, NO_FRONTIER if frontier is None else frontier, final)
+    return JobState(Path("/cp"), LAYOUT, CommittedBatch(41, ({"tx": {"0": 9}}, kept.as_json())))
 
 
 def txs(*rows: tuple[int, str, str, float, int]) -> pd.DataFrame:
@@ -182,8 +179,9 @@ def a_checkpoint(root: Path, commits: int, layout: bool = True) -> Path:
     (query / "offsets").mkdir(parents=True)
     (query / "commits").mkdir()
     for batch in range(max(commits, 1)):
-        source = {"offsets": {"tx/0": 3}, "frontier": T + batch, "final": False}
-        (query / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(source)}\n")
+        sources = [{"tx": {"0": 3}}, Frontier({"tx/0": 3}, {}, T + batch).as_json()]
+        lines = "\n".join(map(json.dumps, sources))
+        (query / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{lines}\n")
     for batch in range(commits):
         (query / "commits" / str(batch)).write_text("v1\n{}\n")
     if layout:

@@ -28,8 +28,8 @@ from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.kafka_offsets import NO_FRONTIER
-from infra.kafka_source.planner import end_offset, release_without_records
+from infra.kafka_frontier import next_frontier
+from infra.offset_log import Frontier
 from infra.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
@@ -421,9 +421,11 @@ def run_stream(
 ) -> pd.DataFrame:
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
-    Transactions and labels are two partitions; each micro-batch's end offset and its frontier are
-    planned by the source's own ``end_offset``. ``available_now=False``: a continuous run reads all the
-    micro-batches, then an availableNow run that finds nothing new plans its record-less final batch.
+    Transactions and labels are two partitions; each micro-batch's frontier is planned as the frontier source
+    plans it (``infra.kafka_frontier.next_frontier``), from what the micro-batches before it read. After the
+    records, a micro-batch of ticks releases what the last one read, and the availableNow run's final one
+    the rest. ``available_now=False``: a continuous run reads all the micro-batches, then an availableNow
+    run that finds nothing new plans its first micro-batch and its final one, both without records.
     ``rescales``: before the micro-batch of each index, the state is re-keyed into that many buckets and
     slots, as a job started from a savepoint in another layout. ``entries``: state kept as the job keeps it
     (:class:`Stages`), its pages cut past ``page_bytes``; ``observe`` is called with it after each
@@ -463,36 +465,44 @@ def run_stream(
     ends = {name: int((partition == name).sum()) for name in ("tx/0", "labels/0")}
     stages = Stages(buckets, slots, entries, page_bytes)
     outputs = []
-    offset: dict = {"offsets": dict.fromkeys(ends, 0), "progress": {}, "frontier": NO_FRONTIER}
+    frontier = Frontier()
+    read = dict.fromkeys(ends, 0)  # where the connector's micro-batches so far left each partition
+    stamps: dict[str, int] = {}  # the last record read of each partition by the last micro-batch
 
-    def micro_batch(chunk: np.ndarray, planned: dict) -> None:
-        frontier = ticks(planned["frontier"], buckets, planned["final"]).to_pandas()
-        rows = pd.concat([decoded.iloc[chunk], frontier], ignore_index=True)
-        outputs.append(stages.micro_batch(rows, params))
+    def micro_batch(chunk: np.ndarray, planned: Frontier | None) -> None:
+        parts = [decoded.iloc[chunk]]
+        if planned is not None:
+            parts.append(ticks(planned.frontier_ms, buckets, planned.final).to_pandas())
+        outputs.append(stages.micro_batch(pd.concat(parts, ignore_index=True), params))
         if observe is not None:
             observe(stages)
+
+    def plan(**run: bool) -> Frontier | None:
+        nonlocal frontier
+        lagging = [name for name in ends if read[name] < ends[name]]
+        planned = next_frontier(frontier, read, stamps, lagging, params.max_lateness_ms, **run)
+        frontier = planned or frontier
+        return planned
 
     for index, chunk in enumerate(np.array_split(np.arange(len(decoded)), batches)):
         if index in (rescales or {}):
             buckets, slots = (rescales or {})[index]
             decoded = decoded_in(buckets)
             stages = stages.rescaled(buckets, slots)
-        begin = dict(offset["offsets"])
-        chosen = {name: begin[name] + int((partition[chunk] == name).sum()) for name in ends}
-        last_read = {
+        planned = plan()
+        stamps = {
             name: int(when[chunk][partition[chunk] == name][-1])
             for name in ends
-            if chosen[name] > begin[name]
+            if (partition[chunk] == name).any()
         }
-        lagging = [name for name in ends if chosen[name] < ends[name]]
-        offset = end_offset(offset, begin, chosen, lagging, last_read, params.max_lateness_ms, available_now)
-        micro_batch(chunk, offset)
-    if not available_now:
-        assert not offset["final"] and release_without_records(offset, True, heartbeats=True)
-        begin = dict(offset["offsets"])
-        offset = end_offset(offset, begin, begin, [], {}, params.max_lateness_ms, available_now=True)
-        micro_batch(np.arange(0), offset)
-    assert offset["final"]
+        read = {name: read[name] + int((partition[chunk] == name).sum()) for name in ends}
+        micro_batch(chunk, planned)
+    micro_batch(np.arange(0), plan(first_of_run=not available_now))  # what the last one read
+    stamps = {}
+    if not available_now:  # an availableNow run that finds nothing new: its first micro-batch carries ticks
+        micro_batch(np.arange(0), plan(first_of_run=True))
+    micro_batch(np.arange(0), plan(final=True))  # the connector did not move: the run's final micro-batch
+    assert frontier.final
     return pd.concat(outputs, ignore_index=True)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from fraud.live import metrics_status, progress_status
+from infra.offset_log import Frontier
 
 
 def test_a_job_from_its_metrics() -> None:
@@ -32,19 +33,23 @@ def test_a_job_before_its_first_batch_and_one_that_does_not_answer() -> None:
 
 
 def test_a_job_from_its_query_progress() -> None:
-    offsets = {"offsets": {"transactions/0": 100, "transactions/1": 50}, "read": 1100}
     progress = {
         "batchId": 7,
         "timestamp": "2026-11-27T20:00:00.000Z",
         "durationMs": {"triggerExecution": 500},
         "sources": [
             {
-                "startOffset": json.dumps(
-                    {"offsets": {"transactions/0": 40, "transactions/1": 10}, "read": 1000}
-                ),
-                "endOffset": json.dumps(offsets),
-                "latestOffset": json.dumps({"offsets": {"transactions/0": 130, "transactions/1": 50}}),
-            }
+                "startOffset": json.dumps({"transactions": {"0": 40, "1": 10}}),
+                "endOffset": json.dumps({"transactions": {"0": 100, "1": 50}}),
+                "latestOffset": json.dumps({"transactions": {"0": 130, "1": 50}}),
+                "numInputRows": 100,
+            },
+            {  # the frontier source: its ticks are not records read
+                "startOffset": json.dumps(Frontier().as_json()),
+                "endOffset": json.dumps(Frontier({}, {}, 5).as_json()),
+                "latestOffset": None,
+                "numInputRows": 6,
+            },
         ],
     }
     job = progress_status("features", progress)

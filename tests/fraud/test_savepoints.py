@@ -17,7 +17,7 @@ from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
-from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, end_offset, spark_checkpoint
+from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, position, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
 
@@ -30,8 +30,8 @@ def savepoint(tmp_path: Path) -> savepoints.Savepoint:
 
 def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
     assert savepoint.batch == 4
-    assert savepoint.offsets == end_offset(4)["offsets"]
-    assert savepoint.frontier_ms == end_offset(4)["frontier"] and not savepoint.final
+    assert savepoint.offsets == position(4).offsets
+    assert savepoint.frontier_ms == position(4).frontier_ms and not savepoint.final
     assert savepoint.layout == LAYOUT
     assert savepoint.features is not None and len(savepoint.features["features"]) == len(PARAMS.specs)
     assert savepoint.topics == set(TOPICS)
@@ -147,7 +147,7 @@ def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
     twelve = {**LAYOUT, "card_buckets": 12, "terminal_buckets": 12}
     start = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
     assert (start.how, start.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
-    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, end_offset(4), LAYOUT)
+    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, position(4), LAYOUT)
     # Nothing copied: a new query starts here, in the new layout, recording where its state comes from and
     # which features it was built for.
     assert {p.name for p in target.iterdir()} == {LAYOUT_FILE, SPECS_FILE, savepoints.RESTORED_FILE}

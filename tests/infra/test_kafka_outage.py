@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from contracts.errors import ServiceUnavailableError
+from infra.kafka_log import check_deadline
 from infra.kafka_outage import KafkaUnreachableError, cut_off, is_outage, outage_reason, wait_for_kafka
-from infra.kafka_source.planner import READ_TIMEOUT_S, check_deadline
 from tests.infra.test_retry import scripted
 
 
@@ -104,9 +104,9 @@ def test_a_reads_deadline_counts_only_the_time_the_broker_answers(monkeypatch: p
     whose broker answers and still delivers nothing fails."""
     monkeypatch.setattr("infra.retry.time.sleep", lambda s: None)
     now = time.monotonic()
-    assert check_deadline(now + 60, {"t/0"}, broker(0)) == now + 60  # not passed yet
-    assert check_deadline(now - 1, set(), broker(0)) == now - 1  # nothing pending
-    renewed = check_deadline(now - 1, {"t/0"}, broker(3))
-    assert renewed >= now + READ_TIMEOUT_S
+    assert check_deadline(now + 60, {"t/0"}, broker(0), 60) == now + 60  # not passed yet
+    assert check_deadline(now - 1, set(), broker(0), 60) == now - 1  # nothing pending
+    renewed = check_deadline(now - 1, {"t/0"}, broker(3), 60)
+    assert renewed >= now + 60
     with pytest.raises(ServiceUnavailableError, match=r"no answer from Kafka for \['t/0'\]"):
-        check_deadline(now - 1, {"t/0"}, broker(0))
+        check_deadline(now - 1, {"t/0"}, broker(0), 60)

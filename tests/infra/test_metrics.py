@@ -16,6 +16,7 @@ from contracts.settings import Topics
 from infra.input_watch import Arrivals, observer_group
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE
 from infra.metrics import JobMetrics, batch_ranges, ended_at, operator_names
+from infra.offset_log import Frontier
 from infra.stage_counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
@@ -75,18 +76,22 @@ def test_records_are_counted_by_topic_and_dead_letters_by_reason() -> None:
 
 def test_progress_reports_and_batch_counts_become_metrics() -> None:
     metrics = JobMetrics("pipeline")
-    end = {"offsets": {"transactions/0": 90, "transactions/1": 40}, "frontier": 1_522_540_800_000}
-    latest = {"offsets": {"transactions/0": 100, "transactions/1": 40}}
     progress = {
         "batchId": 7,
-        "numInputRows": 12,  # the source's rows: events packed per card bucket
+        "numInputRows": 136,  # the Kafka records and the frontier's ticks
         "durationMs": {"triggerExecution": 1_500},
         "sources": [
             {
-                "startOffset": json.dumps({"read": 870}),
-                "endOffset": json.dumps({**end, "read": 1_000}),
-                "latestOffset": json.dumps(latest),
-            }
+                "startOffset": json.dumps({"transactions": {"0": 0, "1": 0}}),
+                "endOffset": json.dumps({"transactions": {"0": 90, "1": 40}}),
+                "latestOffset": json.dumps({"transactions": {"0": 100, "1": 40}}),
+                "numInputRows": 130,
+            },
+            {
+                "startOffset": json.dumps(Frontier().as_json()),
+                "endOffset": json.dumps(Frontier({}, {}, 1_522_540_800_000).as_json()),
+                "numInputRows": 6,
+            },
         ],
         "stateOperators": [
             {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 6, "memoryUsedBytes": 4096}
@@ -147,8 +152,8 @@ def test_a_batch_reads_its_offset_ranges_and_ends_after_its_duration() -> None:
         "durationMs": {"triggerExecution": 2_250},
         "sources": [
             {
-                "startOffset": json.dumps({"offsets": {"t/0": 5, "t/1": 0}}),
-                "endOffset": json.dumps({"offsets": {"t/0": 9, "t/1": 3, "u/0": 2}}),
+                "startOffset": json.dumps({"t": {"0": 5, "1": 0}}),
+                "endOffset": json.dumps({"t": {"0": 9, "1": 3}, "u": {"0": 2}}),
             }
         ],
     }
@@ -226,8 +231,8 @@ def test_alerts_are_timed_from_their_transactions_append_and_the_batch_offsets_c
             "durationMs": {"triggerExecution": 1_000},
             "sources": [
                 {
-                    "startOffset": json.dumps({"offsets": {"transactions/0": start, "labels/0": 0}}),
-                    "endOffset": json.dumps({"offsets": {"transactions/0": end, "labels/0": 4}}),
+                    "startOffset": json.dumps({"transactions": {"0": start}, "labels": {"0": 0}}),
+                    "endOffset": json.dumps({"transactions": {"0": end}, "labels": {"0": 4}}),
                 }
             ],
             "observedMetrics": {"fraud": {ALERT_COUNT: len(sources), ALERT_SOURCES: sources}},

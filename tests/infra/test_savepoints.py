@@ -21,7 +21,7 @@ from infra.savepoints import (
     read_offsets,
     restore,
 )
-from tests.support.checkpoints import IN_FLIGHT_SCHEMA, SCHEMA, end_offset, spark_checkpoint
+from tests.support.checkpoints import IN_FLIGHT_SCHEMA, SCHEMA, end_offsets, spark_checkpoint
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_a_copy_holds_the_committed_batches_and_nothing_of_the_one_in_flight(tmp
     assert schema_paths(copy / QUERY_DIR / "state/0/_metadata/v2/0") == [
         f"file:{(copy / QUERY_DIR / 'state/0/_stateSchema/default' / SCHEMA).resolve()}"
     ]
-    assert read_offsets(copy / QUERY_DIR, 4) == [end_offset(4)]
+    assert read_offsets(copy / QUERY_DIR, 4) == end_offsets(4)
 
 
 def test_a_checkpoint_between_batches_is_copied_whole_but_the_sink_id(tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from contracts.settings import RedisConnection
+from features.job import CardTicks
+from infra.kafka_frontier import FrontierConfig
 from infra.kafka_sink.config import KafkaSinkConfig
-from infra.kafka_source.config import KafkaSourceConfig
 from infra.redis_connection import RedisTarget
+from infra.spark_kafka import KafkaInput
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for
 KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.password": PASSWORD}
@@ -15,7 +17,8 @@ KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.pass
 
 def test_configs_carrying_credentials_do_not_show_them() -> None:
     shown = [
-        repr(KafkaSourceConfig(KAFKA, ("transactions",))),
+        repr(KafkaInput(KAFKA, ("transactions",))),
+        repr(FrontierConfig(KAFKA, ("transactions",), "query", CardTicks(6))),
         repr(KafkaSinkConfig(KAFKA, "sink-1", topic="alerts")),
         repr(RedisTarget("redis://default:hunter2-redis-secret@cache:6379/0", "ab:", 60)),
         repr(
@@ -29,5 +32,5 @@ def test_configs_carrying_credentials_do_not_show_them() -> None:
     ]
     for text in shown:
         assert PASSWORD not in text and "hunter2-redis-secret" not in text, text
-    assert "cache:6379" in shown[2] and "'ab:'" in shown[2]
-    assert "username='fraud'" in shown[3] and "tls=True" in shown[3]
+    assert "cache:6379" in shown[3] and "'ab:'" in shown[3]
+    assert "username='fraud'" in shown[4] and "tls=True" in shown[4]

@@ -2,7 +2,8 @@
 metadata request with one line naming the settings to check, exit 3, where librdkafka would try again
 until the timeout and the command would say that Kafka did not answer.
 
-Against a real Tansu broker that requires authentication and knows no user: every login is refused.
+Against a real Apache Kafka broker whose listener requires a SCRAM login and knows no user: every login is
+refused.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 from contracts.settings import Settings
 from infra.clients import METADATA_TIMEOUT_S, Clients, Endpoints, KafkaAccessError, cluster_metadata
-from infra.embedded import HOST, free_port, tansu_binary
+from infra.embedded import BROKER_HEAP, HOST, START_TIMEOUT_S, EmbeddedStack, broker_answers, free_port
 from tests.support.scripts import run_fraud
 
 PASSWORD = f"sasl-{uuid.uuid4().hex}"
@@ -31,21 +32,37 @@ SASL = {
 
 @pytest.fixture(scope="module")
 def locked_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A broker that requires a SASL login: its bootstrap servers."""
-    port = free_port()
-    url = f"tcp://{HOST}:{port}"
-    log = (tmp_path_factory.mktemp("locked-broker") / "broker.log").open("wb")
-    args = ["broker", "--listener-url", url, "--advertised-listener-url", url, "--authentication"]
+    """A broker whose clients' listener requires a SASL (SCRAM) login, with no user: its bootstrap servers.
+    Its own listener for itself stays plain."""
+    home = tmp_path_factory.mktemp("locked-broker")
+    inner, outer = free_port(), free_port()
+    more = {
+        "listeners": f"PLAINTEXT://{HOST}:{inner},SASL_PLAINTEXT://{HOST}:{outer},CONTROLLER://{HOST}:{free_port()}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{inner},SASL_PLAINTEXT://{HOST}:{outer}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+    }
+    embedded = EmbeddedStack(home)
+    controller = int(more["listeners"].rpartition(":")[2])
+    command = embedded.broker_command(inner, controller, more=more)
+    log = (home / "broker.log").open("wb")
     broker = subprocess.Popen(
-        [str(tansu_binary()), *args, "--storage-engine", "memory://tansu/"],
+        command.run("kafka.Kafka", str(command.properties), heap=BROKER_HEAP),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        yield f"{HOST}:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not broker_answers(inner):
+            assert broker.poll() is None and time.monotonic() < deadline, "the broker did not start"
+            time.sleep(0.2)
+        yield f"{HOST}:{outer}"
     finally:
         broker.terminate()
-        broker.wait(10)
+        broker.wait(30)
         log.close()
 
 

@@ -34,7 +34,6 @@ from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
 from infra.embedded import StackInfo
 from infra.kafka_log import read_topic, topic_counts
-from infra.kafka_source.config import at_time
 from infra.redis_connection import RedisTarget
 from infra.redis_keys import card_features_key, card_score_key
 from infra.redis_reads import get_alert
@@ -255,7 +254,9 @@ class Piped:
 
 def run_pipeline(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     """Run the pipeline once over what its input holds (up to its ending offsets)."""
-    return stopped(start_pipeline(spark, config, once=True), "pipeline", timeout_s=TIMEOUT_S)
+    return stopped(
+        start_pipeline(spark, config, once=True), "pipeline", timeout_s=TIMEOUT_S, ended=config.ended
+    )
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +279,7 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
         model_check_interval_s=DEFAULT_MODEL_CHECK_INTERVAL_S,
     )
     times = sorted(record[EVENT_TIME_MS] for record in by_tx(scored.features).values())
-    half = replace(features, ending_offsets=at_time(times[len(times) // 2]))
+    half = replace(features, end_ms=times[len(times) // 2])
     run_pipeline(spark, replace(config, features=half))
     savepoint = savepoints.take("pipeline", "", home / "first", home / "savepoint")
     checkpoint = home / "checkpoint"

@@ -14,13 +14,12 @@ from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import Settings, TopicRetention
-from fraud.progress import JobFailedError
 from infra.clients import Clients
-from infra.kafka_log import HistoryGapError, consumed, log_bounds, read_to_end
-from infra.kafka_source.config import KafkaSourceConfig
-from infra.kafka_source.datasource import read_stream
+from infra.kafka_log import HistoryGapError, consumed, log_bounds, read_topic
+from infra.spark_kafka import KafkaInput, check_resume, read_stream
 from infra.topic_admin import create_project_topics, delete_topics, topic_configs
 
 FRAUD = str(Path(sys.executable).parent / "fraud")
@@ -74,44 +73,57 @@ def test_settings_give_each_topic_its_retention() -> None:
     assert set(prefixed) == {f"ab-{name}" for name in settings.topics.all()}
 
 
-def test_a_query_whose_topic_was_recreated_fails_naming_the_offsets(
+def test_a_query_whose_history_is_gone_is_refused_naming_the_offsets(
     spark: SparkSession, settings: Settings, tmp_path: Path
 ) -> None:
-    """100 records read into a checkpoint; the topic is deleted and re-created with 10 (as after a restart
-    of the embedded broker): the restarted query stops with the topic, partition and offsets, not a skip."""
+    """100 records read into a checkpoint, then their topic deleted and re-created with 10; and 100 records
+    of another topic read, then the first 80 deleted (as retention does): the job's check before it resumes
+    says which topic, partition and offsets in one line, and Spark's connector refuses to skip them too."""
     clients = Clients.from_settings(settings)
-    topic = settings.topics.transactions
+    recreated, trimmed = settings.topics.transactions, settings.topics.labels
 
-    def produce(n: int) -> None:
+    def produce(topic: str, n: int) -> None:
         producer = clients.producer()
         for i in range(n):
             producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
         assert producer.flush(30) == 0
 
-    def run() -> None:
-        stream = read_stream(spark, KafkaSourceConfig(clients.kafka_config(), (topic,)))
-        query = (
+    def query(topic: str) -> StreamingQuery:
+        stream = read_stream(spark, KafkaInput(clients.kafka_config(), (topic,)))
+        return (
             stream.writeStream.format("noop")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .option("checkpointLocation", str(tmp_path / topic))
             .trigger(availableNow=True)
             .start()
         )
-        assert query.awaitTermination(120), "the query did not stop"
 
-    produce(100)
-    run()
-    delete_topics(clients.admin(), [topic])
+    for topic in (recreated, trimmed):
+        produce(topic, 100)
+        assert query(topic).awaitTermination(120), "the query did not stop"
+    delete_topics(clients.admin(), [recreated])
     create_project_topics(clients.admin(), settings)
-    produce(10)
+    produce(recreated, 10)
+    produce(trimmed, 50)
+    admin = clients.admin()  # kept: its futures fail once it is collected
+    for future in admin.delete_records([TopicPartition(trimmed, 0, 130)]).values():
+        future.result(30)
 
-    with pytest.raises(StreamingQueryException) as failed:
-        run()
-
-    assert str(JobFailedError(failed.value)) == (
-        f"the streaming query failed: topic {topic!r} partition 0: this query continues at offset 100, but "
-        "the log ends at 10: the topic was deleted and re-created (the embedded broker keeps no topics over "
-        "a restart); start over with a new checkpoint"
+    with pytest.raises(HistoryGapError) as gone:
+        check_resume(clients.kafka_config(), tmp_path / recreated)
+    assert str(gone.value) == (
+        f"topic {recreated!r} partition 0: this query continues at offset 100, but the log ends at 10: the "
+        "topic was deleted and re-created; start over with a new checkpoint"
     )
+    with pytest.raises(HistoryGapError) as trimmed_away:
+        check_resume(clients.kafka_config(), tmp_path / trimmed)
+    assert str(trimmed_away.value) == (
+        f"topic {trimmed!r} partition 0: this query continues at offset 100, but the log now starts at 130: "
+        "records 100..129 were deleted (check the topic's retention: `fraud topics describe`); replay into a "
+        "new checkpoint to go on"
+    )
+    for topic in (recreated, trimmed):
+        with pytest.raises(StreamingQueryException, match="Some data may have been lost"):
+            query(topic).awaitTermination(120)
 
 
 def test_the_log_end_counts_the_markers_a_reader_passes_while_a_transaction_is_open(
@@ -131,16 +143,14 @@ def test_the_log_end_counts_the_markers_a_reader_passes_while_a_transaction_is_o
     producer.begin_transaction()
     producer.produce(topic, value=b"pending", partition=0)
     assert producer.flush(30) == 0
-    consumer = clients.consumer(overrides={"enable.partition.eof": True})
     try:
-        read = read_to_end(consumer, [TopicPartition(topic, 0, 0)], timeout_s=30)
-        assert read[f"{topic}/0"][0] == 19
+        last = list(read_topic(clients, topic))[-1]
+        assert last.offset() == 19 and last.value() == b"v19"
         position = consumer_position_at_end(clients, topic)
         assert position > 20  # past the commit marker
 
-        assert log_bounds(consumer, [(topic, 0)], timeout_s=30)[f"{topic}/0"] == (0, position)
+        assert log_bounds(clients.admin(), [(topic, 0)])[f"{topic}/0"] == (0, position)
     finally:
-        consumer.close()
         producer.abort_transaction(30)
 
 
@@ -160,8 +170,7 @@ def consumer_position_at_end(clients: Clients, topic: str) -> int:
 
 
 def test_consumed_turns_an_offset_outside_the_log_into_a_history_gap() -> None:
-    """librdkafka's auto.offset.reset=error event (not producible on the embedded broker, which answers
-    an offset outside its log with nothing): a HistoryGapError, or a noted gap when the caller expects it."""
+    """librdkafka's auto.offset.reset=error event: a HistoryGapError."""
 
     class Event:
         def error(self) -> KafkaError:
@@ -182,6 +191,3 @@ def test_consumed_turns_an_offset_outside_the_log_into_a_history_gap() -> None:
 
     with pytest.raises(HistoryGapError, match="topic 'transactions' partition 2: offset 5 is no longer"):
         list(consumed(FakeConsumer(), 10, 0.1))  # type: ignore[arg-type]
-    gaps: set[str] = set()
-    assert list(consumed(FakeConsumer(), 10, 0.1, gaps=gaps)) == []  # type: ignore[arg-type]
-    assert gaps == {"transactions/2"}

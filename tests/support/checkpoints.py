@@ -14,6 +14,7 @@ from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
 from features.entries import Layout
 from infra.checkpoints import LAYOUT_FILE, LZ4_MAGIC, QUERY_DIR
+from infra.offset_log import Frontier, Position
 
 #: The layout of this version's checkpoints by default.
 LAYOUT = Layout().as_record()
@@ -47,16 +48,22 @@ def a_zip(**files: str) -> bytes:
 CHANGES = lz4_stream(b"changes")
 
 
-def end_offset(batch: int) -> dict[str, object]:
-    """The fraud-kafka source's end offset of a batch: 100 records a partition a batch."""
+def position(batch: int) -> Position:
+    """Where a batch leaves the feature job's input: 100 records a partition a batch, the frontier one
+    millisecond further each batch."""
     offsets = {f"{topic}/{p}": 100 * (batch + 1) for topic in TOPICS for p in range(2)}
-    return {
-        "offsets": offsets,
-        "progress": {},
-        "frontier": 1_525_000_000_000 + batch,
-        "read": 0,
-        "final": False,
-    }
+    return Position(offsets, Frontier(dict(offsets), {}, 1_525_000_000_000 + batch, planned=batch + 1))
+
+
+def end_offsets(batch: int) -> list[dict[str, object]]:
+    """A batch's end offsets as the offset log holds them, a line each: Spark's Kafka connector's, then the
+    frontier source's."""
+    connector: dict[str, dict[str, int]] = {}
+    for name, offset in position(batch).offsets.items():
+        topic, _, partition = name.rpartition("/")
+        connector.setdefault(topic, {})[partition] = offset
+    frontier = position(batch).frontier
+    return [connector, frontier.as_json() if frontier is not None else {}]
 
 
 def _write(path: Path, text: str | bytes, crc: bool = True) -> None:
@@ -81,7 +88,8 @@ def spark_checkpoint(
     for batch in range(last + 1):
         conf = {"spark.sql.shuffle.partitions": "2"}
         meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_795_686_700_821, "conf": conf})
-        _write(query / "offsets" / str(batch), f"v1\n{meta}\n{json.dumps(end_offset(batch))}")
+        lines = "\n".join(json.dumps(line) for line in end_offsets(batch))
+        _write(query / "offsets" / str(batch), f"v1\n{meta}\n{lines}")
         if batch <= committed:
             _write(query / "commits" / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
     for op in (0, 1):
@@ -115,7 +123,7 @@ def spark_checkpoint(
     _write(checkpoint / LAYOUT_FILE, json.dumps(layout or LAYOUT), crc=False)
     _write(checkpoint / SPECS_FILE, json.dumps(spec_record(DEFAULT_PARAMS)), crc=False)
     _write(checkpoint / "model-versions.json", json.dumps({str(b): 1 for b in range(last + 1)}), crc=False)
-    _write(checkpoint / "pinned.json", json.dumps({"read_tasks": 2}), crc=False)
+    _write(checkpoint / "pinned.json", json.dumps({"write_tasks": 2}), crc=False)
     _write(checkpoint / "fraud-sink-features.id", "features-eceee0f65654", crc=False)
     _write(checkpoint / "scored-at.tmp", "{}", crc=False)
     return checkpoint

@@ -51,18 +51,17 @@ def make_alert(tx_id: int = 1, **updates: Any) -> AlertRecord:
 
 def make_progress(batch_id: int, read: int, behind: int, duration_ms: int) -> dict[str, Any]:
     """A streaming query's progress report of a micro-batch that read ``read`` records of one partition
-    of the features topic (``fraud-kafka`` offsets), ``behind`` short of the log's end."""
-    start = {"offsets": {"features/0": 0}, "read": 0}
-    end = {"offsets": {"features/0": read}, "read": read}
+    of the features topic (Spark's Kafka connector's offsets), ``behind`` short of the log's end."""
     return {
         "batchId": batch_id,
         "timestamp": "2026-11-27T20:00:00.000Z",
         "durationMs": {"triggerExecution": duration_ms},
         "sources": [
             {
-                "startOffset": json.dumps(start),
-                "endOffset": json.dumps(end),
-                "latestOffset": json.dumps({"offsets": {"features/0": read + behind}}),
+                "startOffset": json.dumps({"features": {"0": 0}}),
+                "endOffset": json.dumps({"features": {"0": read}}),
+                "latestOffset": json.dumps({"features": {"0": read + behind}}),
+                "numInputRows": read,
             }
         ],
     }

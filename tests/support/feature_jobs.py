@@ -5,8 +5,9 @@ availableNow run of the job, and the checks of its output against the batch path
 from __future__ import annotations
 
 import collections
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,23 @@ def job_config(
     )
 
 
-def stopped(query: StreamingQuery, job: str, *, timeout_s: float = JOB_TIMEOUT_S) -> StreamingQuery:
+def stopped(
+    query: StreamingQuery,
+    job: str,
+    *,
+    timeout_s: float = JOB_TIMEOUT_S,
+    ended: Callable[[dict[str, Any]], bool] | None = None,
+) -> StreamingQuery:
     """``query``, started with the availableNow trigger, once it has stopped by itself within ``timeout_s``
-    and without an error (it is stopped in any case); ``job`` names it in the failures."""
+    and without an error (it is stopped in any case); ``job`` names it in the failures. ``ended``: it is also
+    done after a micro-batch whose progress report this says is the last (a run of a time range), as
+    ``fraud ... run`` stops it."""
+    deadline = time.monotonic() + timeout_s
     try:
-        finished = query.awaitTermination(timeout_s)
+        while not (finished := query.awaitTermination(1)) and time.monotonic() < deadline:
+            if ended is not None and any(ended(progress) for progress in query.recentProgress):
+                finished = True
+                break
     finally:
         query.stop()
     assert finished, f"the {job} did not finish within {timeout_s} s"
@@ -107,7 +120,7 @@ def stopped(query: StreamingQuery, job: str, *, timeout_s: float = JOB_TIMEOUT_S
 def finished_query(spark: SparkSession, config: FeatureJobConfig) -> StreamingQuery:
     """Run the job with the availableNow trigger until it stops; the stopped query (its plans and
     progress reports can still be read)."""
-    return stopped(start_feature_job(spark, config, once=True), "feature job")
+    return stopped(start_feature_job(spark, config, once=True), "feature job", ended=config.ended)
 
 
 def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
