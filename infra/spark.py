@@ -39,6 +39,9 @@ from infra.spark_daemon import PRELOAD_ENV
 from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
 from infra.stage_counts import ALERT_SOURCES, COUNTS
 
+#: Data source options whose values Spark hides (``spark.sql.redaction.options.regex``; Spark's default is
+#: ``(?i)url``, and ``spark.redaction.regex`` adds passwords, secrets and tokens).
+REDACTED_OPTIONS = r"(?i)url|jaas|keystore|truststore\.certificates|password"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Checkpoints are local directories (``Settings.home``). Spark's default manager renames through Hadoop's
 #: FileContext, which on the local file system forks ``readlink`` for every rename: 50-150 ms per state
@@ -192,6 +195,9 @@ def session_config(
         "spark.python.daemon.module": spark_daemon.__name__,
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",
+        # Data source options shown redacted in plans and the UI: besides Spark's defaults, the Kafka
+        # connector's login (a JAAS line with the SASL password) and client key (PEM).
+        "spark.sql.redaction.options.regex": REDACTED_OPTIONS,
         "spark.executor.extraJavaOptions": JIT_OPTIONS,
         f"spark.executorEnv.{WORKER_LOGS_ENV}": settings.log_level,
         **{f"spark.executorEnv.{name}": os.environ.get(name, value) for name, value in ALLOCATOR_ENV.items()},

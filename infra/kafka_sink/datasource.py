@@ -113,7 +113,7 @@ mark_worker_logs()
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-TransactionEvent = Literal["opened", "committed"]
+TransactionEvent = Literal["opened", "produced", "committed"]
 WriteStatus = Literal["written", "already-written", "empty"]
 
 
@@ -156,8 +156,9 @@ class _ArrowKafkaWriter:
         self.config = config
 
     def on_transaction_event(self, event: TransactionEvent, batch_id: int | None, partition_id: int) -> None:
-        """Called after ``opened`` (transaction begun, marker sent, no row produced yet) and after ``committed``
-        (Kafka commit done, Spark not told yet). Does nothing; chaos tests override it to kill the job there.
+        """Called after ``opened`` (transaction begun, marker sent, no row produced yet), ``produced`` (every row
+        handed to the producer, the transaction not committed) and ``committed`` (Kafka commit done, Spark
+        not told yet). Does nothing; chaos tests override it to kill the job there.
         """
 
     def write_partition(
@@ -189,6 +190,7 @@ class _ArrowKafkaWriter:
             try:
                 with timings.phase("produce"):
                     rows = self._produce_all(producer, writer, first, iter(kept[1:]), what, prefix)
+                self.on_transaction_event("produced", batch_id, partition_id)
                 with timings.phase("commit"):
                     commit(producer, what)
                 break

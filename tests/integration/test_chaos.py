@@ -5,10 +5,11 @@
 The feature job and the scoring job run side by side, continuously, and beside them the one-query
 pipeline in a namespace of its own (its own output topics and Redis keys, the same input). They are
 killed in turns (the whole application: driver, JVM, Python daemon and workers) and each is started
-again from its checkpoint at once: three kills of each separate job, four of the pipeline. The first kill of each job waits until a write
-task of the job holds its topic's transaction lock, which it holds from its first record to its commit:
-those kills land inside a Kafka transaction; the others at a seeded random moment up to 8 s after their
-turn comes (start-ups included). The input is there from the start (arriving while a job waits with
+again from its checkpoint at once: three kills of each separate job, four of the pipeline. The first kill
+of each job waits until a write task of the job holds a Kafka transaction open with records in it (its
+output topic's last stable offset behind the records written): those kills land inside a transaction,
+counted when the transaction is still open after the kill; the others at a seeded random moment up to 8 s
+after their turn comes (start-ups included). The input is there from the start (arriving while a job waits with
 nothing to do, it could be late across partitions: the jobs run without allowed lateness). After the
 second kill Redis is shut down until a job waits to write it, then started again; after the fifth, once
 every job works, the broker is stopped (SIGSTOP) for 90 s, longer than any Kafka call of the jobs waits
@@ -17,15 +18,13 @@ for an answer: every job is still running after it. Then each job finishes with 
 Compared with an undisturbed run (the batch path's features, the model's scores of them): every
 transaction has exactly one committed feature record and one score, equal to the undisturbed ones; the
 alerts on the topic are exactly the transactions the model flags, once each, and Redis holds the same
-alert records. Tansu shows the records of aborted transactions to read_committed readers: the test
-counts those copies in the logs and checks that no reader processed one twice (a copy processed again
-would be a second score, or a second alert). ``CHAOS_SEED=N`` repeats another schedule.
+alert records; read_committed readers see no record of an aborted attempt (two records with one
+provenance). ``CHAOS_SEED=N`` repeats another schedule.
 """
 
 from __future__ import annotations
 
 import collections
-import fcntl
 import os
 import random
 import subprocess
@@ -40,9 +39,10 @@ import pandas as pd
 import pytest
 import redis
 from confluent_kafka import Message
+from confluent_kafka.admin import AdminClient
 
 from contracts.events import TxColumns
-from contracts.provenance import CopyFilter, provenance_of
+from contracts.provenance import provenance_of
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
@@ -50,10 +50,9 @@ from infra.clients import Clients
 from infra.kafka_log import read_topic
 from infra.redis_keys import alert_key
 from infra.redis_reads import get_alert
-from infra.txn_lock import lock_path
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from tests.support.chaos import kill_tree, pause, start_redis, stop_redis
+from tests.support.chaos import held_back, kill_tree, pause, start_redis, stop_redis, wait_held_back
 from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import (
     Expected,
@@ -78,8 +77,8 @@ MAX_RECORDS = 2_500
 SEPARATE_JOB_KILLS, PIPELINE_KILLS = 3, 4
 #: Longer than any Kafka call of the jobs waits for an answer (a transaction's commit: 60 s).
 BROKER_PAUSE_S = 90.0
-#: How long a kill waits for a write task to hold its transaction lock before it kills anyway.
-LOCK_WAIT_S = 30.0
+#: How long a kill waits for a write task to hold a transaction open before it kills anyway.
+TRANSACTION_WAIT_S = 30.0
 #: The other kills land within this many seconds of their turn.
 RANDOM_KILL_WITHIN_S = 8.0
 PROGRESS_TIMEOUT_S = 60.0
@@ -108,8 +107,8 @@ class Faults:
 class Job:
     """One `fraud` streaming command as a subprocess in a session of its own, started again after each kill."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path, lock: Path) -> None:
-        self.name, self.argv, self.env, self.lock = name, argv, env, lock
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path, output: str) -> None:
+        self.name, self.argv, self.env, self.output = name, argv, env, output
         self.checkpoint = Path(argv[argv.index("--checkpoint") + 1])
         self.log = logs / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -160,35 +159,24 @@ class Job:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def lock_held(path: Path) -> bool:
-    """Whether another process holds the exclusive lock of ``path`` now."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return False
-
-
-def kill_at_random(job: Job, rng: random.Random, faults: Faults, inside_transaction: bool) -> None:
-    """Kill ``job`` inside a Kafka transaction (once it works, when a write task holds its lock), or at a
-    seeded random moment up to ``RANDOM_KILL_WITHIN_S`` from now; start it again at once."""
+def kill_at_random(
+    job: Job, admin: AdminClient, rng: random.Random, faults: Faults, inside_transaction: bool
+) -> None:
+    """Kill ``job`` inside a Kafka transaction (once it works, when a write task holds one open with
+    records), or at a seeded random moment up to ``RANDOM_KILL_WITHIN_S`` from now; start it again at once."""
     if inside_transaction and job.wait_for_progress():
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while not (held := lock_held(job.lock)) and time.monotonic() < deadline:
-            time.sleep(0.002)
-        faults.in_transaction += held
+        wait_held_back(admin, [job.output], TRANSACTION_WAIT_S)
     else:
         time.sleep(rng.uniform(0.0, RANDOM_KILL_WITHIN_S))
     job.kill()
+    faults.in_transaction += bool(held_back(admin, [job.output]))  # the killed writer's transaction is open
     faults.kills[job.name] += 1
     job.start()
 
 
 def run_with_kills(
     kills: dict[Job, int],
+    admin: AdminClient,
     rng: random.Random,
     faults: Faults,
     between: dict[int, Callable[[], None]],
@@ -201,7 +189,7 @@ def run_with_kills(
     rounds = [[job for job, n in kills.items() if n > turn] for turn in range(max(kills.values()))]
     order = [(job, turn == 0) for turn, jobs in enumerate(rounds) for job in jobs]
     for i, (job, inside_transaction) in enumerate(order):
-        kill_at_random(job, rng, faults, inside_transaction)
+        kill_at_random(job, admin, rng, faults, inside_transaction)
         if i in between:
             between[i]()
     for side_by_side in finish:
@@ -210,21 +198,19 @@ def run_with_kills(
             job.finished(run)
 
 
-def read_counting_copies(clients: Clients, topic: str) -> tuple[list[Message], int]:
-    """The records of ``topic`` as the project's readers take them (``CopyFilter``), and the copies in the
-    log, counted apart: records whose (partition, writer, batch, position) an earlier record holds, left by
-    aborted attempts (a broker that shows them delivers them to read_committed readers)."""
+def read_counting_aborted(clients: Clients, topic: str) -> tuple[list[Message], int]:
+    """The records of ``topic`` (read_committed), and how many of them repeat the provenance of an earlier one
+    (partition, writer, batch, position): records of an aborted attempt, which a reader must never see."""
     seen: set[tuple[int, str, int, int]] = set()
-    copies, taken, reader = 0, [], CopyFilter()
-    for message in read_topic(clients, topic, skip_copies=False):
+    aborted, records = 0, []
+    for message in read_topic(clients, topic):
         found = provenance_of(message.headers())
         if found is not None:
             key = (message.partition() or 0, found.writer, found.batch, found.seq)
-            copies += key in seen
+            aborted += key in seen
             seen.add(key)
-        if not reader.is_copy(str(message.partition()), message.headers()):
-            taken.append(message)
-    return taken, copies
+        records.append(message)
+    return records, aborted
 
 
 def check_run(
@@ -232,9 +218,11 @@ def check_run(
 ) -> dict[str, int]:
     """Every figure of one run, asserting exactly-once and equality with the undisturbed results."""
     sim = expected.sim
-    (records, feature_copies), (score_records, score_copies), (alert_records, alert_copies) = (
-        read_counting_copies(clients, topic) for topic in (topics.features, topics.scores, topics.alerts)
+    (records, feature_aborted), (score_records, score_aborted), (alert_records, alert_aborted) = (
+        read_counting_aborted(clients, topic) for topic in (topics.features, topics.scores, topics.alerts)
     )
+    aborted = feature_aborted + score_aborted + alert_aborted
+    assert not aborted, f"{aborted} records of aborted attempts read"
     features = FeatureOutput(records)
     assert_each_transaction_once(features, sim.transactions)
     assert_same_as_batch(features.by_tx(), sim, params)
@@ -275,7 +263,7 @@ def check_run(
         "alerts": len(alerts),
         "lost": len(lost),
         "duplicated": sum(n - 1 for n in counts.values()),
-        "copies seen": feature_copies + score_copies + alert_copies,
+        "aborted records read": aborted,
     }
 
 
@@ -297,9 +285,9 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
         logs, home = tmp_path / "logs", tmp_path / "home"
         logs.mkdir()
 
-        def make_job(name: str, command: list[str], lock_topic: str) -> Job:
+        def make_job(name: str, command: list[str], output: str) -> Job:
             argv = [*command, "--max-records", str(MAX_RECORDS), "--checkpoint", str(home / f"cp-{name}")]
-            return Job(name, argv, env, logs, lock_path(stack.bootstrap_servers, lock_topic))
+            return Job(name, argv, env, logs, output)
 
         every = ["--trigger-interval-s", "0.5"]
         features = make_job("features", ["features", "run", *every], settings.topics.features)
@@ -340,7 +328,8 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
             # The scoring job first: it has input to hold a transaction for only while the feature job writes.
             kills = {scoring: SEPARATE_JOB_KILLS, features: SEPARATE_JOB_KILLS, pipeline: PIPELINE_KILLS}
             between = {1: restart_redis, 4: pause_broker}
-            run_with_kills(kills, rng, faults, between, [[features, pipeline], [scoring]])
+            admin = clients.admin()
+            run_with_kills(kills, admin, rng, faults, between, [[features, pipeline], [scoring]])
             # One line when an outage starts, one when it ends. A job whose micro-batch waits for the broker
             # all through its pause has nothing to say: only one that plans a micro-batch meanwhile does.
             assert said(f"{redis_said} unreachable") and said(f"{redis_said} answers again")

@@ -1,4 +1,4 @@
-"""The exactly-once Kafka sink (``fraud-kafka-sink``) on the real Tansu broker and real Spark (local mode).
+"""The exactly-once Kafka sink (``fraud-kafka-sink``) on a real Apache Kafka broker and real Spark (local mode).
 
 Input is a directory of JSON files read with ``maxFilesPerTrigger=1``: finite and replayable, one file per
 micro-batch, hash-partitioned on ``id`` into 2 Spark partitions, so a re-run batch has the same rows per
@@ -15,7 +15,6 @@ import json
 import logging
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,8 +29,8 @@ from pyspark.sql import functions as F
 
 from contracts.provenance import provenance_of
 from contracts.settings import Settings
-from infra.clients import Clients
-from infra.kafka_log import partitions_of
+from infra.clients import TRANSACTION_TIMEOUT_MS, Clients
+from infra.kafka_log import read_topic
 from infra.kafka_sink import datasource, transactions
 from infra.kafka_sink.config import MARKER_PARTITION, KafkaSinkConfig, SinkIdReusedError, checkpoint_sink_id
 from infra.kafka_sink.datasource import (
@@ -41,14 +40,11 @@ from infra.kafka_sink.datasource import (
     register,
     sink_options,
 )
-from infra.txn_lock import needs_locks, topic_locks
-from tests.support.chaos import Pause, kill_tree, logged_tasks, pause_args, pause_reports
+from tests.support.chaos import Pause, held_back, kill_tree, logged_tasks, pause_args, pause_reports
 from tests.support.sink_stream import PARTITIONS, sink_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 150
-#: How long a write must stay blocked while the test holds its topic lock.
-LOCK_WAIT_S = 3.0
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -91,47 +87,9 @@ def run_to_end(
     return list(query.recentProgress)
 
 
-#: How long a reader that reached the high watermark keeps polling before it trusts the end.
-QUIET_S = 2.0
-
-
-def read_committed(clients: Clients, topic: str, timeout_s: float = 30.0) -> list[Message]:
-    """Every record of ``topic`` a read_committed consumer sees now (the writers have finished).
-
-    Done when each partition's position reached its high watermark and polls bring nothing more for
-    ``QUIET_S``: transaction markers take offsets too, so the position, not the last record, tells the end;
-    the extra polls read past Tansu's high watermark, which can stop short of a multi-record last batch
-    (one short poll was not enough on a loaded machine).
-    """
-    consumer = clients.consumer(group_id=f"sink-test-reader-{uuid.uuid4().hex[:8]}")
-    try:
-        partitions = [TopicPartition(topic, partition) for partition in partitions_of(consumer, topic)]
-        ends = {
-            p.partition: consumer.get_watermark_offsets(p, timeout=10, cached=False)[1] for p in partitions
-        }
-        # From offset 0, not OFFSET_BEGINNING: Tansu answers "earliest" with the offset of the batch it
-        # stored first, which is not the lowest when producers write a partition at once.
-        consumer.assign([TopicPartition(topic, p.partition, 0) for p in partitions])
-        records: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        last_record = time.monotonic()
-        while True:
-            batch = consumer.consume(10_000, timeout=0.3)
-            for message in batch:
-                if message.error() is not None:
-                    raise KafkaException(message.error())
-                records.append(message)
-            if batch:
-                last_record = time.monotonic()
-            behind = [
-                p.partition for p in consumer.position(partitions) if max(p.offset, 0) < ends[p.partition]
-            ]
-            if not behind and time.monotonic() - last_record >= QUIET_S:
-                return records
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: partitions {behind} not read to their end")
-    finally:
-        consumer.close()
+def read_committed(clients: Clients, topic: str) -> list[Message]:
+    """Every record of ``topic`` a read_committed consumer sees now, up to the last stable offset."""
+    return list(read_topic(clients, topic))
 
 
 def id_counts(records: list[Message]) -> collections.Counter[int]:
@@ -319,15 +277,10 @@ def test_marker_ahead_of_the_batch_fails_loudly(writer: FraudKafkaStreamWriter) 
         writer.write_partition(iter(arrow_rows(range(5))), batch_id=0, partition_id=0)
 
 
-def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settings: Settings) -> None:
-    """What the embedded broker (Tansu 0.6) does with transactions, checked on the real binary.
-
-    Relied on: a fenced producer fails when it sends offsets, before any record; offsets sent in an
-    aborted or fenced transaction are never applied. Known gap (Apache Kafka differs): records of an
-    aborted transaction reach read_committed consumers, because Tansu's fetch responses list no aborted
-    transactions. The chaos test therefore kills jobs only where no transaction holds records; if this
-    assertion starts failing, Tansu filters aborted records and the chaos test can kill mid-transaction.
-    """
+def test_kafka_transaction_semantics_the_sink_relies_on(clients: Clients, settings: Settings) -> None:
+    """What Apache Kafka does with transactions, checked on the embedded broker: a fenced producer fails when
+    it sends offsets, before any record; offsets sent in an aborted or fenced transaction never apply; and a
+    read_committed reader never sees the records of an aborted or fenced transaction."""
     from confluent_kafka import Producer
 
     topic, group = settings.topics.alerts, f"probe-{uuid.uuid4().hex[:8]}"
@@ -335,7 +288,7 @@ def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settin
     marker = TopicPartition(topic, 0)
 
     def producer() -> Producer:
-        made = Producer({**clients.kafka_config(), "transactional.id": group, "linger.ms": 20})
+        made = Producer({**clients.kafka_config(), "transactional.id": group})
         made.init_transactions(30)
         return made
 
@@ -362,6 +315,7 @@ def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settin
     assert committed() == 1, "offsets of an aborted transaction must not apply"
 
     first.begin_transaction()
+    first.produce(topic, b'{"id": 2}', partition=0)
     first.send_offsets_to_transaction(
         [TopicPartition(topic, 0, 3)], group_consumer.consumer_group_metadata(), 30
     )
@@ -377,34 +331,7 @@ def test_tansu_transaction_semantics_the_sink_relies_on(clients: Clients, settin
     group_consumer.close()
 
     seen = sorted(json.loads(record.value() or b"")["id"] for record in read_committed(clients, topic))
-    assert seen == [0, 1], "Tansu now hides aborted records: tighten the chaos test (see docstring)"
-
-
-def test_on_tansu_a_write_produces_only_while_holding_its_topic_lock(
-    writer: FraudKafkaStreamWriter, clients: Clients, settings: Settings
-) -> None:
-    """The embedded broker is recognised as one whose overlapping transactions can stay half done, and
-    a write task waits for the host's lock of its topic before producing (see infra.txn_lock). The
-    defect itself shows too rarely for a test: 1 streaming run in 15-20 of the first test here lost
-    the records of its later micro-batches for read_committed consumers before the locks, 0 in 75 after."""
-    bootstrap = str(clients.kafka_config()["bootstrap.servers"])
-    probe = clients.consumer()
-    assert needs_locks(probe, bootstrap)
-    probe.close()
-    done = threading.Event()
-
-    def write() -> None:
-        writer.write_partition(iter(arrow_rows(range(20))), batch_id=0, partition_id=0)
-        done.set()
-
-    with topic_locks(bootstrap, [settings.topics.alerts]):
-        thread = threading.Thread(target=write)
-        thread.start()
-        assert not done.wait(LOCK_WAIT_S), "the write finished while another process held its topic's lock"
-        assert read_committed(clients, settings.topics.alerts) == []
-    thread.join(60)
-    assert done.is_set()
-    assert_each_id_once(read_committed(clients, settings.topics.alerts), 20)
+    assert seen == [0], "read_committed readers saw records of an aborted or fenced transaction"
 
 
 # --- chaos: SIGKILL the job in a subprocess, restart it from its checkpoint ----------------------------
@@ -464,8 +391,6 @@ def test_sigkill_mid_stream_and_restart_gives_every_row_once(
     batch. The restart re-runs batch 1: task 0 finds its marker and writes nothing; task 1's
     init_transactions aborts the zombie transaction, whose marker therefore never applies, and writes.
     The restarted job then finishes the input (availableNow); a read_committed consumer sees every id once.
-    (No kill while a transaction holds rows: Tansu would show an aborted transaction's rows, see
-    test_tansu_transaction_semantics_the_sink_relies_on.)
     """
     files, rows_per_file = 4, 100
     expected = write_inputs(tmp_path / "in", files, rows_per_file)
@@ -488,3 +413,65 @@ def test_sigkill_mid_stream_and_restart_gives_every_row_once(
 
     assert_each_id_once(read_committed(clients, topic), expected)
     assert markers(clients, sink_id, topic) == [files, files]
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(900)
+def test_a_writer_killed_inside_a_transaction_holds_readers_until_it_times_out_or_is_fenced(
+    clients: Clients, settings: Settings, tmp_path: Path
+) -> None:
+    """SIGKILLs the job while its two write tasks of micro-batch 1 hold Kafka transactions open with their
+    rows in the log, and leaves it down: read_committed readers stop at the last stable offset (they see
+    batch 0's rows, none of batch 1's) until the broker aborts the transactions at the sink's
+    ``transaction.timeout.ms``; then they go on, and never see the aborted rows. The job restarted writes
+    batch 1 again and is killed the same way in batch 2, task 0; started again at once, its new producer
+    fences the dead one's transaction, and readers go on without waiting for the timeout. The last run
+    finishes the input: every id once (lost 0, duplicated 0). Prints the timeout and how long readers waited.
+    """
+    files, rows_per_file = 4, 100
+    expected = write_inputs(tmp_path / "in", files, rows_per_file)
+    topic, sink_id = settings.topics.alerts, f"held-{uuid.uuid4().hex[:8]}"
+    admin = clients.admin()
+
+    def killed_inside(run: int, kill_points: list[Pause]) -> float:
+        """The job run until its tasks are inside their transactions at ``kill_points``, then killed; when."""
+        job_run = ChaosRun(tmp_path, clients, topic, sink_id, run=run)
+        job_run.kill_when_paused(job_run.start(kill_points), kill_points)
+        killed_at = time.monotonic()
+        assert held_back(admin, [topic]), "the killed writers' transactions are not open"
+        return killed_at
+
+    def wait_released(since: float, timeout_s: float) -> float:
+        """Seconds from ``since`` until no transaction holds readers of the topic back."""
+        deadline = since + timeout_s
+        while held_back(admin, [topic]):
+            assert time.monotonic() < deadline, f"readers still held after {timeout_s:.0f} s"
+            time.sleep(0.2)
+        return time.monotonic() - since
+
+    killed_at = killed_inside(1, [(1, 0, "produced"), (1, 1, "produced")])
+    ids = set(id_counts(read_committed(clients, topic)))
+    assert ids == set(range(rows_per_file)), "readers got past the last stable offset"
+    timed_out = wait_released(killed_at, TRANSACTION_TIMEOUT_MS / 1000 + 60)
+    assert set(id_counts(read_committed(clients, topic))) == ids, "an aborted transaction's rows were read"
+
+    killed_at = killed_inside(2, [(2, 0, "produced")])
+    restart = ChaosRun(tmp_path, clients, topic, sink_id, run=3)
+    restarted_at = time.monotonic()
+    job = restart.start()
+    fenced = wait_released(restarted_at, JOB_TIMEOUT_S)
+    assert job.wait(timeout=JOB_TIMEOUT_S) == 0, restart.log.read_text()[-3000:]
+
+    records = read_committed(clients, topic)
+    counts = id_counts(records)
+    lost = len(set(range(expected)) - set(counts))
+    duplicated = sum(n - 1 for n in counts.values())
+    print(
+        f"sink transaction.timeout.ms {TRANSACTION_TIMEOUT_MS:,}: readers held {timed_out:.1f} s after the "
+        f"kill until the broker aborted; {fenced:.1f} s after a restart until its producer fenced the dead "
+        f"one ({time.monotonic() - killed_at:.1f} s after that kill, the restart's start-up included); "
+        f"{expected} rows: lost {lost}, duplicated {duplicated}"
+    )
+    assert timed_out < TRANSACTION_TIMEOUT_MS / 1000 + 30
+    assert fenced < TRANSACTION_TIMEOUT_MS / 1000, "the restart waited for the timeout instead of fencing"
+    assert_each_id_once(records, expected)

@@ -21,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark import cloudpickle
 
-from infra.embedded import HOST, Service, valkey_binary
+from infra.embedded import HOST, EmbeddedStack, Service, valkey_binary
+from infra.kafka_log import list_offsets, partitions_of
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_sink.datasource import (
     FraudKafkaSink,
@@ -42,8 +45,9 @@ class ChaosWriter(FraudKafkaStreamWriter):
     """The sink's stream writer, reporting to the ``control`` directory and pausing where asked.
 
     Appends ``[batch, partition, event]`` to ``events.log`` at each transaction event (``opened``: begun,
-    marker sent, no row yet; ``committed``: Kafka commit done, Spark not told) and ``[batch, partition,
-    status, rows]`` to ``tasks.log`` when a task returns. At a pause point (batch, partition, event) the
+    marker sent, no row yet; ``produced``: its rows handed to the producer, not committed; ``committed``:
+    Kafka commit done, Spark not told) and ``[batch, partition, status, rows]`` to ``tasks.log`` when a task
+    returns. At a pause point (batch, partition, event) the
     task writes ``paused-BATCH-PARTITION-EVENT`` (its pid and process group) and sleeps until the test
     SIGKILLs the application, so kills can land at exact points of the sink's protocol.
     """
@@ -119,7 +123,7 @@ def open_transactions(control: Path) -> set[tuple[int, int]]:
     for batch, partition, event in entries(control / EVENTS_LOG):
         if event == "opened":
             still_open.add((batch, partition))
-        else:
+        elif event == "committed":
             still_open.discard((batch, partition))
     return still_open
 
@@ -205,7 +209,7 @@ def start_redis(redis_service: Service, data_dir: Path) -> subprocess.Popen[byte
     """Start Valkey again on the port and data of ``redis_service``; the caller stops the new process."""
     import redis
 
-    args = ["--port", str(redis_service.port), "--bind", HOST, "--dir", str(data_dir), "--appendonly", "no"]
+    args = ["--port", str(redis_service.port), "--bind", HOST, "--dir", str(data_dir), "--appendonly", "yes"]
     process = subprocess.Popen(
         [str(valkey_binary()), *args], stdout=subprocess.DEVNULL, start_new_session=True
     )
@@ -217,3 +221,44 @@ def start_redis(redis_service: Service, data_dir: Path) -> subprocess.Popen[byte
         except redis.RedisError:
             assert time.monotonic() < deadline, "Valkey did not start again"
             time.sleep(0.05)
+
+
+# --- the broker: open transactions seen from outside, a SIGKILL and a restart -------------------------
+
+
+def held_back(admin: AdminClient, topics: list[str]) -> dict[str, int]:
+    """The partitions of ``topics`` whose read_committed readers are held back by an open transaction: records
+    past the last stable offset. ``topic/partition`` -> records held."""
+    partitions = [(topic, p) for topic in topics for p in partitions_of(admin, topic)]
+    stable = list_offsets(admin, partitions, OffsetSpec.latest())
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for topic, p in partitions},
+        isolation_level=IsolationLevel.READ_UNCOMMITTED,
+        request_timeout=10,
+    )
+    written = {f"{tp.topic}/{tp.partition}": future.result().offset for tp, future in futures.items()}
+    return {name: written[name] - stable[name] for name in stable if written[name] > stable[name]}
+
+
+def wait_held_back(admin: AdminClient, topics: list[str], timeout_s: float) -> bool:
+    """Wait until a transaction holds records on ``topics`` open (True), or ``timeout_s`` (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if held_back(admin, topics):
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def kill_broker(broker: Service) -> None:
+    """SIGKILL the broker (no controlled shutdown: its logs are recovered at the next start)."""
+    os.kill(broker.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _alive(broker.pid):
+        assert time.monotonic() < deadline, "the broker did not die"
+        time.sleep(0.05)
+
+
+def restart_broker(home: Path, broker: Service) -> Service:
+    """The embedded broker of the stack at ``home`` started again on its port, with its log directory."""
+    return EmbeddedStack(home).start_broker(broker.port, home / "logs")
