@@ -38,7 +38,7 @@ def main() -> None:
     config = SimulatorConfig(
         customers=args.customers, terminals=args.terminals, days=args.days, seed=args.seed
     )
-    print(f"settings: {config.model_dump()} partitions={args.partitions} broker=embedded Tansu (memory)")
+    print(f"settings: {config.model_dump()} partitions={args.partitions} stack={report.EMBEDDED_STACK}")
 
     frame = simulate(config)
     with tempfile.TemporaryDirectory() as home, temporary_stack(Path(home)) as info:
@@ -79,7 +79,7 @@ def main() -> None:
     recorded = {
         **config.model_dump(mode="json"),
         "partitions": args.partitions,
-        "broker": "embedded Tansu (memory)",
+        "stack": report.EMBEDDED_STACK,
     }
     report.write_unless_skipped(args, "ingest", script=__file__, tables=[table], settings=recorded)
 

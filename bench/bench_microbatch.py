@@ -7,9 +7,8 @@ other. For each size:
    the backlog (batch path; a backlog of fewer than 13 days is too short to learn from, and the champion
    learns from a world of its own, ``project_jobs.CHAMPION_WORLD``) and produces the backlog
    (``ingest.produce``).
-2. Starts the real command, ``fraud pipeline run``, as a subprocess on an embedded stack of its own (from
-   ``--durable-from`` cards a durable one, its broker's topics on disk: more than memory holds), with Spark's
-   event log on (``SPARK_CONF_DIR``) and ``--log-level debug`` (the project's timing lines,
+2. Starts the real command, ``fraud pipeline run``, as a subprocess on an embedded stack of its own, with
+   Spark's event log on (``SPARK_CONF_DIR``) and ``--log-level debug`` (the project's timing lines,
    ``infra.timing``); reads its feature records from the beginning (read_committed) and waits until the
    backlog is through: the first output's time after launch is reported.
 3. Streams ``--warmup-s`` then ``--paced-s`` of new transactions at ``--rate``/s (longer when the backlog's
@@ -76,9 +75,6 @@ from ingest.simulator import SimulatorConfig, simulate
 
 #: The sweep of ``make bench``: cards and the days of history the state holds for them.
 DEFAULT_SIZES = "5000:31,50000:31,200000:7"
-#: From this many cards a size runs on a durable stack, its broker's topics on disk: in memory, the 200,000-card
-#: size's topics and outputs took 8.1 GB and the machine ran out of memory.
-DURABLE_FROM = 100_000
 #: The measured part of the paced load lasts at least this many of the backlog's micro-batches (each of
 #: ``--max-records``, at the backlog rate): at 200,000 cards a micro-batch takes longer than ``--paced-s``.
 BATCHES_MEASURED = 3
@@ -275,7 +271,6 @@ def breakdown(
         ("----- of which scoring", "scoring.score", "timing scoring, per task"),
         ("---- sink: wait for the stage's rows", "sink-write.input", "timing sink-write, per task"),
         ("---- sink: marker read, transaction begin", "sink-write.begin", "timing sink-write, per task"),
-        ("---- sink: lock wait (Tansu)", "sink-write.lock-wait", "timing sink-write, per task"),
         ("---- sink: produce", "sink-write.produce", "timing sink-write, per task"),
         ("---- sink: commit", "sink-write.commit", "timing sink-write, per task"),
         ("---- Redis: alerts and scores", "after-commit.ScoresToRedis", "timing after-commit, per task"),
@@ -307,7 +302,6 @@ class Run:
     backlog_rate: float
     peak_memory_bytes: int
     load: str
-    durable: bool
     paced_s: float
 
     def ms(self, *names: str) -> str:
@@ -332,8 +326,7 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
     logs = LOGS / f"{customers}-cards"
     logs.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    durable = customers >= args.durable_from
-    with tempfile.TemporaryDirectory() as tmp, temporary_stack(Path(tmp), durable) as info:
+    with tempfile.TemporaryDirectory() as tmp, temporary_stack(Path(tmp)) as info:
         home = Path(tmp)
         clients = Clients.for_stack(info, home, partitions=args.partitions)
         topics = clients.settings.topics
@@ -452,7 +445,6 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
         backlog_rate=backlog_rate,
         peak_memory_bytes=sampler.peak_memory_bytes,
         load=f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after",
-        durable=durable,
         paced_s=paced_s,
     )
 
@@ -473,7 +465,7 @@ def summary(runs: list[Run], rate: float) -> report.Table:
         batch = r.medians["progress.triggerExecution"]
         rows.append(
             [
-                f"{r.customers:,} ({r.backlog_days} days{', broker on disk' if r.durable else ''})",
+                f"{r.customers:,} ({r.backlog_days} days)",
                 f"{r.transactions / 1e6:.2f} M",
                 f"{batch:,.0f} ms ({batch / base:.2f}x)",
                 r.ms("card-stage.state-get", "card-stage.core", "card-stage.state-put"),
@@ -553,16 +545,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4, help="of every topic")
     parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
     parser.add_argument("--trigger-interval-s", type=float, default=0.2)
-    parser.add_argument(
-        "--durable-from",
-        type=int,
-        default=DURABLE_FROM,
-        help="sizes of at least this many cards run on a durable stack: the broker's topics on disk",
-    )
     parser.add_argument("--seed", type=int, default=0)
     report.add_flag(parser)
     args = parser.parse_args()
-    print(f"settings: {report.args_settings(args)}; embedded Tansu broker, Valkey, SQLite MLflow")
+    print(f"settings: {report.args_settings(args)}; {report.EMBEDDED_STACK}")
     runs = [run(args, customers, days) for customers, days in args.sizes]
     tables = [summary(runs, args.rate), *(phases(r, args) for r in runs)]
     for table in tables:
@@ -574,7 +560,7 @@ def main() -> None:
         tables=tables,
         settings={
             **report.args_settings(args),
-            "stack": f"embedded Tansu (memory; from {args.durable_from:,} cards on SeaweedFS's S3), Valkey, SQLite MLflow",
+            "stack": report.EMBEDDED_STACK,
         },
         title="The cards sweep, and one micro-batch phase by phase",
     )

@@ -654,9 +654,7 @@ def main() -> None:
         parser.error("the report needs every system: add --no-report to run some of them")
     systems = [s for key in keys for s in SYSTEMS if s.key == key]
     started = time.monotonic()
-    print(
-        f"settings: {report.args_settings(args)}; an embedded stack each: Tansu (memory), Valkey, SQLite MLflow"
-    )
+    print(f"settings: {report.args_settings(args)}; a stack each: {report.EMBEDDED_STACK}")
 
     pythons = {s.venv: venv_python(s.venv) for s in systems if s.venv is not None}
     found = {s.key: versions(pythons.get(s.venv or "", Path(sys.executable)), s.packages) for s in systems}
@@ -747,7 +745,7 @@ def main() -> None:
         **{k: v for k, v in report.args_settings(args).items() if k not in ("rate_list", "systems")},
         "backlog_transactions": results[0].backlog if results else 0,
         **{f"{s.key}_versions": " ".join(f"{p}=={v}" for p, v in found[s.key].items()) for s in systems},
-        "stack": "an embedded stack per system: Tansu (memory), Valkey, SQLite MLflow",
+        "stack": f"a stack per system: {report.EMBEDDED_STACK}",
         "duration_min": f"{elapsed / 60:.1f}",
     }
     default_size = args.customers == parser.get_default("customers")

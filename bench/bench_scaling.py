@@ -238,7 +238,7 @@ def main() -> None:
             report.Table(HEADERS, cards, caption="Memory and state against the number of cards."),
             report.Table(HEADERS, events, caption="Memory and state against the number of events."),
         ],
-        settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey"},
+        settings={**report.args_settings(args), "stack": report.EMBEDDED_STACK},
         title="Scaling: Spark masters, cards and events",
     )
 

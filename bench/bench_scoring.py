@@ -114,7 +114,7 @@ def process_cpu_s() -> dict[int, tuple[float, str]]:
 CPU_GROUPS = (
     ("Spark JVM", "org.apache.spark"),
     ("Python workers", "spark_daemon"),
-    ("Tansu broker", "tansu"),
+    ("Kafka broker", "kafka.Kafka"),
     ("Valkey", "valkey"),
     ("bench (producer, Spark driver)", "bench_scoring"),
 )
@@ -296,7 +296,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.pipeline_only and args.paced_jobs == "separate":
         parser.error("--pipeline-only runs no separate jobs: it cannot pace them")
-    print(f"settings: {vars(args)}; Spark local[2], embedded Tansu broker (memory), Valkey, SQLite MLflow")
+    print(f"settings: {vars(args)}; Spark local[2], {report.EMBEDDED_STACK}")
 
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     paced_tx = sum(rate * (args.paced_s + args.warmup_s) for rate in rates)
@@ -420,7 +420,7 @@ def main() -> None:
         settings={
             **report.args_settings(args),
             "spark_master": settings.spark_master,
-            "stack": "embedded Tansu (memory), Valkey, SQLite MLflow",
+            "stack": report.EMBEDDED_STACK,
         },
     )
 

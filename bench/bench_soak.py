@@ -92,7 +92,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "build" / "bench-soak"
 FRAUD = Path(sys.executable).parent / "fraud"
 PIPELINE = "fraud pipeline run"
-STACK = "embedded Tansu (memory), Valkey, SQLite MLflow"
 #: Seconds after its window that a window's transactions' feature records are waited for.
 DRAIN_S = 60.0
 #: Flat: the last window's p99 and pipeline RSS within this share of the second window's.
@@ -596,7 +595,7 @@ def main() -> None:
         )
     if round(args.rate * args.window_minutes * 60) < 2:
         parser.error("--rate over a --window-minutes window must come to 2 transactions or more")
-    print(f"settings: {report.args_settings(args)}; {STACK}", flush=True)
+    print(f"settings: {report.args_settings(args)}; {report.EMBEDDED_STACK}", flush=True)
     signal.signal(signal.SIGINT, interrupt_once)
     started = time.monotonic()
     try:
@@ -617,7 +616,7 @@ def main() -> None:
             **report.args_settings(args),
             "backlog_transactions": result.backlog_transactions,
             "cards_issued": result.cards,
-            "stack": STACK,
+            "stack": report.EMBEDDED_STACK,
         },
         title="Soak: an hour at a steady load",
     )

@@ -146,7 +146,7 @@ def main() -> None:
         "upgrade",
         script=__file__,
         tables=[table],
-        settings={**report.args_settings(args), "stack": "embedded Tansu (memory), Valkey, Spark local"},
+        settings={**report.args_settings(args), "stack": f"{report.EMBEDDED_STACK}, Spark local"},
         title="Upgrading the feature job: from a savepoint, or a full replay",
     )
 

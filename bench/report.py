@@ -32,8 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.embedded import BROKER_HEAP
+from infra.maven import KAFKA_VERSION
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
+#: The stack the benchmarks run on, as their settings name it.
+EMBEDDED_STACK = f"embedded Apache Kafka {KAFKA_VERSION} broker (heap {BROKER_HEAP}), Valkey, SQLite MLflow"
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ deliberately broken events to show the dead-letter topic, run the streaming feat
 transactions and labels topics (honest split, metrics, registered in MLflow: the first version of an empty
 registry becomes the champion), score every transaction with the champion (scores and alerts to Kafka,
 alerts to Redis), then print topic counts, the dead-letter summary, the alerts and their precision against
-the labels, and one card from Redis. The embedded stack is started for the run (in memory) and stopped
-after it; a stack already running (``fraud up``) or your own services are used and left running.
+the labels, and one card from Redis. The embedded stack is started for the run (under a directory of its
+own, removed with it) and stopped after it; a stack already running (``fraud up``) or your own services
+are used and left running.
 
 Wherever it runs, the demo is isolated in a namespace of its own, ``demo-<run>``: its topics
 (``demo-<run>.transactions``, ...), Redis keys (``demo-<run>:...``), checkpoints and observer groups, and a
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -67,26 +69,36 @@ BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
 
 
 @contextlib.contextmanager
-def stack_for_run(settings: Settings) -> Iterator[bool]:
-    """Use the configured services or the running embedded stack; else start one for this block only.
+def stack_for_run(settings: Settings) -> Iterator[tuple[Settings, bool]]:
+    """Use the configured services or the running embedded stack; else start one for this block only, under a
+    directory of its own in ``FRAUD_HOME`` that is removed with it.
 
-    Yields whether the stack was started here (and so holds nothing but this run's data).
+    Yields the settings that reach the services, and whether the stack was started here (and so holds
+    nothing but this run's data).
     """
     if settings.bootstrap_servers is not None:
-        yield False
+        yield settings, False
         return
-    stack = EmbeddedStack(settings.home)
-    if stack.running() is not None:
-        console.print(f"Using the embedded stack already running under {stack.home}.")
-        yield False
+    running = EmbeddedStack(settings.home)
+    if running.running() is not None:
+        console.print(f"Using the embedded stack already running under {running.home}.")
+        yield settings, False
         return
-    with console.status("Starting the embedded stack (Kafka broker, Redis, MLflow store)..."):
-        stack.start()
-    try:
-        yield True
-    finally:
-        stack.stop()
-        console.print("Embedded stack stopped.")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="demo-stack-", dir=settings.home) as home:
+        stack = EmbeddedStack(Path(home))
+        with console.status("Starting the embedded stack (Kafka broker, Redis, MLflow store)...") as status:
+            info = stack.start(progress=status.update)
+        try:
+            yield (
+                settings.model_copy(
+                    update={"bootstrap_servers": info.bootstrap_servers, "redis_url": info.redis_url}
+                ),
+                True,
+            )
+        finally:
+            stack.stop()
+            console.print("Embedded stack stopped.")
 
 
 def demo_command(
@@ -119,7 +131,7 @@ def demo_command(
         start=dt.date(2018, 4, 1),
         seed=seed,
     )
-    with stack_for_run(settings) as started_here:
+    with stack_for_run(settings) as (settings, started_here):
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         settings = isolated(settings, namespace)
         scope = jobs.Scope(namespace)

@@ -273,6 +273,7 @@ class EmbeddedStack:
                 f"an embedded stack is already running (see {self.state_file}); `fraud down` first"
             )
         self.stop()  # clears leftovers of a stack that died partly
+        valkey_binary(), java_binary()  # what is missing, said before anything starts
         for port in (broker_port, redis_port):
             if port is not None:
                 check_port_free(port)

@@ -221,13 +221,16 @@ def write_lock(lock: Path = LOCK_FILE) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["fetch", "lock"], help="fetch the locked jars, or write the lock")
+    parser.add_argument("sets", nargs="*", help=f"the sets to fetch, of {', '.join(ROOTS)} (default: all)")
     args = parser.parse_args()
+    if unknown := set(args.sets) - set(ROOTS):
+        parser.error(f"no set {', '.join(sorted(unknown))}: the sets are {', '.join(ROOTS)}")
     if args.command == "lock":
         write_lock()
         print(f"wrote {LOCK_FILE}")
         return
     try:
-        for name in ROOTS:
+        for name in args.sets or ROOTS:
             jar_paths(name, progress=print)
     except (JarsUnavailableError, StateError) as exc:
         sys.exit(f"error: {exc}")

@@ -1,6 +1,6 @@
 """Fixtures shared by the test tiers.
 
-Integration tests run against ONE embedded stack per test session (the real Tansu broker binary, a real
+Integration tests run against ONE embedded stack per test session (a real Apache Kafka broker, a real
 Valkey server and a SQLite MLflow store), started by the same code as `fraud up`; each test gets its own
 freshly created topics, so tests never see each other's records.
 

@@ -30,6 +30,7 @@ from contracts.settings import Settings, known_env_names
 from fraud.cli import app
 from infra.api_metrics import ApiMetrics
 from infra.embedded import StackInfo, free_port, temporary_stack, valkey_binary
+from infra.maven import KAFKA_VERSION
 from infra.metrics import JobMetrics
 from infra.spark import JIT_OPTIONS
 from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
@@ -155,6 +156,9 @@ def test_compose_pins_every_image_and_speaks_only_the_projects_settings_and_comm
         command.make_context(command.name, args, parent=context)  # an unknown option raises here
     kafka = services["kafka"]["environment"]
     assert (kafka["KAFKA_LOG_RETENTION_MS"], kafka["KAFKA_LOG_RETENTION_BYTES"]) == ("-1", "-1")
+    assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}", (
+        "the embedded stack's broker differs"
+    )
     assert DAEMON_ENV == {"SPARK_DAEMON_JAVA_OPTS": JIT_OPTIONS}
     for daemon in ("spark-master", "spark-worker"):
         environment = services[daemon].get("environment", {})

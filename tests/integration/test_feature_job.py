@@ -1,4 +1,4 @@
-"""The streaming feature job (``features.job``) on the real Tansu broker, Valkey and Spark (local mode).
+"""The streaming feature job (``features.job``) on a real Apache Kafka broker, Valkey and Spark (local mode).
 
 The reference for every feature is the batch path (``features.batch.transactions_features``) over the
 same simulated table: the streaming job must give the same value for every feature of every transaction

