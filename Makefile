@@ -36,9 +36,10 @@ test: lint  ## lint, types, and every test tier (unit, integration, chaos) again
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 -m "not integration and not chaos"
 
-bench: $(STAMP)  ## simulator, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, the state calls against the cards held, upgrade, scaling, and an hour's soak of the pipeline at 1,000 tx/s: into docs/benchmarks.md (long: the cards sweep reaches 200,000 cards, the peers run again at 50,000, the soak takes over an hour)
+bench: $(STAMP)  ## simulator, the embedded broker, ingest, validation, the jobs' throughput, the jobs beside Bytewax, Quix Streams and a bare loop, one micro-batch phase by phase, the state calls against the cards held, upgrade, scaling, and an hour's soak of the pipeline at 1,000 tx/s: into docs/benchmarks.md (long: the cards sweep reaches 200,000 cards, the peers run again at 50,000, the soak takes over an hour)
 	@started=$$(date +%s) && \
 	$(BIN)/python bench/bench_simulator.py && \
+	$(BIN)/python bench/bench_broker.py && \
 	$(BIN)/python bench/bench_ingest.py && \
 	$(BIN)/python bench/bench_validation.py && \
 	$(BIN)/python bench/bench_scoring.py && \

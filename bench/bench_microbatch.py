@@ -301,6 +301,9 @@ class Run:
     first_output_s: float
     backlog_rate: float
     peak_memory_bytes: int
+    #: The broker's peak memory (PSS) and the cores it used from the pipeline's launch to its stop.
+    broker_peak_bytes: int
+    broker_cores: float
     load: str
     paced_s: float
 
@@ -370,6 +373,9 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home)
             launched = time.monotonic()
             sampler = TreeSampler(process.pid).start()
+            broker = TreeSampler(info.broker.pid).start()
+            broker.sample()
+            broker_cpu_at_launch = broker.cpu_s()
             try:
                 wait_for(
                     lambda: reader.count >= produced.transactions, 3600, "backlog output", process, PIPELINE
@@ -414,7 +420,10 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+                broker.sample()
+                broker_cores = (broker.cpu_s() - broker_cpu_at_launch) / (time.monotonic() - launched)
                 sampler.stop()
+                broker.stop()
                 reader.stop()
                 with contextlib.suppress(FileNotFoundError):
                     shutil.copy(home / "logs" / "spark.log", logs / "spark.log")
@@ -444,6 +453,8 @@ def run(args: argparse.Namespace, customers: int, backlog_days: int) -> Run:
         first_output_s=first_output_s,
         backlog_rate=backlog_rate,
         peak_memory_bytes=sampler.peak_memory_bytes,
+        broker_peak_bytes=broker.peak_memory_bytes,
+        broker_cores=broker_cores,
         load=f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after",
         paced_s=paced_s,
     )
@@ -473,6 +484,7 @@ def summary(runs: list[Run], rate: float) -> report.Table:
                 f"{r.latency.p50:.2f} / {r.latency.p99:.2f} s",
                 f"{r.backlog_rate:,.0f} tx/s",
                 f"{r.peak_memory_bytes / 2**30:.2f} GiB",
+                f"{r.broker_peak_bytes / 2**30:.2f} GiB / {r.broker_cores:.2f}",
             ]
         )
     return report.Table(
@@ -485,12 +497,14 @@ def summary(runs: list[Run], rate: float) -> report.Table:
             "event -> feature record p50 / p99",
             "backlog rate",
             "peak memory (PSS)",
+            "broker: peak memory (PSS) / cores",
         ],
         rows,
         caption="The cards sweep: one `fraud pipeline run` per size, each on a stack of its own, one after the other",
         notes=[
             "The backlog rate is the backlog's transactions over the time from the first feature record to the "
-            "last one of the backlog. Memory: the command's process tree (driver JVM, Python workers).",
+            "last one of the backlog. Memory: the command's process tree (driver JVM, Python workers). The broker's "
+            "peak memory, and the cores it used from the pipeline's launch to its stop, beside it.",
             "In the phase tables below, phases nest (a leading dash per level). Stages run their 2 tasks side "
             "by side: a stage's wall time is the event log's; the phases under it are the project's timing "
             "lines (`infra.timing`) summed over a task's calls, averaged over its tasks. The sink's wait for "

@@ -23,9 +23,8 @@ reads its feature records, committed in the same Kafka transactions as the score
    neither belongs in the project's environment.
 2. Simulates a fixed-seed input (``ingest.simulator``); the first ``--backlog-days`` are the backlog, the
    rest feed the paced loads.
-3. For each system: starts an embedded stack of its own (an in-memory broker slows as it fills, and a
-   50,000-card backlog with a system's outputs is gigabytes); for the pipeline, trains the project's
-   champion on the backlog (batch path) as bench_scoring does; creates the topics, produces the backlog
+3. For each system: starts an embedded stack of its own (a fresh broker each); for the pipeline, trains the
+   project's champion on the backlog (batch path) as bench_scoring does; creates the topics, produces the backlog
    to them as ``fraud ingest`` does (``ingest.produce``: transactions and labels), starts the system and
    reads its output topic from the beginning. Unpaced: the steady rate is the outputs after the first
    second of output over the time from then to the last output (start-up, and a first micro-batch written
@@ -35,7 +34,7 @@ reads its feature records, committed in the same Kafka transactions as the score
    p50/p95/p99. A rate is sustained when every output arrived within ``--drain-s`` after the load and
    latency grew by at most 0.1 s per second of the load (least-squares slope: the system kept at least
    90 % of the pace); the higher rates are skipped after one that is not. Peak memory (PSS) and CPU of the
-   system's process tree (the broker not counted).
+   system's process tree (the broker not counted), and the broker's peak memory and cores beside it.
 4. Checks, for ``--check-cards`` cards drawn with the seed, that each system's 1/7/30-day counts and means
    equal the project's batch path (``features.batch``) on every one of their transactions; a system that
    differs is reported as not comparable, loudly. Differences on transactions the project marked late
@@ -75,7 +74,7 @@ from features.definitions import FeatureParams, card_avg_amount_column, card_nb_
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import temporary_stack
+from infra.embedded import StackInfo, temporary_stack
 from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
@@ -230,6 +229,9 @@ class Result:
     cpu_per_100k: float | None = None
     paced: list[Paced] = field(default_factory=list)
     peak_memory_mib: float = 0.0
+    #: The broker's peak memory (PSS) and the cores it used over the system's run (launch to stop).
+    broker_peak_mib: float = 0.0
+    broker_cores: float = 0.0
     duplicates: int = 0
     #: Outputs marked late (the project's: behind the source's event-time frontier, see features.stages).
     late: int = 0
@@ -365,15 +367,25 @@ def run_system(system: System, label: str, run: Run) -> Result:
         )
         launched = time.monotonic()
         sampler = TreeSampler(process.pid).start()
+        broker = TreeSampler(StackInfo.from_json(run.stack_file.read_text()).broker.pid).start()
+        broker.sample()
+        broker_cpu_at_launch = broker.cpu_s()
         try:
             measure_system(result, run, topics, reader, process, sampler, launched)
         finally:
+            broker.sample()
+            result.broker_cores = (broker.cpu_s() - broker_cpu_at_launch) / (time.monotonic() - launched)
             stopping = time.monotonic()
             stop_tree(process)
             sampler.stop()
+            broker.stop()
             reader.stop()
             print(f"  stopped in {time.monotonic() - stopping:.1f} s")
     result.peak_memory_mib = sampler.peak_memory_bytes / 2**20
+    result.broker_peak_mib = broker.peak_memory_bytes / 2**20
+    print(
+        f"  broker: peak {result.broker_peak_mib:,.0f} MiB (PSS), {result.broker_cores:.2f} cores over the run"
+    )
     result.duplicates = reader.duplicates
     result.late = reader.late_count
     if result.failure is not None:
@@ -537,7 +549,7 @@ def table_rows(results: list[Result], rates: list[float]) -> list[list[str]]:
     for r in results:
         if r.failure is not None and r.steady is None:
             rows.append(
-                [r.label, r.system.how, f"failed: {r.failure}", "", "", "", "", *("" for _ in rates), ""]
+                [r.label, r.system.how, f"failed: {r.failure}", "", "", "", "", "", *("" for _ in rates), ""]
             )
             continue
         check = (
@@ -562,6 +574,7 @@ def table_rows(results: list[Result], rates: list[float]) -> list[list[str]]:
                 f"{r.first_output_s:.1f} s" if r.first_output_s is not None else "",
                 f"{r.peak_memory_mib:,.0f}",
                 f"{r.cpu_per_100k:.1f}" if r.cpu_per_100k is not None else "",
+                f"{r.broker_peak_mib:,.0f} / {r.broker_cores:.2f}",
                 *(latency_cell(r, rate) for rate in rates),
                 check,
             ]
@@ -682,8 +695,7 @@ def main() -> None:
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         for system in systems:
-            # A stack each: the in-memory broker slows as it fills, and deleted topics do not give its
-            # memory back.
+            # A stack each: every system meets a fresh broker, and its topics go with the stack.
             home = Path(tmp) / system.key
             home.mkdir()
             with temporary_stack(home) as info:
@@ -711,6 +723,7 @@ def main() -> None:
             "first output after launch",
             "peak memory MiB (PSS)",
             "CPU s per 100k tx",
+            "broker: peak MiB (PSS) / cores",
             *rate_headers,
             "features check",
         ],
@@ -726,7 +739,7 @@ def main() -> None:
             "the steady stretch, per 100k transactions. Latency: from handing a transaction to the producer "
             "to its output being readable (read_committed). A rate is not sustained when some output did not "
             "arrive within the drain time or latency grew by more than 0.1 s per second of the load (a backlog "
-            "building up); the higher rates are then skipped. Peak memory: the process tree's proportional set size (PSS: pages shared by forked processes counted once), broker excluded."
+            "building up); the higher rates are then skipped. Peak memory: the process tree's proportional set size (PSS: pages shared by forked processes counted once), broker excluded; the broker's own peak PSS, and the cores it used from the system's launch to its stop, beside it."
         ],
     )
     ratios = report.Table(

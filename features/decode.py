@@ -48,7 +48,7 @@ def decode(records: pa.RecordBatch, options: DecodeOptions, clock_ms: int | None
 
     Records are validated in bulk (``validation.columnar.validate_many``); the few it cannot decide go
     through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
-    records' order, one per record. With ``clock_ms`` (the micro-batch's clock, ``Split.clock_ms``) and
+    records' order, one per record. With ``clock_ms`` (the micro-batch's clock: Spark's batch timestamp) and
     ``options.max_clock_skew_ms``, transactions dated too far ahead of it are dead rows
     (``future_event_time``): their time would move their card bucket's frontier and make every later
     event of its cards late.
@@ -224,7 +224,7 @@ def _decode_one_by_one(
 
 def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
     """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
-    of an availableNow run (``infra.kafka_source.splits.Split.final``), and the buckets release every event."""
+    of an availableNow run (``infra.kafka_frontier``), and the buckets release every event."""
     n = card_buckets
     kind = RowKind.FINAL_TICK if final else RowKind.TICK
     return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})

@@ -79,7 +79,7 @@ class NothingHeldError(NotFoundError):
 @dataclass(frozen=True)
 class JobState:
     """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout, its last
-    committed micro-batch, with the source's end offsets, and the feature parameters its job records
+    committed micro-batch, with its sources' end offsets, and the feature parameters its job records
     (``features.compat``; None when its record predates them)."""
 
     checkpoint: Path

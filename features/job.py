@@ -393,7 +393,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         allowed_lateness_ms=config.params.max_lateness_ms,
         max_clock_skew_ms=config.max_clock_skew_ms,
         ending_offsets=ending_offsets,
-        initial=position.frontier if position is not None else None,
+        initial=replace(position.frontier, batch=-1) if position is not None and position.frontier else None,
     )
     card_state, terminal_state = initial_states(spark, config)
     card = (

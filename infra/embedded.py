@@ -288,7 +288,7 @@ class EmbeddedStack:
             tracking_uri, artifacts = self._init_mlflow()
         except BaseException:
             for service in reversed(started):
-                _terminate(service, BROKER_STOP_TIMEOUT_S)
+                terminate(service, BROKER_STOP_TIMEOUT_S)
             raise
         info = StackInfo(broker, redis, tracking_uri, artifacts)
         self.state_file.write_text(info.to_json())
@@ -299,7 +299,7 @@ class EmbeddedStack:
         if not self.state_file.is_file():
             return []
         info = StackInfo.from_json(self.state_file.read_text())
-        stopped = [s.name for s in info.services() if _terminate(s, BROKER_STOP_TIMEOUT_S)]
+        stopped = [s.name for s in info.services() if terminate(s, BROKER_STOP_TIMEOUT_S)]
         self.state_file.unlink(missing_ok=True)
         return stopped
 
@@ -421,7 +421,7 @@ def _redis_answers(port: int) -> bool:
         return False
 
 
-def _terminate(service: Service, grace_s: float = 5.0) -> bool:
+def terminate(service: Service, grace_s: float = 5.0) -> bool:
     """SIGTERM, then SIGKILL after ``grace_s``; False when the pid no longer runs the service's binary."""
     if not pid_runs(service.pid, service.binary):
         return False

@@ -29,7 +29,9 @@ an earlier continuous run left waiting.
 
 A record stamped further ahead of its micro-batch's clock (Spark's batch timestamp) than
 ``max_clock_skew_ms`` moves no partition's progress (the job dead-letters it): it would hold the frontier in
-the future, making every later event late.
+the future, making every later event late. When the records since the last frontier were read by several
+micro-batches, the first one's clock judges them all (a record a later clock let through then waits for the
+next frontier: never ahead of the job).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from infra.clients import KAFKA_LOGGER
 from infra.kafka_log import check_deadline, consumed, list_offsets, partitions_of
 from infra.kafka_offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka_outage import wait_for_kafka
-from infra.offset_log import Frontier, LoggedBatch, is_frontier, logged_batch, newest_batch
+from infra.offset_log import Frontier, LoggedBatch, first_logged_from, is_frontier, logged_batch, newest_batch
 from infra.spark_config import config_from, config_options
 from infra.spark_kafka import new_admin
 from infra.spark_logs import mark_worker_logs
@@ -130,6 +132,7 @@ def frontier_of(progress: Mapping[str, int], lagging: Sequence[str], lateness_ms
 
 def next_frontier(
     start: Frontier,
+    batch: int,
     ends: Mapping[str, int],
     stamps: Mapping[str, int],
     lagging: Sequence[str],
@@ -143,6 +146,7 @@ def next_frontier(
 
     Args:
         start: the frontier planned last.
+        batch: the micro-batch of the offset log that ``ends`` are from.
         ends: the connector's next offset of each partition.
         stamps: the timestamp of the last record read of each partition since ``start`` (the partitions
             that had one).
@@ -159,7 +163,7 @@ def next_frontier(
     probe = first_of_run and bool(start.progress) and not start.final
     if frontier == start.frontier_ms and final == start.final and not probe:
         return None
-    return Frontier(dict(ends), progress, frontier, final, start.planned + 1)
+    return Frontier(dict(ends), progress, frontier, final, start.planned + 1, batch)
 
 
 # --- the source ----------------------------------------------------------------------------------------
@@ -226,7 +230,11 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {name: min(end, ending.get(name, end)) for name, end in ends.items()}
         newest_ms = None
         if logged is not None and self.config.max_clock_skew_ms is not None:
-            newest_ms = logged.timestamp_ms + self.config.max_clock_skew_ms
+            # The clock of the first micro-batch since the last frontier: the records read since were each
+            # judged by their own micro-batch's clock, this one's or a later one's.
+            first = first_logged_from(self.query_dir, start.batch + 1)
+            clock = logged.timestamp_ms if first is None else self._clock_of(first)
+            newest_ms = clock + self.config.max_clock_skew_ms
         read_from = {
             name: start.kafka.get(name, 0) for name, end in ends.items() if end > start.kafka.get(name, 0)
         }
@@ -240,6 +248,7 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         available_now = self._run_start is not None
         return next_frontier(
             start,
+            newest if newest is not None else start.batch,
             ends,
             stamps,
             lagging,
@@ -247,6 +256,9 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             final=available_now and ((ending is not None and not lagging) or self._stalled(newest, logged)),
             first_of_run=available_now and newest == self._run_start,
         )
+
+    def _clock_of(self, batch: int) -> int:
+        return logged_batch(self.query_dir, batch, self.config.topics).timestamp_ms
 
     def _stalled(self, newest: int | None, logged: LoggedBatch | None) -> bool:
         """Whether the connector did not move in the newest micro-batch, which this ``availableNow`` run

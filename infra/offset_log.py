@@ -23,7 +23,8 @@ class Frontier:
     """The source's offset: the frontier and what it was computed from.
 
     ``kafka``: the connector's next offset of each partition, up to which the progress accounts for the
-    records; ``progress``: the timestamp of the last record read of each partition; ``frontier_ms``: F;
+    records; ``batch``: the micro-batch of the query's offset log those offsets are from (-1: none of this
+    query's); ``progress``: the timestamp of the last record read of each partition; ``frontier_ms``: F;
     ``final``: this frontier's micro-batch is the last of an ``availableNow`` run; ``planned``: how many
     frontiers the query has planned (each a new offset).
     """
@@ -33,6 +34,7 @@ class Frontier:
     frontier_ms: int = NO_FRONTIER
     final: bool = False
     planned: int = 0
+    batch: int = -1
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,6 +47,7 @@ class Frontier:
             frontier_ms=int(raw.get("frontier_ms", NO_FRONTIER)),
             final=bool(raw.get("final", False)),
             planned=int(raw.get("planned", 0)),
+            batch=int(raw.get("batch", -1)),
         )
 
 
@@ -68,6 +71,13 @@ def newest_batch(query_dir: Path) -> int | None:
     folder = query_dir / "offsets"
     ids = [int(path.name) for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
     return max(ids, default=None)
+
+
+def first_logged_from(query_dir: Path, batch: int) -> int | None:
+    """The first micro-batch of the offset log at or after ``batch`` (Spark removes the oldest entries)."""
+    folder = query_dir / "offsets"
+    ids = [int(path.name) for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
+    return min((found for found in ids if found >= batch), default=None)
 
 
 def logged_batch(query_dir: Path, batch: int, topics: tuple[str, ...]) -> LoggedBatch:

@@ -480,7 +480,9 @@ def run_stream(
     def plan(**run: bool) -> Frontier | None:
         nonlocal frontier
         lagging = [name for name in ends if read[name] < ends[name]]
-        planned = next_frontier(frontier, read, stamps, lagging, params.max_lateness_ms, **run)
+        planned = next_frontier(
+            frontier, frontier.batch + 1, read, stamps, lagging, params.max_lateness_ms, **run
+        )
         frontier = planned or frontier
         return planned
 

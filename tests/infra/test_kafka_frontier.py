@@ -33,28 +33,28 @@ def test_a_partition_never_read_holds_the_frontier_back() -> None:
 
 def test_a_frontier_moves_with_the_last_records_read_and_never_back() -> None:
     start = Frontier({"tx/0": 10}, {"tx/0": 5_000}, 4_000)
-    moved = next_frontier(start, {"tx/0": 20}, {"tx/0": 6_000}, ["tx/0"], lateness_ms=500)
-    assert moved == Frontier({"tx/0": 20}, {"tx/0": 6_000}, 5_500, planned=1)
+    moved = next_frontier(start, 3, {"tx/0": 20}, {"tx/0": 6_000}, ["tx/0"], lateness_ms=500)
+    assert moved == Frontier({"tx/0": 20}, {"tx/0": 6_000}, 5_500, planned=1, batch=3)
     # A last record stamped earlier (disorder) keeps the progress: the frontier stays, no ticks.
-    assert next_frontier(moved, {"tx/0": 30}, {"tx/0": 5_800}, ["tx/0"], lateness_ms=500) is None
+    assert next_frontier(moved, 3, {"tx/0": 30}, {"tx/0": 5_800}, ["tx/0"], lateness_ms=500) is None
 
 
 def test_a_micro_batch_carries_ticks_only_when_the_frontier_or_its_final_mark_changes() -> None:
     start = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001)
-    assert next_frontier(start, {"tx/0": 3}, {}, [], lateness_ms=0) is None
-    final = next_frontier(start, {"tx/0": 3}, {}, [], lateness_ms=0, final=True)
+    assert next_frontier(start, 3, {"tx/0": 3}, {}, [], lateness_ms=0) is None
+    final = next_frontier(start, 3, {"tx/0": 3}, {}, [], lateness_ms=0, final=True)
     assert final is not None and final.final and final.frontier_ms == 2_001
-    assert next_frontier(final, {"tx/0": 3}, {}, [], lateness_ms=0, final=True) is None
+    assert next_frontier(final, 3, {"tx/0": 3}, {}, [], lateness_ms=0, final=True) is None
 
 
 def test_an_available_now_runs_first_micro_batch_carries_ticks_after_a_continuous_run() -> None:
     """What a continuous run left waiting gets to a final micro-batch even when nothing new comes."""
     left = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001)
-    probe = next_frontier(left, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True)
+    probe = next_frontier(left, 3, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True)
     assert probe is not None and not probe.final and probe.frontier_ms == 2_001
-    assert next_frontier(Frontier(), {}, {}, [], lateness_ms=0, first_of_run=True) is None, "nothing read yet"
+    assert next_frontier(Frontier(), -1, {}, {}, [], lateness_ms=0, first_of_run=True) is None, "nothing read yet"
     done = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001, final=True)
-    assert next_frontier(done, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True, final=True) is None
+    assert next_frontier(done, 3, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True, final=True) is None
 
 
 def test_a_frontier_round_trips_through_its_offset_json() -> None:

@@ -23,11 +23,13 @@ def test_the_project_lock_pins_every_set_at_the_versions_it_names() -> None:
 def test_a_lock_of_other_versions_is_refused_naming_the_command(tmp_path: Path) -> None:
     lock = tmp_path / "maven.lock"
     lock.write_text(f"{BROKER}.root org.apache.kafka:kafka_2.13:0.0.1 -\n{BROKER} a.b:c:1 {'0' * 64}\n")
-    with pytest.raises(StateError, match="python -m infra.maven lock"):
+    with pytest.raises(StateError, match=r"python -m infra\.maven lock"):
         locked(BROKER, lock)
 
 
-def test_a_jar_is_kept_only_when_its_checksum_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_jar_is_kept_only_when_its_checksum_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repository = tmp_path / "repository"
     content = b"PK\x03\x04 a jar"
     jar = Jar("org.example", "thing", "1.0", hashlib.sha256(content).hexdigest())
@@ -41,5 +43,7 @@ def test_a_jar_is_kept_only_when_its_checksum_matches(tmp_path: Path, monkeypatc
     with pytest.raises(JarsUnavailableError, match="does not match the SHA-256"):
         fetch(tampered, repository.as_uri())
     assert not (tmp_path / "cache" / jar.path).exists() and not list((tmp_path / "cache").rglob("tmp*"))
-    with pytest.raises(JarsUnavailableError, match=r"cannot fetch org.example:other:1.0 from .*connect to Maven"):
+    with pytest.raises(
+        JarsUnavailableError, match=r"cannot fetch org\.example:other:1\.0 from .*connect to Maven"
+    ):
         fetch(Jar("org.example", "other", "1.0", "0" * 64), repository.as_uri())
