@@ -86,6 +86,7 @@ from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
+from infra.offset_log import record_ending
 from infra.redis_connection import RedisTarget
 from infra.redis_keys import card_features_key
 from infra.redis_store import set_latest_encoded
@@ -360,13 +361,15 @@ class FeatureJobConfig:
 
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
-    """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Checks first
-    that its checkpoint's input is still in the topics' logs, and finds where a run of a range ends."""
+    """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Finds first
+    where a run of a range ends (and settles what an earlier one left: ``infra.offset_log.record_ending``),
+    and checks that its checkpoint's input is still in the topics' logs."""
     topics = config.inputs
-    check_resume(config.kafka_config, query_location(config.checkpoint))
     ending_offsets = None
     if config.end_ms is not None:
         ending_offsets = offsets_for_time(new_admin(config.kafka_config), topics, config.end_ms)
+    record_ending(config.checkpoint, ending_offsets)
+    check_resume(config.kafka_config, query_location(config.checkpoint))
     position = config.rescale.position if config.rescale is not None else None
     source = KafkaInput(
         kafka_config=config.kafka_config,

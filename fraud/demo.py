@@ -6,8 +6,8 @@ deliberately broken events to show the dead-letter topic, run the streaming feat
 transactions and labels topics (honest split, metrics, registered in MLflow: the first version of an empty
 registry becomes the champion), score every transaction with the champion (scores and alerts to Kafka,
 alerts to Redis), then print topic counts, the dead-letter summary, the alerts and their precision against
-the labels, and one card from Redis. The embedded stack is started for the run (under a directory of its
-own, removed with it) and stopped after it; a stack already running (``fraud up``) or your own services
+the labels, and one card from Redis. The embedded stack is started for the run (its data in a directory of
+its own, removed with it) and stopped after it; a stack already running (``fraud up``) or your own services
 are used and left running.
 
 Wherever it runs, the demo is isolated in a namespace of its own, ``demo-<run>``: its topics
@@ -69,33 +69,27 @@ BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
 
 
 @contextlib.contextmanager
-def stack_for_run(settings: Settings) -> Iterator[tuple[Settings, bool]]:
-    """Use the configured services or the running embedded stack; else start one for this block only, under a
-    directory of its own in ``FRAUD_HOME`` that is removed with it.
+def stack_for_run(settings: Settings) -> Iterator[bool]:
+    """Use the configured services or the running embedded stack; else start one for this block only, its
+    data (topics, Redis keys) in a directory of its own in ``FRAUD_HOME`` that is removed with it.
 
-    Yields the settings that reach the services, and whether the stack was started here (and so holds
-    nothing but this run's data).
+    Yields whether the stack was started here (and so holds nothing but this run's data).
     """
     if settings.bootstrap_servers is not None:
-        yield settings, False
+        yield False
         return
     running = EmbeddedStack(settings.home)
     if running.running() is not None:
         console.print(f"Using the embedded stack already running under {running.home}.")
-        yield settings, False
+        yield False
         return
     settings.home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="demo-stack-", dir=settings.home) as home:
-        stack = EmbeddedStack(Path(home))
+    with tempfile.TemporaryDirectory(prefix="demo-stack-", dir=settings.home) as data:
+        stack = EmbeddedStack(settings.home, data=Path(data))
         with console.status("Starting the embedded stack (Kafka broker, Redis, MLflow store)...") as status:
-            info = stack.start(progress=status.update)
+            stack.start(progress=status.update)
         try:
-            yield (
-                settings.model_copy(
-                    update={"bootstrap_servers": info.bootstrap_servers, "redis_url": info.redis_url}
-                ),
-                True,
-            )
+            yield True
         finally:
             stack.stop()
             console.print("Embedded stack stopped.")
@@ -131,7 +125,7 @@ def demo_command(
         start=dt.date(2018, 4, 1),
         seed=seed,
     )
-    with stack_for_run(settings) as (settings, started_here):
+    with stack_for_run(settings) as started_here:
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         settings = isolated(settings, namespace)
         scope = jobs.Scope(namespace)

@@ -35,7 +35,7 @@ from features.definitions import FeatureParams
 from features.entries import Layout
 from features.rescale import Rescale
 from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout, fixed_part
-from infra.offset_log import Position, position_at
+from infra.offset_log import Position, position_at, settle_ending
 from infra.savepoints import (
     NothingCommittedError,
     copy_committed,
@@ -130,6 +130,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             ) from None
         except NothingCommittedError as exc:
             raise NothingCommittedError(f"{exc}: the {job} job has nothing to save yet") from None
+        settle_ending(copy)  # what a run of a time range read past its end is not the savepoint's
         at = position_at(copy / QUERY_DIR, copied.batch)
         layout = copy / LAYOUT_FILE
         shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch).get(SHUFFLE_PARTITIONS)

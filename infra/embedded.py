@@ -245,10 +245,12 @@ def broker_properties(
 
 
 class EmbeddedStack:
-    """Starts, finds and stops the embedded services recorded under ``home``."""
+    """Starts, finds and stops the embedded services recorded under ``home``; their data (the broker's log
+    directory and configuration, Valkey's append-only file) under ``data``, ``home`` unless given."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, data: Path | None = None) -> None:
         self.home = home.resolve()
+        self.data = (data or home).resolve()
         self.state_file = self.home / STACK_FILE
 
     def running(self) -> StackInfo | None:
@@ -348,8 +350,8 @@ class EmbeddedStack:
     ) -> BrokerCommand:
         """The broker's command with its configuration written for these ports (and ``more``); the log
         directory formatted at the first start."""
-        log_dir = self.home / "kafka"
-        config = self.home / "broker"
+        log_dir = self.data / "kafka"
+        config = self.data / "broker"
         config.mkdir(parents=True, exist_ok=True)
         properties, log4j = config / "server.properties", config / "log4j2.properties"
         properties.write_text(broker_properties(port, controller_port, log_dir, more))
@@ -379,7 +381,7 @@ class EmbeddedStack:
         return self._spawn("broker", args, port, logs, lambda: broker_answers(port))
 
     def _start_redis(self, port: int, logs: Path) -> Service:
-        data = self.home / "redis"
+        data = self.data / "redis"
         data.mkdir(parents=True, exist_ok=True)
         args = ["--port", str(port), "--bind", HOST, "--dir", str(data), "--save", ""]
         args += ["--appendonly", "yes", "--appendfsync", "everysec"]

@@ -143,3 +143,66 @@ def connector_offsets(offset: object) -> dict[str, int]:
         if isinstance(partitions, dict)
         for partition, position in partitions.items()
     }
+
+
+# --- a run that ends: what its connector read past the end was dropped, never consumed -------------------
+
+#: In a job's checkpoint directory, beside its query: where the run of a time range that planned the query's
+#: newest micro-batches ends, per partition (``topic/partition``).
+ENDING_FILE = "input-end.json"
+
+
+def record_ending(checkpoint: Path, ending: Mapping[str, int] | None) -> None:
+    """Before a run starts: settle what an earlier run of a range left (:func:`settle_ending`), then record
+    this run's end (None: a run without end records nothing)."""
+    settle_ending(checkpoint)
+    if ending is not None:
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        written = checkpoint / f".{ENDING_FILE}.tmp"
+        written.write_text(json.dumps(dict(sorted(ending.items()))) + "\n")
+        written.replace(checkpoint / ENDING_FILE)
+
+
+def settle_ending(checkpoint: Path) -> None:
+    """After a run of a time range: its micro-batches read past the range's end and dropped those records
+    (Spark's connector reads streams without end), so the query's newest offsets (its last committed
+    micro-batch's, and any after it not committed) are cut back to the end: the next run reads those
+    records, and a re-run micro-batch reads exactly the records its first run kept."""
+    path = checkpoint / ENDING_FILE
+    if not path.is_file():
+        return
+    ending = {str(name): int(offset) for name, offset in json.loads(path.read_text()).items()}
+    query = checkpoint / "query"
+    newest = newest_batch(query)
+    committed = [int(p.name) for p in (query / "commits").glob("*") if p.name.isdigit()]
+    first = max(committed, default=0)
+    for batch in range(first, (newest if newest is not None else -1) + 1):
+        _cut_to(query / "offsets" / str(batch), ending)
+    path.unlink()
+
+
+def _cut_to(entry: Path, ending: Mapping[str, int]) -> None:
+    """Cut the connector's offsets in an offset-log entry back to ``ending`` (its checksum file, which no
+    longer matches, removed)."""
+    if not entry.is_file():
+        return
+    lines = entry.read_text().splitlines()
+    changed = False
+    for index, line in enumerate(lines[2:], start=2):
+        offset = json.loads(line) if line.strip() not in ("", "-") else None
+        if not connector_offsets(offset) or not isinstance(offset, dict):
+            continue
+        cut = {
+            topic: {
+                partition: min(int(position), ending.get(tp_name(topic, int(partition)), int(position)))
+                for partition, position in partitions.items()
+            }
+            for topic, partitions in offset.items()
+        }
+        if cut != offset:
+            lines[index], changed = json.dumps(cut, separators=(",", ":")), True
+    if changed:
+        written = entry.with_name(f".{entry.name}.cut.tmp")
+        written.write_text("\n".join(lines))
+        written.replace(entry)
+        entry.with_name(f".{entry.name}.crc").unlink(missing_ok=True)

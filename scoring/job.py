@@ -37,6 +37,7 @@ from infra.kafka_log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
+from infra.offset_log import record_ending
 from infra.redis_connection import RedisTarget
 from infra.spark import observations
 from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
@@ -119,10 +120,11 @@ def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
         start_ms=config.start_ms,
         max_records_per_trigger=config.max_records_per_trigger,
     )
-    check_resume(config.kafka_config, query_location(config.checkpoint))
     ending = None
     if config.end_ms is not None:
         ending = offsets_for_time(new_admin(config.kafka_config), config.inputs, config.end_ms)
+    record_ending(config.checkpoint, ending)
+    check_resume(config.kafka_config, query_location(config.checkpoint))
     return read_stream(spark, replace(source, ending_offsets=ending))
 
 

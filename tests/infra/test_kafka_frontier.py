@@ -9,7 +9,16 @@ import pytest
 from contracts.errors import ConfigError
 from infra.kafka_frontier import FrontierConfig, TickSplit, final_in, frontier_of, next_frontier
 from infra.kafka_offsets import NO_FRONTIER
-from infra.offset_log import Frontier, is_frontier, logged_batch, newest_batch, position_at
+from infra.offset_log import (
+    ENDING_FILE,
+    Frontier,
+    is_frontier,
+    logged_batch,
+    newest_batch,
+    position_at,
+    record_ending,
+    settle_ending,
+)
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
 
@@ -52,7 +61,9 @@ def test_an_available_now_runs_first_micro_batch_carries_ticks_after_a_continuou
     left = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001)
     probe = next_frontier(left, 3, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True)
     assert probe is not None and not probe.final and probe.frontier_ms == 2_001
-    assert next_frontier(Frontier(), -1, {}, {}, [], lateness_ms=0, first_of_run=True) is None, "nothing read yet"
+    assert next_frontier(Frontier(), -1, {}, {}, [], lateness_ms=0, first_of_run=True) is None, (
+        "nothing read yet"
+    )
     done = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001, final=True)
     assert next_frontier(done, 3, {"tx/0": 3}, {}, [], lateness_ms=0, first_of_run=True, final=True) is None
 
@@ -108,3 +119,33 @@ def test_a_tick_split_carries_the_frontier_and_its_final_mark() -> None:
 def test_bad_frontier_configs_fail_with_a_clear_message(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         FrontierConfig(KAFKA, ("tx",), "query", ticker=None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_what_a_run_of_a_range_read_past_its_end_is_read_again_by_the_next_run(tmp_path: Path) -> None:
+    """A run ending at offset 50 of tx/0 (and 7 of tx/1) committed batch 3 having read to 80 (the connector
+    reads on, the records past the end dropped) and planned batch 4 to 95: the next run cuts both entries
+    back to the end, leaves older ones, and forgets the end; a run without end records none."""
+    checkpoint = tmp_path / "checkpoint"
+    query = checkpoint / "query"
+    for batch, (tx0, tx1) in enumerate([(10, 2), (30, 4), (45, 6), (80, 9), (95, 9)]):
+        offset_log(query, batch, {"tx": {"0": tx0, "1": tx1}}, Frontier({}, {}, batch).as_json())
+        (query / "offsets" / f".{batch}.crc").write_text("")
+        if batch <= 3:
+            (query / "commits").mkdir(parents=True, exist_ok=True)
+            (query / "commits" / str(batch)).write_text("v1\n{}")
+    record_ending(checkpoint, {"tx/0": 50, "tx/1": 7})
+    assert json.loads((checkpoint / ENDING_FILE).read_text()) == {"tx/0": 50, "tx/1": 7}
+
+    record_ending(checkpoint, None)
+
+    assert not (checkpoint / ENDING_FILE).exists()
+    assert [position_at(query, batch).offsets for batch in range(5)] == [
+        {"tx/0": 10, "tx/1": 2},
+        {"tx/0": 30, "tx/1": 4},
+        {"tx/0": 45, "tx/1": 6},
+        {"tx/0": 50, "tx/1": 7},
+        {"tx/0": 50, "tx/1": 7},
+    ]
+    assert position_at(query, 4).frontier == Frontier({}, {}, 4), "the frontier's line is left as it was"
+    assert (query / "offsets" / ".2.crc").exists() and not (query / "offsets" / ".3.crc").exists()
+    settle_ending(checkpoint)  # nothing recorded: nothing to do

@@ -9,7 +9,8 @@ it go on (SIGCONT); or SIGKILLs it, leaves it down for 20 s and starts it again 
 directory (which it recovers). Meanwhile the connector and the frontier source plan micro-batches, a
 write task has its transaction open, and the observer group's commits and the input watch meet the
 absent broker too. Expects the job still running after the outage, one line saying Kafka is away and one
-that it answers again from each process that waited (no traceback, no start-up advice), then every
+that it answers again from each process that waited (after the pause at least one; the 20 s of the kill
+may pass within the calls' own retries), no traceback and no start-up advice, then every
 transaction's feature record and score exactly once (lost 0, duplicated 0), the features equal to the
 batch path's and the scores to the model's. Ctrl-C to the job's process group then stops it without a
 traceback.
@@ -69,6 +70,9 @@ class Fault:
 
     name: str
     apply: Callable[[StackInfo, Path], StackInfo | None]  # a broker started again, if there is one
+    #: Whether a running job must meet it in a call that times out (and say so): an outage longer than
+    #: any call of the job waits. A shorter one may pass while the job's calls retry within their time.
+    said: bool
 
 
 def pause_90_s(stack: StackInfo, home: Path) -> None:
@@ -83,8 +87,8 @@ def kill_and_restart(stack: StackInfo, home: Path) -> StackInfo:
 
 
 FAULTS = [
-    Fault(f"a broker pause of {BROKER_PAUSE_S:.0f} s", pause_90_s),
-    Fault(f"a broker SIGKILLed and restarted after {BROKER_DOWN_S:.0f} s", kill_and_restart),
+    Fault(f"a broker pause of {BROKER_PAUSE_S:.0f} s", pause_90_s, said=True),
+    Fault(f"a broker SIGKILLed and restarted after {BROKER_DOWN_S:.0f} s", kill_and_restart, said=False),
 ]
 
 
@@ -172,7 +176,9 @@ def run_through_fault(
         f"{len(back)} recovery lines; {len(sim.transactions):,} transactions: lost {lost}, duplicated "
         f"{duplicated}; Ctrl-C exit {stopped}"
     )
-    assert away and len(away) == len(back), f"outage lines {away}, recovery lines {back}: {outcome}"
+    assert (away or not fault.said) and len(away) == len(back), (
+        f"outage lines {away}, recovery {back}: {outcome}"
+    )
     assert not any("fraud up" in line or "FRAUD_BOOTSTRAP_SERVERS" in line for line in away), away
     assert "Traceback" not in text, text[-3000:]
     assert stopped in (0, 130), f"Ctrl-C: exit {stopped}: {text[-2000:]}"

@@ -45,6 +45,7 @@ from fraud.progress import records_read
 from infra.clients import Clients
 from infra.embedded import StackInfo
 from infra.kafka_log import read_topic
+from infra.offset_log import Frontier, is_frontier
 from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
@@ -303,10 +304,13 @@ def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
 
     read = records_per_batch(progress)
     assert sum(read) == len(records) and len(read) >= 3, read
-    (source,) = progress[-1]["sources"]
-    last = json.loads(source["endOffset"])
-    assert last["final"], "the last micro-batch of the availableNow run is not final"
-    assert last["frontier"] <= max(ts for *_, ts in records), (
+    (last,) = [
+        Frontier.of_json(end)
+        for source in progress[-1]["sources"]
+        if is_frontier(end := json.loads(source["endOffset"]))
+    ]
+    assert last.final, "the last micro-batch of the availableNow run is not final"
+    assert last.frontier_ms <= max(ts for *_, ts in records), (
         "the final frontier passes the newest record by itself: the input does not test the final release"
     )
     output = features_topic(clients, settings.topics.features)
@@ -319,6 +323,9 @@ def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
 
 #: An event time far ahead of any clock, and the reason of the dead letters it makes.
 IN_2099 = 4_070_908_800_000
+#: A Kafka timestamp half an hour ahead of now: further than the job's clock skew allows (5 minutes), within
+#: what the broker accepts.
+AHEAD_MS = int(time.time() * 1000) + 30 * 60_000
 FUTURE = Reason.FUTURE_EVENT_TIME
 
 
@@ -329,7 +336,9 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
     micro-batches: each lands on the dead-letter topic once, with its original bytes and the reason, topic,
     partition and offset; every good transaction still gets its features, on time. Among them, as another
     producer than ``fraud ingest`` might write them: transactions dated in 2099 (one with its Kafka
-    timestamp in 2099 too, which would move the event-time frontier there and make every later event
+    timestamp half an hour ahead of now, as far ahead as the broker lets a record be stamped (Kafka 4's
+    ``log.message.timestamp.after.max.ms``: an hour), which would move the event-time frontier there and
+    make every later event
     late), and a transaction produced again."""
     params = FeatureParams()
     sim = simulated(SimulatorConfig(customers=120, terminals=240, days=21, seed=9), settings, params)
@@ -374,7 +383,7 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
         ),
     ]
     # Each bad record goes right after a good one of its topic, with that record's key and timestamp (the
-    # second record dated 2099 has that Kafka timestamp too).
+    # second record dated 2099 is stamped half an hour ahead of now).
     after = [tx_at[len(tx_at) * k // 8] for k in range(1, 8)] + [label_at[len(label_at) // 2]]
     records: list[Record] = []
     bad_index: dict[int, tuple[str, bytes, Reason]] = {}
@@ -384,7 +393,7 @@ def test_bad_records_are_dead_lettered_once_and_the_job_keeps_going(
         if i in inserts:
             topic, value, _ = inserts[i]
             bad_index[len(records)] = inserts[i]
-            stamp = IN_2099 if b"900000006" in value else record[3]
+            stamp = AHEAD_MS if b"900000006" in value else record[3]
             records.append((topic, record[1], value, stamp))
 
     placed = produce_records(clients.producer(), records)

@@ -41,6 +41,7 @@ from fraud.savepoints import SAVEPOINT_FILE
 from infra.checkpoints import LAYOUT_FILE, query_location
 from infra.clients import Clients
 from infra.kafka_log import read_topic
+from infra.offset_log import position_at
 from infra.savepoints import last_committed
 from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
@@ -89,6 +90,13 @@ def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]
         )
 
 
+def frontier_committed(query: Path) -> bool:
+    """Whether the query has committed a micro-batch that carried a frontier (the first one, which reads
+    the first records, carries none: the frontier follows the records a micro-batch behind)."""
+    batch = last_committed(query)
+    return batch is not None and position_at(query, batch).frontier_ms is not None
+
+
 def wait_for(
     condition: Callable[[], bool], what: str, job: subprocess.Popen[bytes], log: Path, poll_s: float = 0.2
 ) -> None:
@@ -118,7 +126,9 @@ def test_a_job_started_from_a_savepoint_continues_exactly_where_it_was_taken(
     job = running[0]
     try:
         # While it works through the first part: its state holds events waiting for the frontier.
-        wait_for(lambda: last_committed(query_location(checkpoint)) is not None, "a micro-batch", job, log)
+        wait_for(
+            lambda: frontier_committed(query_location(checkpoint)), "a micro-batch with a frontier", job, log
+        )
         taken = fraud(env, "savepoint", "create", "features", "--to", str(savepoint))
         assert taken.returncode == 0, taken.stderr
         assert job.poll() is None, "the savepoint was taken while the job ran"
