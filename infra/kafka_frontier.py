@@ -205,6 +205,9 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: Consumer | None = None
         #: availableNow: the newest micro-batch before the run (-1: none).
         self._run_start: int | None = None
+        #: The newest micro-batch when the last plan found the frontier unchanged: until the connector reads
+        #: on, it stays so (the partitions' ends only grow, which holds the frontier back, never forward).
+        self._idle_at: int | None = None
 
     # -- driver side -------------------------------------------------------------------------------
 
@@ -221,8 +224,15 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def plan(self, start: Frontier) -> Frontier | None:
         """The frontier of the micro-batch being planned, or None when it would not change."""
-        admin = self._admin_client()
         newest = newest_batch(self.query_dir)
+        if newest is not None and newest == self._idle_at:
+            return None
+        planned = self._plan(start, newest)
+        self._idle_at = newest if planned is None else None
+        return planned
+
+    def _plan(self, start: Frontier, newest: int | None) -> Frontier | None:
+        admin = self._admin_client()
         logged = None if newest is None else logged_batch(self.query_dir, newest, self.config.topics)
         ends = dict(start.kafka) if logged is None else logged.kafka
         ending = self.config.ending_offsets
