@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 #: The connector's name in ``spark.readStream.format``.
 KAFKA_FORMAT = "kafka"
+#: How long the connector's Kafka clients wait for a broker that does not answer (its offset requests in the
+#: driver, its consumers' positions and fetches in the executors) before the micro-batch fails: a running job
+#: waits an outage out, as the project's own clients do (``infra.kafka_outage``). The Java client's default
+#: is a minute, and Spark's fetch gives up after two: a broker paused for 90 s failed the job.
+OUTAGE_WAIT_MS = 600_000
 #: The columns a job's stages get of each record: the record's topic, partition, offset, Kafka timestamp
 #: (epoch ms), key and value.
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
@@ -117,6 +122,8 @@ def connector_options(source: KafkaInput) -> dict[str, str]:
     options |= {
         "subscribe": ",".join(source.topics),
         "kafka.isolation.level": "read_committed",
+        "kafka.default.api.timeout.ms": str(OUTAGE_WAIT_MS),
+        "kafkaConsumer.pollTimeoutMs": str(OUTAGE_WAIT_MS),
         "failOnDataLoss": "true",
         "includeHeaders": "false",
     }
