@@ -21,7 +21,9 @@ def test_a_stream_reads_committed_records_from_the_earliest_and_fails_on_a_histo
     assert options["startingOffsets"] == "earliest"
     assert options["maxOffsetsPerTrigger"] == "500"
     # A broker that does not answer is waited for minutes, not the Java client's one.
-    assert int(options["kafka.default.api.timeout.ms"]) == int(options["kafkaConsumer.pollTimeoutMs"]) >= 300_000
+    assert (
+        int(options["kafka.default.api.timeout.ms"]) == int(options["kafkaConsumer.pollTimeoutMs"]) >= 300_000
+    )
 
 
 def test_a_start_time_starts_each_partition_at_its_first_record_from_then_or_its_end() -> None:
