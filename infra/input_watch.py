@@ -3,6 +3,10 @@ tail's precision, tens of milliseconds), for the alert latency, and a consumer g
 (:func:`observer_group`) that each micro-batch's end offsets are committed to, so that Kafka's tools
 (``kafka-consumer-groups.sh --describe``) and ``fraud status`` show the job's lag. The group is for
 observation only: the job resumes from its checkpoint, never from the group.
+
+The watch also asks the cluster for its metadata every few seconds (:data:`PROBE_EVERY_S`), so that a job
+says when Kafka is away and when it answers again even while all its calls to Kafka wait inside Spark's
+connector, which waits an outage out without a word (``infra.spark_kafka.OUTAGE_WAIT_MS``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from infra.clients import KAFKA_LOGGER
+from contracts.errors import ServiceUnavailableError
+from infra.clients import KAFKA_LOGGER, METADATA_TIMEOUT_S, cluster_metadata
 from infra.kafka_log import partitions_of
+from infra.kafka_outage import is_outage, wait_for_kafka
 
 _log = logging.getLogger(__name__)
 
@@ -26,6 +32,8 @@ _log = logging.getLogger(__name__)
 ARRIVALS_KEPT_S = 600.0
 #: The start of the consumer groups the jobs commit their offsets to, for observation.
 OBSERVER_GROUP_PREFIX = "fraud-observed."
+#: Seconds between the watch's metadata requests, each waiting up to ``METADATA_TIMEOUT_S`` for an answer.
+PROBE_EVERY_S = 5.0
 
 
 def observer_group(job: str, namespace: str = "") -> str:
@@ -72,8 +80,10 @@ class InputWatch:
     A thread tails the topics from their end as the job starts (read_uncommitted: a record counts as
     appended before its transaction commits) and notes, per partition and fetch, the first offset it got
     and the time (:class:`Arrivals`): records appended while the job runs have an append time to a fetch's
-    precision (tens of milliseconds), older ones none. :meth:`commit` commits a micro-batch's end offsets
-    to ``group``.
+    precision (tens of milliseconds), older ones none. Between fetches it probes the cluster
+    (:data:`PROBE_EVERY_S`) and waits an outage out with a line at its start and one at its end
+    (``infra.kafka_outage.wait_for_kafka``). :meth:`commit` commits a micro-batch's end offsets to
+    ``group``.
     """
 
     def __init__(self, kafka_config: Mapping[str, Any], topics: Sequence[str], group: str) -> None:
@@ -96,15 +106,25 @@ class InputWatch:
         self._client = threading.Lock()  # the consumer, shared by the tail and the commits
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tail, name="input-watch", daemon=True)
-        if partitions:
-            self._thread.start()
+        self._thread.start()
+
+    def _probe(self) -> None:
+        """The cluster's metadata, waited for while Kafka is away and the watch not closed."""
+        wait_for_kafka(
+            lambda: cluster_metadata(self._consumer),
+            transient=lambda error: is_outage(error) and not self._stop.is_set(),
+        )
 
     def _tail(self) -> None:
+        probed = time.monotonic()
         while not self._stop.is_set():
             try:
+                if time.monotonic() - probed >= PROBE_EVERY_S:
+                    self._probe()  # list_topics is safe beside a consume: outside the lock, commits go on
+                    probed = time.monotonic()
                 with self._client:
                     messages = self._consumer.consume(10_000, timeout=0.05)
-            except (KafkaException, RuntimeError):  # the broker away, or the consumer closed
+            except (KafkaException, ServiceUnavailableError, RuntimeError):  # away, or the watch closed
                 time.sleep(0.5)
                 continue
             firsts: dict[str, int] = {}
@@ -127,8 +147,7 @@ class InputWatch:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=METADATA_TIMEOUT_S + 5)  # a probe ends within its timeout
         with self._client:
             self._consumer.close()
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from contracts.errors import ServiceUnavailableError
-from infra.retry import wait_out
+from infra.retry import Transient, wait_out
 
 T = TypeVar("T")
 
@@ -89,7 +89,8 @@ def outage_reason(error: BaseException) -> str:
     return found.str() if found is not None else f"{type(error).__name__}: {error}"
 
 
-def wait_for_kafka(call: Callable[[], T]) -> T:
-    """``call()``, repeated while Kafka is away (:func:`is_outage`), with one line when the outage starts and
-    one when it ends (``infra.retry.wait_out``); other errors raise. For calls that are safe to repeat."""
-    return wait_out(call, KAFKA, is_outage, describe=outage_reason)
+def wait_for_kafka(call: Callable[[], T], transient: Transient = is_outage) -> T:
+    """``call()``, repeated while Kafka is away (``transient``: :func:`is_outage`), with one line when the
+    outage starts and one when it ends (``infra.retry.wait_out``); other errors raise. For calls that are
+    safe to repeat."""
+    return wait_out(call, KAFKA, transient, describe=outage_reason)

@@ -1,6 +1,6 @@
 """Exactly-once under faults, counted: the jobs as a user runs them (`fraud features run`, `fraud score run`,
-`fraud pipeline run`), SIGKILLed at seeded random moments, a Redis restart and a broker pause of 90 s, on more than
-50,000 simulated transactions, on an embedded stack of the test's own.
+`fraud pipeline run`), SIGKILLed at seeded random moments, a Redis restart, a broker pause of 90 s and the broker
+SIGKILLed and started again, on more than 50,000 simulated transactions, on an embedded stack of the test's own.
 
 The feature job and the scoring job run side by side, continuously, and beside them the one-query
 pipeline in a namespace of its own (its own output topics and Redis keys, the same input). They are
@@ -13,7 +13,11 @@ after their turn comes (start-ups included). The input is there from the start (
 nothing to do, it could be late across partitions: the jobs run without allowed lateness). After the
 second kill Redis is shut down until a job waits to write it, then started again; after the fifth, once
 every job works, the broker is stopped (SIGSTOP) for 90 s, longer than any Kafka call of the jobs waits
-for an answer: every job is still running after it. Then each job finishes with ``--once``.
+for an answer; after the eighth, once every job works and a write task of the feature job holds a
+transaction open (or 30 s passed), the broker is SIGKILLed, left down for 20 s and started again on its port
+and log directory, which it recovers. Every job is still running after each outage, and says in one line
+that Kafka is away and in one that it answers again, with no start-up advice. Then each job finishes with
+``--once``.
 
 Compared with an undisturbed run (the batch path's features, the model's scores of them): every
 transaction has exactly one committed feature record and one score, equal to the undisturbed ones; the
@@ -27,6 +31,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -52,7 +57,16 @@ from infra.redis_keys import alert_key
 from infra.redis_reads import get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
-from tests.support.chaos import held_back, kill_tree, pause, start_redis, stop_redis, wait_held_back
+from tests.support.chaos import (
+    held_back,
+    kill_broker,
+    kill_tree,
+    pause,
+    restart_broker,
+    start_redis,
+    stop_redis,
+    wait_held_back,
+)
 from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import (
     Expected,
@@ -77,6 +91,8 @@ MAX_RECORDS = 2_500
 SEPARATE_JOB_KILLS, PIPELINE_KILLS = 3, 4
 #: Longer than any Kafka call of the jobs waits for an answer (a transaction's commit: 60 s).
 BROKER_PAUSE_S = 90.0
+#: How long the SIGKILLed broker stays down before it starts again.
+BROKER_DOWN_S = 20.0
 #: How long a kill waits for a write task to hold a transaction open before it kills anyway.
 TRANSACTION_WAIT_S = 30.0
 #: The other kills land within this many seconds of their turn.
@@ -95,12 +111,15 @@ class Faults:
     in_transaction: int = 0
     redis_restarts: int = 0
     broker_pauses: int = 0
+    broker_restarts: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         per_job = ", ".join(f"{job} {n}" for job, n in sorted(self.kills.items()))
+        restarts = "; ".join(self.broker_restarts)
         return (
             f"{sum(self.kills.values())} SIGKILLs ({per_job}; {self.in_transaction} inside a Kafka transaction), "
-            f"{self.redis_restarts} Redis restart, {self.broker_pauses} broker pause of {BROKER_PAUSE_S:.0f} s"
+            f"{self.redis_restarts} Redis restart, {self.broker_pauses} broker pause of {BROKER_PAUSE_S:.0f} s, "
+            f"{len(self.broker_restarts)} broker SIGKILL and restart {BROKER_DOWN_S:.0f} s later ({restarts})"
         )
 
 
@@ -268,7 +287,7 @@ def check_run(
 
 
 @pytest.mark.timeout(2400)  # about 12 minutes on 2 idle cores; a loaded machine starts JVMs slower
-def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+def test_kills_a_redis_restart_a_broker_pause_and_restart_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     params = FeatureParams()
     faults = Faults()
@@ -295,6 +314,7 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
         in_namespace = settings.topics.in_namespace(NAMESPACE)
         pipeline = make_job("pipeline", ["pipeline", "run", "--namespace", NAMESPACE], in_namespace.features)
         restarted: list[subprocess.Popen[bytes]] = []
+        brokers: list[int] = []  # the broker's pids after restarts (the stack stops only the one it started)
         redis_said = f"Redis at {settings.redis_url}"
 
         def said(line: str) -> bool:
@@ -320,6 +340,19 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
             for job in jobs:  # a running job waits an outage out
                 assert job.running(), f"{job.name} did not survive the broker pause: {job.tail()}"
 
+        def kill_and_restart_broker() -> None:
+            """Once the jobs work, at a moment a write task holds a transaction open if one comes soon:
+            SIGKILLed, down for a while, started again on its port and log directory."""
+            for job in jobs:
+                job.wait_for_progress()
+            inside = wait_held_back(admin, [settings.topics.features], TRANSACTION_WAIT_S)
+            kill_broker(stack.broker)
+            time.sleep(BROKER_DOWN_S)
+            brokers.append(restart_broker(tmp_path / "stack", stack.broker).pid)
+            faults.broker_restarts.append(f"{'inside' if inside else 'outside'} a transaction")
+            for job in jobs:
+                assert job.running(), f"{job.name} did not survive the broker's restart: {job.tail()}"
+
         jobs = [features, scoring, pipeline]
         started = time.monotonic()
         try:
@@ -327,13 +360,20 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
                 job.start()
             # The scoring job first: it has input to hold a transaction for only while the feature job writes.
             kills = {scoring: SEPARATE_JOB_KILLS, features: SEPARATE_JOB_KILLS, pipeline: PIPELINE_KILLS}
-            between = {1: restart_redis, 4: pause_broker}
+            between = {1: restart_redis, 4: pause_broker, 7: kill_and_restart_broker}
             admin = clients.admin()
             run_with_kills(kills, admin, rng, faults, between, [[features, pipeline], [scoring]])
-            # One line when an outage starts, one when it ends. A job whose micro-batch waits for the broker
-            # all through its pause has nothing to say: only one that plans a micro-batch meanwhile does.
+            # One line when an outage starts, one when it ends (a job's input watch asks the broker every few
+            # seconds, whatever its micro-batch waits for), and no start-up advice in them.
             assert said(f"{redis_said} unreachable") and said(f"{redis_said} answers again")
-            assert said("Kafka unreachable") <= said("Kafka answers again")
+            assert said("Kafka unreachable") and said("Kafka answers again")
+            away = [
+                line
+                for job in jobs
+                for line in job.log.read_text(errors="replace").splitlines()
+                if "Kafka unreachable" in line
+            ]
+            assert not any("fraud up" in line or "FRAUD_BOOTSTRAP_SERVERS" in line for line in away), away
             separate = check_run(clients, settings.topics, "", expected, params)
             together = check_run(clients, in_namespace, redis_prefix(NAMESPACE), expected, params)
         finally:
@@ -342,6 +382,8 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
             for process in restarted:
                 process.kill()
                 process.wait()
+            for pid in brokers:
+                os.kill(pid, signal.SIGTERM)
         elapsed = time.monotonic() - started
 
     summary = (
@@ -353,4 +395,5 @@ def test_kills_a_redis_restart_and_a_broker_pause_lose_and_duplicate_nothing(tmp
         sum(faults.kills.values()) == 2 * SEPARATE_JOB_KILLS + PIPELINE_KILLS
         and faults.redis_restarts == 1
         and faults.broker_pauses == 1
+        and len(faults.broker_restarts) == 1
     ), summary
