@@ -113,6 +113,7 @@ class InputWatch:
         wait_for_kafka(
             lambda: cluster_metadata(self._consumer),
             transient=lambda error: is_outage(error) and not self._stop.is_set(),
+            sleep=self._stop.wait,  # close() ends the wait between attempts
         )
 
     def _tail(self) -> None:

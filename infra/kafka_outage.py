@@ -11,6 +11,7 @@ out. At its start a job fails fast instead: there a wrong address is more likely
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -89,8 +90,10 @@ def outage_reason(error: BaseException) -> str:
     return found.str() if found is not None else f"{type(error).__name__}: {error}"
 
 
-def wait_for_kafka(call: Callable[[], T], transient: Transient = is_outage) -> T:
+def wait_for_kafka(
+    call: Callable[[], T], transient: Transient = is_outage, sleep: Callable[[float], object] = time.sleep
+) -> T:
     """``call()``, repeated while Kafka is away (``transient``: :func:`is_outage`), with one line when the
-    outage starts and one when it ends (``infra.retry.wait_out``); other errors raise. For calls that are
-    safe to repeat."""
-    return wait_out(call, KAFKA, transient, describe=outage_reason)
+    outage starts and one when it ends (``infra.retry.wait_out``, which waits between attempts with
+    ``sleep``); other errors raise. For calls that are safe to repeat."""
+    return wait_out(call, KAFKA, transient, sleep=sleep, describe=outage_reason)

@@ -79,7 +79,7 @@ def wait_out(
     what: str,
     transient: Transient,
     backoff: Backoff = Backoff(),
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
     on_recovered: Callable[[int], None] | None = None,
     describe: Callable[[BaseException], str] = _said,
     permanent: tuple[type[BaseException], ...] = (),
