@@ -31,7 +31,7 @@ lint: $(STAMP)
 test: lint  ## lint, types, and every test tier (unit, integration, chaos) against real services
 	@bash infra/ensure-chromium.sh
 	$(BIN)/pytest -n 2 -m "not integration and not chaos"
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder -m "integration or chaos"
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "integration or chaos"
 
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 -m "not integration and not chaos"

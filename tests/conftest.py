@@ -38,9 +38,9 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under tests/integration are the integration tier. The longest files (their ``minutes`` mark,
-    measured by ``make test``'s durations) run first: the tier's three workers take whole files in this order
-    (``--dist loadfile --no-loadscope-reorder``), so a long file never starts last while the others
-    idle."""
+    measured by ``make test``'s durations) run first: the tier's two workers take whole files in this order
+    (``--dist loadfile --no-loadscope-reorder``), so a long file never starts last while the other worker
+    idles."""
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
