@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	$(BIN)/python -m infra.maven fetch
+	$(BIN)/python -m infra.pyspark_zip
 	$(BIN)/python -m infra.class_archive
 	@touch $(STAMP)
 

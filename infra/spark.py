@@ -192,6 +192,11 @@ def session_config(
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
+        # One daemon for every Python task: Spark keys its worker daemons by the workers' environment, and
+        # the simplified tracebacks of Arrow UDFs (not of transformWithState's) set a variable of their own,
+        # which would start a second daemon, importing the preload again. Worker tracebacks keep PySpark's
+        # frames instead.
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.python.daemon.module": spark_daemon.__name__,
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",

@@ -45,7 +45,7 @@ from tests.support.feature_jobs import (
 from tests.support.samples import SMALL
 from tests.support.scripts import FRAUD
 
-pytestmark = pytest.mark.minutes(5)
+pytestmark = pytest.mark.minutes(8)
 
 #: The week after the models' training period (SplitPlan(2018-04-20): train 7 days, delay 7 days).
 RANGE = ("2018-05-04", "2018-05-11")

@@ -28,6 +28,8 @@ from tests.support.cli_stack import train_champion
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import run_fraud
 
+pytestmark = pytest.mark.minutes(2)
+
 BAD_ROWS = 100
 GOOD_ROWS = 30
 #: Rows whose only fault is a card number as the terminal id (one of five kinds, in each file): kept.

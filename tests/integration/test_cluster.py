@@ -37,7 +37,7 @@ from tests.support.feature_jobs import (
 from tests.support.samples import SMALL
 from tests.support.scripts import FRAUD
 
-pytestmark = pytest.mark.minutes(4)
+pytestmark = pytest.mark.minutes(7)
 
 JOB_TIMEOUT_S = 600
 

@@ -35,7 +35,7 @@ from infra.metrics import JobMetrics
 from infra.spark import JIT_OPTIONS
 from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
 
-pytestmark = pytest.mark.minutes(3.5)
+pytestmark = pytest.mark.minutes(5)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.scripts import FRAUD
 
-pytestmark = pytest.mark.minutes(6)
+pytestmark = pytest.mark.minutes(4)
 
 STARTUP_TIMEOUT_S = 900
 LIVE_TIMEOUT_S = 240

@@ -17,7 +17,7 @@ from infra.topic_admin import existing_topics
 from tests.support.cli_stack import cli_stack
 from tests.support.scripts import FRAUD
 
-pytestmark = pytest.mark.minutes(4)
+pytestmark = pytest.mark.minutes(3)
 
 DEMO_TIMEOUT_S = 1500
 

@@ -72,7 +72,7 @@ from tests.support.feature_jobs import (
     simulated,
 )
 
-pytestmark = pytest.mark.minutes(5)
+pytestmark = pytest.mark.minutes(4)
 
 C = TxColumns
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 from pydantic import SecretStr
 from pyspark.sql import SparkSession
 
@@ -31,6 +32,8 @@ from infra.kafka_log import topic_counts
 from tests.support.feature_jobs import finished_query
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import run_fraud
+
+pytestmark = pytest.mark.minutes(2.5)
 
 SASL_PASSWORD = f"sasl-{uuid.uuid4().hex}"
 API_TOKEN = f"api-{uuid.uuid4().hex}"

@@ -28,7 +28,7 @@ from tests.support.chaos import kill_tree
 from tests.support.cli_stack import cli_stack, register_champion
 from tests.support.feature_jobs import simulated
 
-pytestmark = pytest.mark.minutes(2)
+pytestmark = pytest.mark.minutes(3)
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=150, terminals=300, days=35, seed=31)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.minutes(2)
+pytestmark = pytest.mark.minutes(2.5)
 
 ROOT = Path(__file__).resolve().parents[2]
 

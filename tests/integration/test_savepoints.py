@@ -56,7 +56,7 @@ from tests.support.feature_jobs import (
     simulated,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(4.5)]
 
 BIN = Path(sys.executable).parent
 SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=20)

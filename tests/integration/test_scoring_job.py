@@ -59,7 +59,7 @@ from tests.support.feature_jobs import (
 )
 from tests.support.samples import FEATURE, LABEL_DELAY_MS
 
-pytestmark = pytest.mark.minutes(3)
+pytestmark = pytest.mark.minutes(3.5)
 
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)

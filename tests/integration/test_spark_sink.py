@@ -43,6 +43,8 @@ from infra.kafka_sink.datasource import (
 from tests.support.chaos import Pause, held_back, kill_tree, logged_tasks, pause_args, pause_reports
 from tests.support.sink_stream import PARTITIONS, sink_frame
 
+pytestmark = pytest.mark.minutes(4.5)
+
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 150
 

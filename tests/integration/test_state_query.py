@@ -46,6 +46,8 @@ from ingest.simulator import SimulatorConfig
 from tests.support.feature_jobs import Simulated, job_config, simulated
 from tests.support.scripts import run_fraud
 
+pytestmark = pytest.mark.minutes(0.7)
+
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=100, terminals=200, days=40, seed=17)
 #: Not the defaults: what reads the state must take them from the checkpoint's record.
