@@ -347,7 +347,7 @@ class FeatureJobConfig:
 
     def ended(self, progress: dict[str, Any]) -> bool:
         """A run of a range ends with its final micro-batch (``infra.kafka_frontier``)."""
-        return self.end_ms is not None and final_in(progress)
+        return self.end_ms is not None and final_in(query_location(self.checkpoint), progress)
 
     def start(
         self,
