@@ -24,7 +24,8 @@ When F moves, the micro-batch reads this source's one partition, whose rows carr
 job's :class:`Ticker`): keys without new records see time pass too. The events a micro-batch reads are thus
 released by the same micro-batch, up to the lateness and the partitions read short of their end. The source
 moves its offset in every micro-batch the connector may read records in (a partition's last stable offset
-past the connector's newest offsets), and only then, so an idle input runs no micro-batch.
+past the connector's newest offsets, or a micro-batch ran that it did not plan), and only then, so an idle
+input runs no micro-batch.
 
 The frontier each micro-batch computed is kept beside the query (``infra.offset_log.FRONTIER_FILE``), for
 whoever reads a checkpoint: savepoints, the state inspection, the metrics, the end of a run of a range
@@ -202,6 +203,12 @@ def plans_a_batch(fresh: bool, available_now: bool, after_final: bool, final_pla
     return not final_planned and (fresh or not after_final)
 
 
+def planned_for(offset: Mapping[str, Any]) -> int:
+    """The micro-batch this source's ``offset`` was planned for (-1: a query's start, or an earlier version's
+    offset)."""
+    return FrontierPlan.of_json(offset).batch if is_plan(offset) else -1
+
+
 def cut_to(offsets: Mapping[str, int], ending: Mapping[str, int] | None) -> dict[str, int]:
     """The connector's ``offsets`` cut back to a range's end (as they are without one)."""
     if ending is None:
@@ -282,7 +289,9 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ending = self.config.ending_offsets
         stable = {} if ending is not None else self.stable_offsets()
         limits = ending if ending is not None else stable
-        if newest is None:
+        if newest is None or newest > planned_for(start):
+            # A micro-batch ran that this source did not plan (none here yet: the connector is asked for its
+            # end first): the records it read wait for a frontier.
             fresh = True
         else:
             read = logged_batch(self.query_dir, newest, self.config.topics).kafka

@@ -2,6 +2,7 @@
 carries ticks, the query offset log it reads the connector's offsets from, and the source's planning as
 Spark drives it (its offset, then the offset log, then its partitions) over records kept in memory."""
 
+import importlib.metadata
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from contracts.errors import ConfigError, StateError
 from infra.kafka_frontier import (
+    CHECKED_ON_SPARK,
     FrontierConfig,
     FrontierReader,
     TickSplit,
@@ -275,6 +277,28 @@ def test_a_micro_batch_carries_the_frontier_of_the_records_it_reads(tmp_path: Pa
     assert third is not None and third[1] == [], "the connector left the new record: F stays, no ticks"
     fourth = micro_batch(reader, query, third[0], {"tx/0": 5, "tx/1": 2})
     assert fourth is not None and fourth[1] == [TickSplit(5_001, False)]
+
+
+def test_records_a_micro_batch_read_without_the_source_get_a_frontier_in_the_next(tmp_path: Path) -> None:
+    """Should the connector read records in a micro-batch this source did not plan (were it asked for its
+    end after this source), the next micro-batch plans a frontier for them, new records or not."""
+    query = tmp_path / "query"
+    records = {"tx/0": [1_000, 2_000]}
+    reader = memory_reader(query, records)
+    first = micro_batch(reader, query, reader.initialOffset(), {"tx/0": 1})
+    assert first is not None and first[1] == [TickSplit(1_000, False)]
+    offset_log(query, 1, {"tx": {"0": 2}}, first[0])  # the connector alone moved
+    after = micro_batch(reader, query, first[0], {"tx/0": 2})
+    assert after is not None and after[1] == [TickSplit(2_001, False)]
+    assert micro_batch(reader, query, after[0], {"tx/0": 2}) is None
+
+
+def test_the_spark_version_is_the_one_the_frontier_sources_order_of_calls_was_checked_on() -> None:
+    assert importlib.metadata.version("pyspark") == CHECKED_ON_SPARK, (
+        "infra.kafka_frontier relies on Spark asking every source for its end offset, writing the offset "
+        "log, then asking for the partitions: check it on this version (tests/integration/"
+        "test_spark_kafka.py) and update CHECKED_ON_SPARK"
+    )
 
 
 def test_a_micro_batch_re_run_after_a_crash_computes_the_same_frontier(tmp_path: Path) -> None:
