@@ -123,9 +123,15 @@ class DecodeRecords:
     options: DecodeOptions
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for records in batches:
+        timings = Timings("decode-records")
+        for records in timings.timed("input", batches):
             if records.num_rows:
-                yield pack(decode(records, self.options, records.column(CLOCK)[0].as_py()), CARD_BUCKET)
+                with timings.phase("decode"):
+                    packed = pack(
+                        decode(records, self.options, records.column(CLOCK)[0].as_py()), CARD_BUCKET
+                    )
+                yield packed
+        timings.log()
 
 
 @dataclass(frozen=True)
