@@ -57,7 +57,7 @@ from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE, check_intact
 from infra.kafka_offsets import NO_FRONTIER
-from infra.offset_log import Frontier, is_frontier
+from infra.offset_log import Frontier, frontier_after
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class JobState:
 
     @property
     def _frontier(self) -> Frontier | None:
-        return next((Frontier.of_json(o) for o in self.batch.source_offsets if is_frontier(o)), None)
+        return frontier_after(self.query_dir, self.batch.batch_id, self.batch.source_offsets)
 
     @property
     def frontier_ms(self) -> int | None:

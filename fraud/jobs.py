@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -27,10 +28,11 @@ from fraud.console import console, summary_table
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
-from infra.checkpoints import check_intact
+from infra.checkpoints import check_intact, query_location
 from infra.clients import Clients
 from infra.input_watch import InputWatch, observer_group
 from infra.metrics import JobMetrics
+from infra.offset_log import frontier_ms_at
 from infra.redis_connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
 from infra.stage_counts import BatchObserver
@@ -246,7 +248,9 @@ def prepare_services(settings: Settings, job: Job) -> None:
 def job_metrics(job: Job, namespace: str) -> JobMetrics:
     """The metrics of a job, with its watch on its input topic and its Redis writes."""
     watch = InputWatch(job.kafka_config, list(job.alert_inputs), observer_group(job.name, namespace))
-    return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures)
+    part = job.feature_part
+    frontier = None if part is None else partial(frontier_ms_at, query_location(part.checkpoint))
+    return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures, frontier_ms=frontier)
 
 
 def start_from_savepoint(settings: Settings, job: Job, path: Path) -> Job:

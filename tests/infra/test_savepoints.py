@@ -11,6 +11,7 @@ import pytest
 from contracts.errors import ConfigError, NotFoundError
 from infra import savepoints as savepoints_module
 from infra.checkpoints import QUERY_DIR, DamagedCheckpointError, check_intact
+from infra.offset_log import planned_frontiers
 from infra.savepoints import (
     IncompleteCopyError,
     NothingCommittedError,
@@ -92,6 +93,9 @@ def test_a_copy_holds_the_committed_batches_and_nothing_of_the_one_in_flight(tmp
     assert files(copy) >= {"query/commits/4", "query/offsets/4", "query/state/0/1/5.changelog", "layout.json"}
     # The per-batch records lose the batch in flight; the others are copied as they are.
     assert json.loads((copy / "model-versions.json").read_text()) == {str(b): 1 for b in range(5)}
+    assert sorted(planned_frontiers(copy / QUERY_DIR)) == list(range(5)), (
+        "the frontiers, as per-batch records"
+    )
     for name in ("pinned.json", "layout.json", "feature-specs.json"):
         assert (copy / name).read_text() == (checkpoint / name).read_text()
     assert last_committed(copy / QUERY_DIR) == 4
