@@ -48,7 +48,7 @@ from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients
 from infra.embedded import temporary_stack
-from infra.redis_keys import recent_alerts_key
+from infra.redis.keys import recent_alerts_key
 from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate

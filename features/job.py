@@ -87,9 +87,9 @@ from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
 from infra.offset_log import record_ending
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest_encoded
+from infra.redis.connection import RedisTarget
+from infra.redis.keys import card_features_key
+from infra.redis.store import set_latest_encoded
 from infra.schemas import spark_ddl
 from infra.spark import observations, start_stream
 from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
@@ -493,7 +493,7 @@ def terminal_state_rows(key: int, state: TerminalState, layout: Layout) -> list[
 @dataclass(frozen=True)
 class LatestFeaturesToRedis:
     """The sink's after-commit hook: ``card:{card_id}:features`` gets each card's newest feature record (its
-    terminal, amount, late flag and features, as ``infra.redis_store.set_latest`` stores them).
+    terminal, amount, late flag and features, as ``infra.redis.store.set_latest`` stores them).
 
     The records are read and their fields written out column by column (Arrow), not record by record: with
     many cards a micro-batch holds a record for almost every transaction (a million cards: about 95,000 of

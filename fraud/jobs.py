@@ -31,7 +31,7 @@ from infra.checkpoints import check_intact
 from infra.clients import Clients
 from infra.input_watch import InputWatch, observer_group
 from infra.metrics import JobMetrics
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
 from infra.stage_counts import BatchObserver
 from infra.topic_admin import create_project_topics

@@ -27,7 +27,7 @@ _PYTHON_ERROR = re.compile(
 
 
 def _project_errors(kind: type[FraudError] = FraudError) -> dict[str, type[FraudError]]:
-    """The project's error classes by their qualified name (``infra.redis_connection.RedisAccessError``)."""
+    """The project's error classes by their qualified name (``infra.redis.connection.RedisAccessError``)."""
     found = {f"{kind.__module__}.{kind.__qualname__}": kind}
     for sub in kind.__subclasses__():
         found |= _project_errors(sub)

@@ -21,7 +21,7 @@ from contracts.errors import ServiceUnavailableError
 from contracts.settings import Settings
 from infra.embedded import EmbeddedStack, StackInfo
 from infra.kafka_outage import KafkaUnreachableError
-from infra.redis_connection import redis_client
+from infra.redis.connection import redis_client
 
 #: How long the broker keeps a transaction open before aborting it (``transaction.timeout.ms`` of the
 #: project's transactional producers); a crashed writer that is not restarted holds back read_committed

@@ -65,7 +65,7 @@ class JobMetrics:
     ) -> None:
         """``watch``: the job's input watch (alert latency, observed offsets); ``redis_failures``: the
         count of the job's failed Redis write attempts so far
-        (``infra.redis_connection.RedisTarget.write_failures``)."""
+        (``infra.redis.connection.RedisTarget.write_failures``)."""
         self.job = job
         self.registry = registry or CollectorRegistry()
         self.watch = watch

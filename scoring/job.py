@@ -38,7 +38,7 @@ from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.offset_log import record_ending
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from infra.spark import observations
 from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
 from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver

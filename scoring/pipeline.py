@@ -43,7 +43,7 @@ from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_
 from infra.kafka_sink.config import AfterCommitAll
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import SinkRows
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from infra.stage_counts import BatchObserver
 from infra.timing import Timings
 from models.registry import CHAMPION

@@ -24,7 +24,7 @@ from features.compat import (
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig, prepare_checkpoint
 from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 
 SPECS = DEFAULT_PARAMS.specs
 

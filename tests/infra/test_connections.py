@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException, Producer
 
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from tests.support.tls import make_pki
 
 KEY_PASSWORD = "hunter2-key-password"  # noqa: S105 - the secrets the tests look for

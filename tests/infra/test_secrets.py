@@ -8,7 +8,7 @@ from contracts.settings import RedisConnection
 from features.job import CardTicks
 from infra.kafka_frontier import FrontierConfig
 from infra.kafka_sink.config import KafkaSinkConfig
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from infra.spark_kafka import KafkaInput
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for

@@ -24,7 +24,7 @@ from features.definitions import DEFAULT_PARAMS, FeatureParams
 from infra.clients import Clients
 from infra.embedded import StackInfo
 from infra.kafka_log import read_topic, topic_counts
-from infra.redis_connection import RedisTarget
+from infra.redis.connection import RedisTarget
 from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from models.dataset import Dataset

@@ -19,8 +19,8 @@ from redis.retry import Retry
 from api.app import create_app
 from contracts.records import AlertRecord
 from infra.embedded import StackInfo
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest, write_alerts, write_scores
+from infra.redis.keys import card_features_key
+from infra.redis.store import set_latest, write_alerts, write_scores
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 RETENTION_S = 7 * 86_400

@@ -53,8 +53,8 @@ from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
 from infra.clients import Clients
 from infra.kafka_log import read_topic
-from infra.redis_keys import alert_key
-from infra.redis_reads import get_alert
+from infra.redis.keys import alert_key
+from infra.redis.reads import get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from tests.support.chaos import (

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from infra.embedded import HOST, free_port, valkey_binary
-from infra.redis_connection import SOCKET_TIMEOUT_S, RedisTarget
-from infra.redis_store import set_latest
+from infra.redis.connection import SOCKET_TIMEOUT_S, RedisTarget
+from infra.redis.store import set_latest
 
 OUTAGE_S = 3.0
 

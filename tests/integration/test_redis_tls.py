@@ -20,9 +20,9 @@ from pydantic import SecretStr
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest
+from infra.redis.connection import RedisTarget
+from infra.redis.keys import card_features_key
+from infra.redis.store import set_latest
 from tests.support.tls import HOST, TlsFront, make_pki
 
 PASSWORD = f"tls-test-{uuid.uuid4().hex}"

@@ -29,8 +29,8 @@ from features.job import FeatureJobConfig, start_feature_job
 from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo
 from infra.kafka_log import read_topic
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
+from infra.redis.connection import RedisTarget
+from infra.redis.keys import card_features_key
 from infra.topic_admin import ensure_topics
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table

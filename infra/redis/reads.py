@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from contracts.records import AlertRecord, ScoreRecord
-from infra.redis_keys import (
+from infra.redis.keys import (
     JSON_FIELDS,
     alert_key,
     card_alerts_key,
