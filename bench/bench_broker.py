@@ -37,9 +37,9 @@ from infra.embedded import (
     free_port,
     terminate,
 )
-from infra.kafka_log import topic_counts
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import topic_counts
 from infra.maven import KAFKA_VERSION
-from infra.topic_admin import ensure_topics
 
 MIB = 2**20
 

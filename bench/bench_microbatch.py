@@ -67,9 +67,9 @@ from features.definitions import FeatureParams
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
 from infra.embedded import temporary_stack
+from infra.kafka.admin import ensure_topics
 from infra.metrics import ended_at, records_read
 from infra.timing import PREFIX as TIMING_PREFIX
-from infra.topic_admin import ensure_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

@@ -75,7 +75,7 @@ from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
 from infra.embedded import StackInfo, temporary_stack
-from infra.topic_admin import ensure_topics
+from infra.kafka.admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

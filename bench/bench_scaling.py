@@ -37,8 +37,8 @@ from project_jobs import fraud_env
 
 from infra.clients import Clients
 from infra.embedded import temporary_stack
+from infra.kafka.admin import create_project_topics
 from infra.spark_cluster import SPARK_ENV, standalone_cluster
-from infra.topic_admin import create_project_topics
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate

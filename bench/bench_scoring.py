@@ -48,8 +48,8 @@ from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients
 from infra.embedded import temporary_stack
+from infra.kafka.admin import ensure_topics
 from infra.redis.keys import recent_alerts_key
-from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from scoring.job import ScoringJobConfig, start_scoring_job

@@ -83,8 +83,8 @@ from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from infra.clients import Clients
 from infra.embedded import HOST, StackInfo, free_port, temporary_stack
+from infra.kafka.admin import ensure_topics
 from infra.metrics import Samples, scrape
-from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

@@ -56,7 +56,7 @@ from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.checkpoints import LAYOUT_FILE, check_intact
-from infra.kafka_offsets import NO_FRONTIER
+from infra.kafka.offsets import NO_FRONTIER
 from infra.offset_log import Frontier, is_frontier
 from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 

@@ -80,8 +80,8 @@ from features.transport import (
 )
 from infra.arrow_json import newest_rows, read_records, text_arrays
 from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
+from infra.kafka.log import offsets_for_time
 from infra.kafka_frontier import FrontierConfig, final_in, read_frontier
-from infra.kafka_log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import register as register_sink
 from infra.kafka_sink.datasource import write_stream

@@ -34,7 +34,7 @@ from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState
 from features.rows import CARD_BUCKET, concat_frames, empty_events
 from features.stages import CardBucket
-from infra.kafka_offsets import NO_FRONTIER
+from infra.kafka.offsets import NO_FRONTIER
 from infra.offset_log import Position
 
 C = TxColumns

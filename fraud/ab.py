@@ -27,7 +27,7 @@ from fraud.console import console
 from fraud.jobs import job_spark_session
 from fraud.options import FeatureSource, feature_params
 from infra.clients import Clients, mlflow_store
-from infra.kafka_log import read_topic
+from infra.kafka.log import read_topic
 from models.ab_report import render_html
 from models.comparison import Comparison, Decision, compare, decide
 from models.registry import (

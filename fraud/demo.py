@@ -49,9 +49,9 @@ from fraud.live import QueryJobs
 from fraud.progress import JobFailedError
 from infra.clients import Clients
 from infra.embedded import EmbeddedStack
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic, topic_counts
 from infra.redis.keys import card_features_key
-from infra.topic_admin import create_project_topics
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events

@@ -29,12 +29,12 @@ from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watc
 from fraud.running import registered, this_job
 from infra.checkpoints import check_intact
 from infra.clients import Clients
-from infra.input_watch import InputWatch, observer_group
+from infra.kafka.admin import create_project_topics
+from infra.kafka.input_watch import InputWatch, observer_group
 from infra.metrics import JobMetrics
 from infra.redis.connection import RedisTarget
 from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
 from infra.stage_counts import BatchObserver
-from infra.topic_admin import create_project_topics
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
 from scoring.pipeline import PipelineConfig

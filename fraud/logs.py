@@ -15,7 +15,7 @@ import os
 
 from pythonjsonlogger.json import JsonFormatter
 
-from infra.clients import KAFKA_LOGGER
+from infra.kafka.connection import KAFKA_LOGGER
 from infra.spark_logs import PROJECT_LOGGERS, CardNumberFilter
 
 #: Text lines: what a user reads in a terminal.

@@ -19,7 +19,7 @@ from contracts.settings import Settings
 from features.definitions import DAY_MS, EVENT_TIME_MS, FeatureParams
 from fraud.console import console, fmt_metric, progress_bar
 from infra.clients import Clients, mlflow_store
-from infra.kafka_log import time_span
+from infra.kafka.log import time_span
 from ingest.files import parse_mapping, read_table
 from models.dataset import Dataset, DatasetError, event_times_ms, file_dataset
 from models.estimators import DEFAULT_TRAIN_DAYS, FeatureSet, ModelSpec, feature_set

@@ -50,10 +50,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from contracts.errors import ConfigError
-from infra.clients import KAFKA_LOGGER
-from infra.kafka_log import check_deadline, consumed, list_offsets, partitions_of
-from infra.kafka_offsets import NO_FRONTIER, parse_tp, tp_name
-from infra.kafka_outage import wait_for_kafka
+from infra.kafka.connection import KAFKA_LOGGER
+from infra.kafka.log import check_deadline, consumed, list_offsets, partitions_of
+from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
+from infra.kafka.outage import wait_for_kafka
 from infra.offset_log import Frontier, LoggedBatch, first_logged_from, is_frontier, logged_batch, newest_batch
 from infra.spark_config import config_from, config_options
 from infra.spark_kafka import new_admin

@@ -5,7 +5,7 @@ rates, the micro-batch's duration, how far each partition's offsets trail the lo
 frontier's delay, state rows and bytes per stateful operator. And the counts the stages attach to their
 output (``infra.stage_counts``: feature records, late events, scores, alerts, dead letters by reason),
 summed per micro-batch by Spark (``observe``) and handed over with the model versions that served it
-(:meth:`JobMetrics.on_batch`). With the job's input watch (``infra.input_watch``), the alert latency too.
+(:meth:`JobMetrics.on_batch`). With the job's input watch (``infra.kafka.input_watch``), the alert latency too.
 
 Counts are per micro-batch run: a micro-batch re-run after a crash counts again (metrics are for watching
 a job, the topics are the record).
@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.errors import ConfigError
 from contracts.records import parse_source_position
-from infra.input_watch import ARRIVALS_KEPT_S, InputWatch
+from infra.kafka.input_watch import ARRIVALS_KEPT_S, InputWatch
 from infra.offset_log import Frontier, connector_offsets, is_frontier
 from infra.stage_counts import (
     ALERT_COUNT,

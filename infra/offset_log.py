@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.kafka_offsets import NO_FRONTIER, parse_tp, tp_name
+from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
 
 
 @dataclass(frozen=True)

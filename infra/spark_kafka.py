@@ -11,7 +11,7 @@ the query starts.
 Where a read starts and ends: its first run starts at the earliest records, or at the first record at or
 after a time (``startingTimestamp``); a restart goes on from its checkpoint. The connector reads streams
 without end, so a range's end is offsets resolved by time before the query starts
-(``infra.kafka_log.offsets_for_time``): the rows at or past them are dropped before anything reads them, and the job
+(``infra.kafka.log.offsets_for_time``): the rows at or past them are dropped before anything reads them, and the job
 stops once every partition has reached its end (``infra.kafka_frontier`` marks that micro-batch).
 """
 
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka.admin import AdminClient
 
 from contracts.errors import ConfigError
-from infra.clients import KAFKA_LOGGER
-from infra.kafka_log import check_history
+from infra.kafka.connection import KAFKA_LOGGER
+from infra.kafka.log import check_history
 from infra.offset_log import newest_batch, position_at
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 KAFKA_FORMAT = "kafka"
 #: How long the connector's Kafka clients wait for a broker that does not answer (its offset requests in the
 #: driver, its consumers' positions and fetches in the executors) before the micro-batch fails: a running job
-#: waits an outage out, as the project's own clients do (``infra.kafka_outage``). The Java client's default
+#: waits an outage out, as the project's own clients do (``infra.kafka.outage``). The Java client's default
 #: is a minute, and Spark's fetch gives up after two: a broker paused for 90 s failed the job.
 OUTAGE_WAIT_MS = 600_000
 #: The columns a job's stages get of each record: the record's topic, partition, offset, Kafka timestamp
@@ -56,7 +56,7 @@ class KafkaInput:
         starting_offsets: a new query's first offset of each topic-partition (``topic/partition``), as a
             savepoint left them; partitions it does not name start at their first record. Wins over
             ``start_ms``.
-        ending_offsets: a bounded read ends before these offsets (``infra.kafka_log.offsets_for_time``); partitions it does
+        ending_offsets: a bounded read ends before these offsets (``infra.kafka.log.offsets_for_time``); partitions it does
             not name are not read. None: no end.
         max_records_per_trigger: admission control, records per micro-batch (None: all available).
     """

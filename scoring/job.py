@@ -33,7 +33,7 @@ from contracts.settings import JobName, Topics
 from features import job as feature_job
 from features.rescale import Rescale
 from infra.checkpoints import pinned_layout, query_location
-from infra.kafka_log import offsets_for_time
+from infra.kafka.log import offsets_for_time
 from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN

@@ -24,7 +24,7 @@ from contracts.settings import Settings, Topics
 from features.definitions import DEFAULT_PARAMS
 from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo, temporary_stack
-from infra.topic_admin import ensure_topics
+from infra.kafka.admin import ensure_topics
 from ingest.simulator import simulate, write_parquet
 from models.dataset import Dataset, file_dataset
 from tests.support.samples import LABEL_DELAY_MS, SMALL

@@ -15,8 +15,8 @@ from contracts.settings import Settings
 from fraud.console import console, dead_letter_table, progress_bar, settings_of
 from fraud.options import check_output_file
 from infra.clients import Clients
-from infra.kafka_log import holds_records
-from infra.topic_admin import create_project_topics
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import holds_records
 from ingest.files import CleanTable, clean_table, parse_mapping
 from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from contracts.errors import ConfigError, FraudError, StateError
-from infra.clients import TRANSACTION_TIMEOUT_MS
+from infra.kafka.connection import TRANSACTION_TIMEOUT_MS
 from infra.timing import Timings
 
 #: The commit markers live on this partition of the marker topic (it exists in every topic).

@@ -37,7 +37,7 @@ Delivery guarantee:
   aborted attempts (a failed task, or a crash mid-transaction): at-least-once, duplicates possible.
 * A writer killed inside an open transaction holds back ``read_committed`` readers of its partitions at
   the last stable offset until the broker aborts the transaction (``transaction.timeout.ms``,
-  :data:`~infra.clients.TRANSACTION_TIMEOUT_MS`) or the restarted task's producer fences it, whichever
+  :data:`~infra.kafka.connection.TRANSACTION_TIMEOUT_MS`) or the restarted task's producer fences it, whichever
   comes first; then they go on, and never see its records.
 * Provenance: each record of a micro-batch write carries the header ``fraud.provenance``
   (``{transactional id}/{batch}/{attempt}/{position}``, :mod:`contracts.provenance`): which write task,
@@ -73,7 +73,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from contracts.provenance import header_prefix
-from infra.kafka_outage import cut_off, is_outage, wait_for_kafka
+from infra.kafka.outage import cut_off, is_outage, wait_for_kafka
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,

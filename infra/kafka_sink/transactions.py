@@ -19,7 +19,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from contracts.provenance import HEADER as PROVENANCE_HEADER
-from infra.kafka_outage import is_outage, wait_for_kafka
+from infra.kafka.outage import is_outage, wait_for_kafka
 from infra.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -141,7 +141,7 @@ def close_cached_writers() -> None:
 
 def retry_call(call: Callable[[float], object]) -> None:
     """Run ``call(timeout)``, again while librdkafka says the error is retriable or Kafka is away: a
-    transaction's init and commit may be repeated until they go through (``infra.kafka_outage``)."""
+    transaction's init and commit may be repeated until they go through (``infra.kafka.outage``)."""
     wait_for_kafka(lambda: call(KAFKA_CALL_TIMEOUT_S))
 
 

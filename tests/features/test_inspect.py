@@ -25,7 +25,7 @@ from features.inspect import (
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from infra.checkpoints import DamagedCheckpointError
-from infra.kafka_offsets import NO_FRONTIER
+from infra.kafka.offsets import NO_FRONTIER
 from infra.offset_log import Frontier
 from infra.state_store import CheckpointNotFoundError, CommittedBatch
 

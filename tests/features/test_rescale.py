@@ -16,7 +16,7 @@ from features.rescale import rekey_cards, rekey_terminals
 from features.rows import CARD_BUCKET, KIND, RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from features.transport import card_bucket_of, terminal_state_of, to_blob
-from infra.kafka_offsets import NO_FRONTIER
+from infra.kafka.offsets import NO_FRONTIER
 
 T0 = 1_522_540_800_000
 CARDS = [f"{i:08x}" + "ab" * 12 for i in range(0, 40 * 7919, 7919)]  # tokens: hex, spread over buckets

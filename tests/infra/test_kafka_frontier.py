@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError
+from infra.kafka.offsets import NO_FRONTIER
 from infra.kafka_frontier import FrontierConfig, TickSplit, final_in, frontier_of, next_frontier
-from infra.kafka_offsets import NO_FRONTIER
 from infra.offset_log import (
     ENDING_FILE,
     Frontier,

@@ -13,7 +13,7 @@ from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
-from infra.input_watch import Arrivals, observer_group
+from infra.kafka.input_watch import Arrivals, observer_group
 from infra.kafka_sink.records import HEADERS_ARROW_TYPE
 from infra.metrics import JobMetrics, batch_ranges, ended_at, operator_names
 from infra.offset_log import Frontier

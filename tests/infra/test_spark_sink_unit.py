@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructType
 
 from contracts.errors import ConfigError
-from infra.clients import TRANSACTION_TIMEOUT_MS
+from infra.kafka.connection import TRANSACTION_TIMEOUT_MS
 from infra.kafka_sink import records, transactions
 from infra.kafka_sink.config import (
     AfterCommitAll,

@@ -23,9 +23,9 @@ from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION
 from features.definitions import DEFAULT_PARAMS, FeatureParams
 from infra.clients import Clients
 from infra.embedded import StackInfo
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget
-from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from models.dataset import Dataset
 from models.estimators import ModelSpec, feature_set

@@ -52,7 +52,7 @@ from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
 from infra.clients import Clients
-from infra.kafka_log import read_topic
+from infra.kafka.log import read_topic
 from infra.redis.keys import alert_key
 from infra.redis.reads import get_alert
 from ingest.produce import produce_events

@@ -21,9 +21,9 @@ from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import OUTPUT_ROLES, Settings, Topics
 from features.definitions import FeatureParams
 from infra.clients import Clients
-from infra.kafka_log import read_topic
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic
 from infra.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
-from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from tests.support.cli_stack import register_champion
 from tests.support.feature_jobs import (

@@ -13,7 +13,7 @@ import pytest
 import redis
 from mlflow.tracking import MlflowClient
 
-from infra.topic_admin import existing_topics
+from infra.kafka.admin import existing_topics
 from tests.support.cli_stack import cli_stack
 from tests.support.scripts import FRAUD
 

@@ -44,9 +44,9 @@ from features.job import FeatureJobConfig
 from fraud.progress import records_read
 from infra.clients import Clients
 from infra.embedded import StackInfo
-from infra.kafka_log import read_topic
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic
 from infra.offset_log import Frontier, is_frontier
-from infra.topic_admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (

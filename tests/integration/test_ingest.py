@@ -11,7 +11,7 @@ from contracts.privacy import mask_card_numbers_bytes
 from contracts.settings import Settings
 from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.log import read_topic, topic_counts
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_file, events_from_table, produce_events

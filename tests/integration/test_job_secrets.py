@@ -28,7 +28,7 @@ from features.definitions import FeatureParams
 from features.job import feature_stream
 from fraud.jobs import feature_job_config
 from infra.clients import Clients
-from infra.kafka_log import topic_counts
+from infra.kafka.log import topic_counts
 from tests.support.feature_jobs import finished_query
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import run_fraud

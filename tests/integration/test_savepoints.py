@@ -40,10 +40,10 @@ from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
 from infra.checkpoints import LAYOUT_FILE, query_location
 from infra.clients import Clients
-from infra.kafka_log import read_topic
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic
 from infra.offset_log import position_at
 from infra.savepoints import last_committed
-from infra.topic_admin import create_project_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import kill_tree

@@ -33,11 +33,11 @@ from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
 from infra.embedded import StackInfo
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key, card_score_key
 from infra.redis.reads import get_alert
-from infra.topic_admin import ensure_topics
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset

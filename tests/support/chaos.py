@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark import cloudpickle
 
 from infra.embedded import HOST, EmbeddedStack, Service, valkey_binary
-from infra.kafka_log import list_offsets, partitions_of
+from infra.kafka.log import list_offsets, partitions_of
 from infra.kafka_sink.config import KafkaSinkConfig
 from infra.kafka_sink.datasource import (
     FraudKafkaSink,

@@ -28,10 +28,10 @@ from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from infra.clients import Clients, Endpoints
 from infra.embedded import StackInfo
-from infra.kafka_log import read_topic
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
-from infra.topic_admin import ensure_topics
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate

@@ -21,9 +21,9 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from contracts.errors import ServiceUnavailableError
-from infra.clients import KAFKA_LOGGER, METADATA_TIMEOUT_S, cluster_metadata
-from infra.kafka_log import partitions_of
-from infra.kafka_outage import is_outage, wait_for_kafka
+from infra.kafka.connection import KAFKA_LOGGER, METADATA_TIMEOUT_S, cluster_metadata
+from infra.kafka.log import partitions_of
+from infra.kafka.outage import is_outage, wait_for_kafka
 
 _log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class InputWatch:
     and the time (:class:`Arrivals`): records appended while the job runs have an append time to a fetch's
     precision (tens of milliseconds), older ones none. Between fetches it probes the cluster
     (:data:`PROBE_EVERY_S`) and waits an outage out with a line at its start and one at its end
-    (``infra.kafka_outage.wait_for_kafka``). :meth:`commit` commits a micro-batch's end offsets to
+    (``infra.kafka.outage.wait_for_kafka``). :meth:`commit` commits a micro-batch's end offsets to
     ``group``.
     """
 

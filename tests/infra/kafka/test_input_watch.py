@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from infra import clients, input_watch
-from infra.input_watch import InputWatch
+from infra.kafka import connection, input_watch
+from infra.kafka.input_watch import InputWatch
 
 
 def closed_port() -> int:
@@ -24,7 +24,7 @@ def test_a_watch_says_kafka_is_away_and_closes_without_waiting_for_it(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(input_watch, "PROBE_EVERY_S", 0.1)
-    monkeypatch.setattr(clients, "METADATA_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(connection, "METADATA_TIMEOUT_S", 0.5)
     with caplog.at_level(logging.WARNING, logger="infra.retry"):
         watch = InputWatch({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}, [], "fraud-observed.test")
         deadline = time.monotonic() + 10

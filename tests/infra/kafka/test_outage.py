@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from contracts.errors import ServiceUnavailableError
-from infra.kafka_log import check_deadline
-from infra.kafka_outage import KafkaUnreachableError, cut_off, is_outage, outage_reason, wait_for_kafka
+from infra.kafka.log import check_deadline
+from infra.kafka.outage import KafkaUnreachableError, cut_off, is_outage, outage_reason, wait_for_kafka
 from tests.infra.test_retry import scripted
 
 

@@ -12,9 +12,9 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from contracts.errors import NotFoundError, ServiceUnavailableError, StateError
-from infra.clients import METADATA_TIMEOUT_S, Clients, cluster_metadata
-from infra.kafka_offsets import parse_tp, tp_name
-from infra.kafka_outage import KafkaUnreachableError, is_outage, wait_for_kafka
+from infra.kafka.connection import METADATA_TIMEOUT_S, KafkaClients, cluster_metadata
+from infra.kafka.offsets import parse_tp, tp_name
+from infra.kafka.outage import KafkaUnreachableError, is_outage, wait_for_kafka
 
 
 class HistoryGapError(StateError):
@@ -51,7 +51,7 @@ def check_deadline(
     """The deadline of a read whose ``pending`` partitions (``topic/partition``) still hold records it knows
     are there: ``until``, or a new one (``timeout_s`` from now) when it passed while Kafka was away. Only
     time the broker answers counts: past the deadline, a broker that does not answer a metadata request is
-    an outage, waited out (``infra.kafka_outage``); one that answers and still delivers nothing holds the
+    an outage, waited out (``infra.kafka.outage``); one that answers and still delivers nothing holds the
     records back.
 
     Raises:
@@ -156,7 +156,7 @@ def holds_records(admin: AdminClient, topic: str) -> bool:
     return any(end > 0 for _, end in bounds.values())
 
 
-def time_span(clients: Clients, topic: str) -> tuple[int, int] | None:
+def time_span(clients: KafkaClients, topic: str) -> tuple[int, int] | None:
     """The Kafka timestamps of the first and the last record of ``topic`` (the earliest first record and
     the latest last record over its partitions); None while it is empty. Reads a few records a partition."""
     firsts: list[int] = []
@@ -174,13 +174,13 @@ def time_span(clients: Clients, topic: str) -> tuple[int, int] | None:
     return (min(firsts), max(lasts)) if firsts else None
 
 
-def read_range(clients: Clients, topic: str, partition: int, start: int, end: int) -> list[Message]:
+def read_range(clients: KafkaClients, topic: str, partition: int, start: int, end: int) -> list[Message]:
     """The committed records of one partition in ``[start, end)``."""
     return list(read_topic_range(clients, topic, partition, start, end))
 
 
 def read_topic_range(
-    clients: Clients, topic: str, partition: int, start: int, end: int, idle_timeout_s: float = 10.0
+    clients: KafkaClients, topic: str, partition: int, start: int, end: int, idle_timeout_s: float = 10.0
 ) -> Generator[Message]:
     """The committed records of one partition from ``start`` up to ``end`` (a last stable offset or less)."""
     consumer = clients.consumer(overrides={"enable.partition.eof": True})
@@ -190,7 +190,7 @@ def read_topic_range(
         consumer.close()
 
 
-def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
+def topic_counts(clients: KafkaClients, topics: list[str]) -> dict[str, int]:
     """Number of records in each topic, as a read_committed consumer sees them.
 
     Counted by reading: offset spans would also count transaction markers and aborted records.
@@ -199,7 +199,7 @@ def topic_counts(clients: Clients, topics: list[str]) -> dict[str, int]:
 
 
 def read_topic(
-    clients: Clients, topic: str, idle_timeout_s: float = 10.0, start_ms: int | None = None
+    clients: KafkaClients, topic: str, idle_timeout_s: float = 10.0, start_ms: int | None = None
 ) -> Generator[Message]:
     """Every record of ``topic`` present now (read_committed), in offset order within each partition.
 

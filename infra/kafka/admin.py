@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from contracts.settings import KEEP_FOREVER, Settings, Topics
-from infra.clients import METADATA_TIMEOUT_S, cluster_metadata
+from infra.kafka.connection import METADATA_TIMEOUT_S, cluster_metadata
 
 #: Topic configs that keep the history (the default of every topic the project creates).
 KEEP_HISTORY = {"retention.ms": str(KEEP_FOREVER), "retention.bytes": str(KEEP_FOREVER)}
