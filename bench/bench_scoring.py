@@ -113,7 +113,7 @@ def process_cpu_s() -> dict[int, tuple[float, str]]:
 #: Process groups of the CPU report, by a part of the command line.
 CPU_GROUPS = (
     ("Spark JVM", "org.apache.spark"),
-    ("Python workers", "spark_daemon"),
+    ("Python workers", "infra.spark.daemon"),
     ("Kafka broker", "kafka.Kafka"),
     ("Valkey", "valkey"),
     ("bench (producer, Spark driver)", "bench_scoring"),

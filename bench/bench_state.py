@@ -59,7 +59,7 @@ from features.rows import (
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.timing import Timings
+from infra.spark.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 

@@ -90,8 +90,9 @@ from infra.offset_log import record_ending
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
-from infra.schemas import spark_ddl
-from infra.spark import observations, start_stream
+from infra.spark.schemas import spark_ddl
+from infra.spark.session import observations, start_stream
+from infra.spark.timing import Timings
 from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark_state import PipelinedMap
 from infra.stage_counts import (
@@ -103,7 +104,6 @@ from infra.stage_counts import (
     counts_row,
 )
 from infra.state_store import StateReader
-from infra.timing import Timings
 
 C = TxColumns
 _log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class FeatureRowsHook(Protocol):
 class BucketStage(StatefulProcessor):
     """The shell of a stateful stage around its pure call (``features.stateful``): per bucket, its events
     unpacked, the stage's call on the bucket's state variables, its output packed into one frame; each
-    phase timed (``infra.timing``: ``<stage>.input``, the call's phases, ``<stage>.<output phase>``)."""
+    phase timed (``infra.spark.timing``: ``<stage>.input``, the call's phases, ``<stage>.<output phase>``)."""
 
     #: The stage's name in the timings, the phase its output is made in, and its state variables: the
     #: bucket's value (name, schema), its entries and their expiry index.
@@ -316,7 +316,7 @@ class FeatureJobConfig:
     rescale: Rescale | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``).
+    #: first task (``infra.spark.daemon``).
     name: ClassVar[JobName] = JobName.FEATURES
     preload: ClassVar[tuple[str, ...]] = (__name__,)
     #: Where alerts come from: the feature job writes none.

@@ -41,7 +41,7 @@ from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket, Waiting, card_features, release, terminal_stage
 from features.transport import from_blob, to_blob
 from infra.kafka.offsets import NO_FRONTIER
-from infra.timing import Timings
+from infra.spark.timing import Timings
 
 C = TxColumns
 

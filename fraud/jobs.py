@@ -33,7 +33,7 @@ from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
 from infra.metrics import JobMetrics
 from infra.redis.connection import RedisTarget
-from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
+from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session
 from infra.stage_counts import BatchObserver
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
@@ -78,7 +78,7 @@ class Job(Protocol):
 
     #: Its name (``contracts.settings.JobName``): its run command's, metrics' label, Spark application's.
     name: ClassVar[JobName]
-    #: What its Python workers import before their first task (``infra.spark_daemon``).
+    #: What its Python workers import before their first task (``infra.spark.daemon``).
     preload: ClassVar[tuple[str, ...]]
 
     @property

@@ -36,7 +36,7 @@ STATE_MASTER = "local[2]"
 
 def state_session(settings: Settings, app_name: str) -> SparkSession:
     """A local Spark session to read a job's state with."""
-    from infra.spark import spark_session  # heavy: PySpark, imported only when the state is read
+    from infra.spark.session import spark_session  # heavy: PySpark, imported only when the state is read
 
     return spark_session(settings.model_copy(update={"spark_master": STATE_MASTER}), app_name=app_name)
 

@@ -55,9 +55,9 @@ from infra.kafka.log import check_deadline, consumed, list_offsets, partitions_o
 from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka.outage import wait_for_kafka
 from infra.offset_log import Frontier, LoggedBatch, first_logged_from, is_frontier, logged_batch, newest_batch
-from infra.spark_config import config_from, config_options
+from infra.spark.config import config_from, config_options
+from infra.spark.logs import mark_worker_logs
 from infra.spark_kafka import new_admin
-from infra.spark_logs import mark_worker_logs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,7 +179,7 @@ class TickSplit(InputPartition):
 
 class FrontierDataSource(DataSource):
     """``fraud-frontier``: a stream of tick rows, one set per new frontier. Its one option carries a
-    :class:`FrontierConfig` (``infra.spark_config``)."""
+    :class:`FrontierConfig` (``infra.spark.config``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -39,7 +39,7 @@ from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.offset_log import record_ending
 from infra.redis.connection import RedisTarget
-from infra.spark import observations
+from infra.spark.session import observations
 from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
 from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
@@ -71,7 +71,7 @@ class ScoringJobConfig(ScoresWithModels):
     end_ms: int | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``): loading a model takes seconds of MLflow and skops imports.
+    #: first task (``infra.spark.daemon``): loading a model takes seconds of MLflow and skops imports.
     name: ClassVar[JobName] = JobName.SCORING
     preload: ClassVar[tuple[str, ...]] = (feature_job.__name__, *MODEL_LOADING_MODULES)
     #: The part of the job that keeps the features' state: none.

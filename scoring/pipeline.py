@@ -44,8 +44,8 @@ from infra.kafka_sink.config import AfterCommitAll
 from infra.kafka_sink.datasource import write_micro_batch
 from infra.kafka_sink.records import SinkRows
 from infra.redis.connection import RedisTarget
+from infra.spark.timing import Timings
 from infra.stage_counts import BatchObserver
-from infra.timing import Timings
 from models.registry import CHAMPION
 from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
 from scoring.job import ScoringJobConfig
@@ -76,7 +76,7 @@ class PipelineConfig(ScoresWithModels):
     shadow_alias: str | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``), a model's loading included.
+    #: first task (``infra.spark.daemon``), a model's loading included.
     name: ClassVar[JobName] = JobName.PIPELINE
     preload: ClassVar[tuple[str, ...]] = ScoringJobConfig.preload
 

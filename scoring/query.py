@@ -17,9 +17,9 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import JobName
 from infra.checkpoints import PerBatch, query_location
 from infra.kafka_sink.datasource import register as register_sink
-from infra.spark import start_stream
+from infra.spark.session import start_stream
+from infra.spark.timing import Timings
 from infra.stage_counts import BatchObserver
-from infra.timing import Timings
 from scoring.chooser import batch_versions, model_choosers
 from scoring.core import now_ms
 

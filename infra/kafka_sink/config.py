@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from contracts.errors import ConfigError, FraudError, StateError
 from infra.kafka.connection import TRANSACTION_TIMEOUT_MS
-from infra.timing import Timings
+from infra.spark.timing import Timings
 
 #: The commit markers live on this partition of the marker topic (it exists in every topic).
 MARKER_PARTITION = 0

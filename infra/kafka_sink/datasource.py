@@ -91,9 +91,9 @@ from infra.kafka_sink.transactions import (
     marker_decision,
     produce,
 )
-from infra.spark_config import config_from, config_options
-from infra.spark_logs import mark_worker_logs
-from infra.timing import Timings
+from infra.spark.config import config_from, config_options
+from infra.spark.logs import mark_worker_logs
+from infra.spark.timing import Timings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -105,7 +105,7 @@ _log = logging.getLogger(__name__)
 SINK_NAME = "fraud-kafka-sink"
 
 # Imported by the Python processes Spark starts (and preloaded by its daemon): there, the project's
-# warnings are marked for the driver to show (``infra.spark_logs``); elsewhere this does nothing.
+# warnings are marked for the driver to show (``infra.spark.logs``); elsewhere this does nothing.
 mark_worker_logs()
 
 
@@ -134,7 +134,7 @@ def _freeze_imports() -> None:
     sight (``gc.freeze``), once per process.
 
     Spark plans the sink's writer and commits its micro-batches in pooled Python workers of PySpark's
-    stock daemon (not ``infra.spark_daemon``), which import pandas, PyArrow and the project after they
+    stock daemon (not ``infra.spark.daemon``), which import pandas, PyArrow and the project after they
     fork, and the daemon runs a full collection after every task: 40-60 ms per planning and per commit,
     twice a micro-batch between the driver's steps.
     """

@@ -30,7 +30,7 @@ from features.stateful import BucketState, card_call, card_start, terminal_call,
 from features.transport import from_blob, to_blob
 from infra.kafka_frontier import next_frontier
 from infra.offset_log import Frontier
-from infra.timing import Timings
+from infra.spark.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 from tests.support.state_vars import Map, Value

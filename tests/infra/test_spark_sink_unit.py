@@ -31,7 +31,7 @@ from infra.kafka_sink.records import (
 )
 from infra.kafka_sink.spark_schema import validate_schema
 from infra.kafka_sink.transactions import marker_decision
-from infra.spark_config import config_from
+from infra.spark.config import config_from
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
 HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))

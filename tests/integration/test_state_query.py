@@ -40,7 +40,7 @@ from features.inspect import NothingHeldError, open_job_state, read_card
 from features.job import start_feature_job
 from fraud.state import StateService
 from infra.clients import Clients
-from infra.spark import stop_between_batches
+from infra.spark.session import stop_between_batches
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.feature_jobs import Simulated, job_config, simulated

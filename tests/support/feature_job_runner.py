@@ -31,7 +31,7 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import SPARK_PRELOAD
 from infra.metrics import records_read
 from infra.redis.connection import RedisTarget
-from infra.spark import spark_session
+from infra.spark.session import spark_session
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).

@@ -35,7 +35,7 @@ def chaos_job(argv: list[str]) -> None:
     control = Path(args.control)
     ship_by_value()
 
-    from infra.spark import spark_session
+    from infra.spark.session import spark_session
 
     spark = spark_session(
         Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"

@@ -1,4 +1,4 @@
-"""Build the class archive Spark's driver JVM starts from (``infra.spark.class_archive``): once per
+"""Build the class archive Spark's driver JVM starts from (``infra.spark.session.class_archive``): once per
 environment, JDK and PySpark version; ``make`` runs it after installing. Every later session's JVM maps the
 classes instead of loading them from the jars.
 
@@ -9,7 +9,7 @@ Without an archive, or with one another JDK or classpath made, jobs run as befor
 class from the jars. Archives made for another JDK build, PySpark version or classpath are removed (about
 150 MiB each): a JVM that has one mapped keeps its pages until it exits.
 
-Run: .venv/bin/python -m infra.class_archive
+Run: .venv/bin/python -m infra.spark.class_archive
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ import pandas as pd
 from pyspark import SparkContext
 
 from contracts.settings import Settings
-from infra.spark import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, class_archive, local_file_system_jar, spark_session
+from infra.spark.session import (
+    ARCHIVE_PREFIX,
+    ARCHIVE_SUFFIX,
+    class_archive,
+    local_file_system_jar,
+    spark_session,
+)
 
 #: How long the warm-up session may take, JVM start and exit included.
 TIMEOUT_S = 300.0
@@ -80,7 +86,7 @@ def _build(target: Path) -> None:
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
         run = subprocess.run(  # noqa: S603 - this interpreter, this module
-            [sys.executable, "-m", "infra.class_archive", "--warm-up", str(partial)],
+            [sys.executable, "-m", "infra.spark.class_archive", "--warm-up", str(partial)],
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,

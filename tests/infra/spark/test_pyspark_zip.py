@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from infra.pyspark_zip import compile_zip
+from infra.spark.pyspark_zip import compile_zip
 
 
 def test_a_zip_is_compiled_once_and_its_modules_import_from_their_bytecode(tmp_path: Path) -> None:

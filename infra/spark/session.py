@@ -1,8 +1,8 @@
 """The Spark session every job uses: local mode by default, any cluster through ``FRAUD_SPARK_MASTER``.
 
-Python workers run this interpreter (``PYSPARK_PYTHON``) and are forked by ``infra.spark_daemon``, which
+Python workers run this interpreter (``PYSPARK_PYTHON``) and are forked by ``infra.spark.daemon``, which
 imports their modules once; state lives in RocksDB with changelog checkpointing. In local mode the JVM
-writes checkpoints through ``infra/jvm/NoForkLocalFileSystem.java`` (compiled on first use when a JDK is
+writes checkpoints through ``infra/spark/jvm/NoForkLocalFileSystem.java`` (compiled on first use when a JDK is
 there), which spares two ``chmod`` processes per checkpoint file.
 """
 
@@ -33,10 +33,10 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts.errors import ConfigError
 from contracts.settings import DEFAULT_EXECUTOR_START_TIMEOUT_S, Settings
-from infra import spark_daemon
 from infra.maven import JVM_CACHE, SPARK_KAFKA, jar_paths
-from infra.spark_daemon import PRELOAD_ENV
-from infra.spark_logs import WORKER_LOGS_ENV, launch_logged_gateway
+from infra.spark import daemon
+from infra.spark.daemon import PRELOAD_ENV
+from infra.spark.logs import WORKER_LOGS_ENV, launch_logged_gateway
 from infra.stage_counts import ALERT_SOURCES, COUNTS
 
 #: Data source options whose values Spark hides (``spark.sql.redaction.options.regex``; Spark's default is
@@ -135,7 +135,7 @@ ARCHIVE_PREFIX, ARCHIVE_SUFFIX = "spark-classes-", ".jsa"
 
 def class_archive(jar: Path | None, cache: Path | None = None) -> Path | None:
     """Where the class archive of Spark's driver JVM is kept for this JDK, PySpark and local file system jar
-    (``infra.class_archive`` builds it); None without a ``java`` to run.
+    (``infra.spark.class_archive`` builds it); None without a ``java`` to run.
 
     A JVM started from the archive (class data sharing) maps the classes Spark loads at start instead of
     loading them from the jars: its session starts about 2 s sooner, and the mapped pages are shared by
@@ -167,7 +167,7 @@ def driver_java_options(archive: Path | None, archive_classes_to: Path | None = 
 
 
 def spark_log(settings: Settings) -> Path:
-    """Where the output of Spark's JVM and Python processes goes (``infra.spark_logs``)."""
+    """Where the output of Spark's JVM and Python processes goes (``infra.spark.logs``)."""
     return settings.home / "logs" / "spark.log"
 
 
@@ -197,7 +197,7 @@ def session_config(
         # which would start a second daemon, importing the preload again. Worker tracebacks keep PySpark's
         # frames instead.
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
-        "spark.python.daemon.module": spark_daemon.__name__,
+        "spark.python.daemon.module": daemon.__name__,
         f"spark.executorEnv.{PRELOAD_ENV}": ",".join(preload),
         "spark.sql.session.timeZone": "UTC",
         # Data source options shown redacted in plans and the UI: besides Spark's defaults, the Kafka
@@ -217,8 +217,8 @@ def spark_session(
     archive_classes_to: Path | None = None,
 ) -> SparkSession:
     """Get or create the session for ``settings.spark_master`` (:func:`session_config`); its Python workers
-    start with the ``preload`` modules imported (``infra.spark_daemon``). Spark's own output goes to
-    :func:`spark_log`, the project's warnings from Spark's Python processes to stderr (``infra.spark_logs``).
+    start with the ``preload`` modules imported (``infra.spark.daemon``). Spark's own output goes to
+    :func:`spark_log`, the project's warnings from Spark's Python processes to stderr (``infra.spark.logs``).
     The driver's JVM starts from the class archive when there is one (:func:`class_archive`), or writes
     one to ``archive_classes_to`` when it exits."""
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ServiceUnavailableError
-from infra.spark_logs import MARK, WORKER_LOGS_ENV, MarkedLines, launch_logged_gateway, marked, relog
+from infra.spark.logs import MARK, WORKER_LOGS_ENV, MarkedLines, launch_logged_gateway, marked, relog
 
 
 def test_only_marked_lines_are_shown_without_their_mark() -> None:
@@ -57,7 +57,7 @@ def test_a_marked_line_is_logged_again_by_its_logger_at_its_level(caplog: pytest
 def test_a_spark_python_process_marks_its_lines_of_the_level_and_masks_card_numbers() -> None:
     script = (
         "import logging\n"
-        "from infra.spark_logs import mark_worker_logs\n"
+        "from infra.spark.logs import mark_worker_logs\n"
         "mark_worker_logs()\n"
         "mark_worker_logs()\n"  # once per process, however often it is called
         "logging.getLogger('scoring.job').info('not shown at warning')\n"

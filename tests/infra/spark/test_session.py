@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.settings import Settings
-from infra.class_archive import remove_others
-from infra.spark import ALLOCATOR_ENV, JIT_OPTIONS, class_archive, driver_java_options, session_config
+from infra.spark.class_archive import remove_others
+from infra.spark.session import ALLOCATOR_ENV, JIT_OPTIONS, class_archive, driver_java_options, session_config
 
 
 def test_the_spark_ui_is_off_unless_a_port_is_set() -> None:

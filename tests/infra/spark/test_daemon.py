@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-from infra.spark_daemon import PRELOAD_ENV
+from infra.spark.daemon import PRELOAD_ENV
 
 
 def test_preloaded_daemon_is_single_threaded() -> None:
     code = (
-        "import os, sys, infra.spark_daemon as d; d.preload(); "
+        "import os, sys, infra.spark.daemon as d; d.preload(); "
         "assert all(m in sys.modules for m in (*d.PRELOAD, 'features.job')); "
         "print(len(os.listdir('/proc/self/task')))"
     )

@@ -2,14 +2,14 @@
 
 The project's work inside a micro-batch (reading a Kafka range and decoding it, a stateful stage's state
 reads and writes and its pure core, scoring, a sink transaction, the Redis writes) is timed with
-``time.perf_counter`` (a few hundred nanoseconds a phase, so it stays on) and, when the ``infra.timing``
+``time.perf_counter`` (a few hundred nanoseconds a phase, so it stays on) and, when the ``infra.spark.timing``
 logger is enabled for debug, logged as one line::
 
     timing card-stage stage=12 task=3 batch=40 state-get=0.4 core=21.5 state-put=1.1
 
 (phases in milliseconds, with a decimal point; ``stage``, ``task`` and ``batch``, whole numbers, are Spark's
 stage id, partition id and micro-batch id in a task, or what the caller names). With ``--log-level debug``
-the lines of Spark's Python workers reach the command's log (``infra.spark_logs``);
+the lines of Spark's Python workers reach the command's log (``infra.spark.logs``);
 ``bench/bench_microbatch.py`` adds them up per micro-batch.
 """
 

@@ -1,7 +1,7 @@
 """Spark's Python daemon with the workers' imports done once, before it forks them.
 
 Spark starts this module (``spark.python.daemon.module``) and it forks one Python worker per task. A stock
-worker imports PySpark (from ``pyspark.zip``, which ``infra.pyspark_zip`` compiles), pandas, PyArrow and the
+worker imports PySpark (from ``pyspark.zip``, which ``infra.spark.pyspark_zip`` compiles), pandas, PyArrow and the
 project's modules after the fork: seconds of CPU per worker, and a streaming query starts several workers
 per micro-batch. Here the daemon imports all of that before serving (the jobs name their own modules
 through ``PRELOAD_ENV``), so every forked worker starts with it in memory, and freezes it (``gc.freeze``):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyspark
 
 from infra.embedded import StackError, free_port
-from infra.spark import JIT_OPTIONS
+from infra.spark.session import JIT_OPTIONS
 
 HOST = "127.0.0.1"
 SPARK_HOME = str(Path(pyspark.__file__).parent)

@@ -1,4 +1,4 @@
-"""The timing lines of ``infra.timing``: phases in milliseconds, logged at debug level only."""
+"""The timing lines of ``infra.spark.timing``: phases in milliseconds, logged at debug level only."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from infra.timing import PREFIX, Timings
+from infra.spark.timing import PREFIX, Timings
 
 
 def test_a_line_names_the_context_and_each_phase(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="infra.timing")
+    caplog.set_level(logging.DEBUG, logger="infra.spark.timing")
     timings = Timings("card-stage", batch=7)
     with timings.phase("core"):
         pass
@@ -27,7 +27,7 @@ def test_a_line_names_the_context_and_each_phase(caplog: pytest.LogCaptureFixtur
 
 
 def test_nothing_is_logged_above_debug(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="infra.timing")
+    caplog.set_level(logging.INFO, logger="infra.spark.timing")
     timings = Timings("sink-write")
     with timings.phase("commit"):
         pass

@@ -12,7 +12,7 @@ before.
 The zip is replaced atomically, but only while no Spark job runs: a process that has read the old zip's
 directory would read the new one at the old offsets. Hence a step of the installation, not of a job's start.
 
-Run: .venv/bin/python -m infra.pyspark_zip
+Run: .venv/bin/python -m infra.spark.pyspark_zip
 """
 
 from __future__ import annotations
