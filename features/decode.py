@@ -224,7 +224,7 @@ def _decode_one_by_one(
 
 def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
     """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
-    of an availableNow run (``infra.kafka_frontier``), and the buckets release every event."""
+    of an availableNow run (``infra.spark.frontier``), and the buckets release every event."""
     n = card_buckets
     kind = RowKind.FINAL_TICK if final else RowKind.TICK
     return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})

@@ -12,7 +12,7 @@ and the events still waiting for the frontier, whole; it keeps no terminal of a 
 terminal state keeps transaction times and fraud labels per terminal, no card.
 
 Delivery guarantee: read-only. Everything shown is the state of the last micro-batch the job committed
-(``infra.state_store``), read beside the running job without stopping it; a later batch is not shown.
+(``infra.spark.state_store``), read beside the running job without stopping it; a later batch is not shown.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ from features.job import (
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
-from infra.checkpoints import LAYOUT_FILE, check_intact
 from infra.kafka.offsets import NO_FRONTIER
-from infra.offset_log import Frontier, is_frontier
-from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
+from infra.spark.checkpoints import LAYOUT_FILE, check_intact
+from infra.spark.offset_log import Frontier, is_frontier
+from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,7 +106,7 @@ class JobState:
 
     @property
     def frontier_ms(self) -> int | None:
-        """The batch's event-time frontier (``infra.kafka_frontier``): every record stamped before it was
+        """The batch's event-time frontier (``infra.spark.frontier``): every record stamped before it was
         read. None before the job has seen a record."""
         frontier = self._frontier
         return None if frontier is None or frontier.frontier_ms <= NO_FRONTIER else frontier.frontier_ms
@@ -133,7 +133,7 @@ def open_job_state(checkpoint: Path) -> JobState:
     Raises:
         CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
         StateError: the directory is a checkpoint of another kind of job, or it is damaged
-            (``infra.checkpoints.check_intact``).
+            (``infra.spark.checkpoints.check_intact``).
     """
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")

@@ -79,23 +79,21 @@ from features.transport import (
     unpack,
 )
 from infra.arrow_json import newest_rows, read_records, text_arrays
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
 from infra.kafka.log import offsets_for_time
-from infra.kafka_frontier import FrontierConfig, final_in, read_frontier
-from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
-from infra.kafka_sink.datasource import register as register_sink
-from infra.kafka_sink.datasource import write_stream
-from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
-from infra.offset_log import record_ending
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
+from infra.spark.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
+from infra.spark.frontier import FrontierConfig, final_in, read_frontier
+from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.spark.kafka_sink.datasource import register as register_sink
+from infra.spark.kafka_sink.datasource import write_stream
+from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
+from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
+from infra.spark.offset_log import record_ending
 from infra.spark.schemas import spark_ddl
 from infra.spark.session import observations, start_stream
-from infra.spark.timing import Timings
-from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
-from infra.spark_state import PipelinedMap
-from infra.stage_counts import (
+from infra.spark.stage_counts import (
     COUNTS_DDL,
     OBSERVATION,
     BatchObserver,
@@ -103,7 +101,9 @@ from infra.stage_counts import (
     batch_counts,
     counts_row,
 )
-from infra.state_store import StateReader
+from infra.spark.state_client import PipelinedMap
+from infra.spark.state_store import StateReader
+from infra.spark.timing import Timings
 
 C = TxColumns
 _log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class DecodeRecords:
 
 @dataclass(frozen=True)
 class CardTicks:
-    """The frontier source's ticker (``infra.kafka_frontier.Ticker``): one tick per card bucket, packed."""
+    """The frontier source's ticker (``infra.spark.frontier.Ticker``): one tick per card bucket, packed."""
 
     card_buckets: int
     schema: str = spark_ddl(PACKED_FIELDS)
@@ -173,7 +173,7 @@ def bucket_state(
 class FeatureRowsHook(Protocol):
     """More sink records made from the feature rows of one state call: ``hook(rows, values)`` gets the
     feature rows (event columns, late flag, features) and their feature records' JSON, and returns a table
-    of ``infra.kafka_sink.records.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
+    of ``infra.spark.kafka_sink.records.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
 
     def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None: ...
 
@@ -296,7 +296,7 @@ class FeatureJobConfig:
     end_ms: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
-    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
+    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.spark.checkpoints``).
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
     #: State entries per bucket of each stage (``features.entries``): a micro-batch reads and writes the
@@ -346,7 +346,7 @@ class FeatureJobConfig:
         return replace(self, rescale=rescale)
 
     def ended(self, progress: dict[str, Any]) -> bool:
-        """A run of a range ends with its final micro-batch (``infra.kafka_frontier``)."""
+        """A run of a range ends with its final micro-batch (``infra.spark.frontier``)."""
         return self.end_ms is not None and final_in(progress)
 
     def start(
@@ -362,7 +362,7 @@ class FeatureJobConfig:
 
 def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
     """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Finds first
-    where a run of a range ends (and settles what an earlier one left: ``infra.offset_log.record_ending``),
+    where a run of a range ends (and settles what an earlier one left: ``infra.spark.offset_log.record_ending``),
     and checks that its checkpoint's input is still in the topics' logs."""
     topics = config.inputs
     ending_offsets = None
@@ -537,7 +537,7 @@ def _feature_table(records: list[bytes]) -> pa.Table:
 
 
 def layout_of(config: FeatureJobConfig) -> dict[str, int]:
-    """What routes the job's events to its state: its bucket and entry counts (``infra.checkpoints``)."""
+    """What routes the job's events to its state: its bucket and entry counts (``infra.spark.checkpoints``)."""
     return config.layout.as_record()
 
 

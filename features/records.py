@@ -1,5 +1,5 @@
 """The feature job's output as Kafka records: feature records (JSON built column by column in Arrow) and
-dead letters, in the sink's columns (``infra.kafka_sink.records.COLUMNS``)."""
+dead letters, in the sink's columns (``infra.spark.kafka_sink.records.COLUMNS``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from features.rows import (
     output_fields,
 )
 from infra.arrow_json import json_objects
-from infra.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows
+from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows
 
 C = TxColumns
 
@@ -35,7 +35,7 @@ def kafka_records(
     params: FeatureParams,
     hook: Callable[[pd.DataFrame, pa.Array], pa.Table | None] | None = None,
 ) -> pa.Table:
-    """The sink's records of terminal-stage rows (``infra.kafka_sink.records.COLUMNS``).
+    """The sink's records of terminal-stage rows (``infra.spark.kafka_sink.records.COLUMNS``).
 
     Feature rows become ``FeatureRecord`` JSON keyed by card, with the event time as Kafka timestamp;
     dead rows become dead-letter records (original bytes, the reason in ``dlq.*`` headers). ``hook``

@@ -35,7 +35,7 @@ from features.core import CardState, TerminalState
 from features.rows import CARD_BUCKET, concat_frames, empty_events
 from features.stages import CardBucket
 from infra.kafka.offsets import NO_FRONTIER
-from infra.offset_log import Position
+from infra.spark.offset_log import Position
 
 C = TxColumns
 

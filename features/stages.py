@@ -6,7 +6,7 @@ Three stages, each a thin Spark shell (``features.job``) around a pure function:
    fail validation become dead rows with the reason. Each event is routed to a card bucket (cards hashed
    into a few buckets per Spark key, so one state call serves many cards).
 2. ``card_stage``: per card bucket, events wait until the input's event-time frontier
-   (``infra.kafka_frontier``) passes them, then go through ``features.core.card_step`` in event-time order. The final micro-batch of an
+   (``infra.spark.frontier``) passes them, then go through ``features.core.card_step`` in event-time order. The final micro-batch of an
    ``availableNow`` run moves each bucket's frontier past every event it holds, which releases them all.
    An event that arrives behind the bucket's frontier already passed is *late*: processed at once against
    the state as it is, and marked.

@@ -18,7 +18,7 @@ from contracts.events import TxColumns
 from features.core import CardState, TerminalState
 from features.rows import empty_events
 from features.stages import CardBucket
-from infra.kafka_sink.records import pack_records
+from infra.spark.kafka_sink.records import pack_records
 
 C = TxColumns
 

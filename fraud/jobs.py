@@ -27,14 +27,14 @@ from fraud.console import console, summary_table
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
-from infra.checkpoints import check_intact
 from infra.clients import Clients
 from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
 from infra.metrics import JobMetrics
 from infra.redis.connection import RedisTarget
+from infra.spark.checkpoints import check_intact
 from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session
-from infra.stage_counts import BatchObserver
+from infra.spark.stage_counts import BatchObserver
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
 from scoring.pipeline import PipelineConfig
@@ -281,7 +281,7 @@ def start_from_savepoint(settings: Settings, job: Job, path: Path) -> Job:
 def prepare_start(settings: Settings, job: Job, from_savepoint: Path | None) -> Job:
     """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
     rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check that
-    the files Spark needs to resume it are there and whole (``infra.checkpoints.check_intact``), and its
+    the files Spark needs to resume it are there and whole (``infra.spark.checkpoints.check_intact``), and its
     layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job to run.
 
     Raises:

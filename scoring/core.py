@@ -22,8 +22,8 @@ from contracts.records import ALERT_SOURCE_HEADER, Explanation, FeatureRecord, S
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
-from infra.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
-from infra.stage_counts import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
+from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
+from infra.spark.stage_counts import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
 from models.registry import LoadedModel, MissingFeaturesError
 from scoring.model_cache import worker_model
 from validation.columnar import validate_many
@@ -35,7 +35,7 @@ C = TxColumns
 SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
 
 
-#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.stage_counts``).
+#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.spark.stage_counts``).
 SCORED_SCHEMA = pa.schema([(RECORDS_COLUMN, pa.binary()), *COUNTS_FIELDS])
 
 
@@ -90,7 +90,7 @@ class Scorer:
     def score(
         self, model: LoadedModel, records: pa.RecordBatch, shadow: LoadedModel | None = None
     ) -> pa.Table:
-        """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
+        """The sink records (``infra.spark.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
         others = SinkRows()
         scored = []
         at_ms = now_ms() if self.scored_at_ms is None else self.scored_at_ms

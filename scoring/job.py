@@ -32,16 +32,16 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import JobName, Topics
 from features import job as feature_job
 from features.rescale import Rescale
-from infra.checkpoints import pinned_layout, query_location
 from infra.kafka.log import offsets_for_time
-from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
-from infra.kafka_sink.datasource import write_micro_batch
-from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
-from infra.offset_log import record_ending
 from infra.redis.connection import RedisTarget
+from infra.spark.checkpoints import pinned_layout, query_location
+from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.spark.kafka_sink.datasource import write_micro_batch
+from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
+from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
+from infra.spark.offset_log import record_ending
 from infra.spark.session import observations
-from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
-from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
+from infra.spark.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.core import Scorer
 from scoring.query import ScoredBatch, ScoresWithModels, start_scoring_query

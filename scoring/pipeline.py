@@ -40,12 +40,12 @@ from features.job import (
 )
 from features.rescale import Rescale
 from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from infra.kafka_sink.config import AfterCommitAll
-from infra.kafka_sink.datasource import write_micro_batch
-from infra.kafka_sink.records import SinkRows
 from infra.redis.connection import RedisTarget
+from infra.spark.kafka_sink.config import AfterCommitAll
+from infra.spark.kafka_sink.datasource import write_micro_batch
+from infra.spark.kafka_sink.records import SinkRows
+from infra.spark.stage_counts import BatchObserver
 from infra.spark.timing import Timings
-from infra.stage_counts import BatchObserver
 from models.registry import CHAMPION
 from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
 from scoring.job import ScoringJobConfig

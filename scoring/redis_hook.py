@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.records import AlertRecord
-from infra.kafka_sink.records import newest_per_key
 from infra.redis.connection import RedisTarget
 from infra.redis.store import write_alerts, write_score_values
 from infra.score_stats import score_stats, write_score_stats
+from infra.spark.kafka_sink.records import newest_per_key
 
 
 @dataclass(frozen=True)

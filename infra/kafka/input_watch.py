@@ -6,7 +6,7 @@ observation only: the job resumes from its checkpoint, never from the group.
 
 The watch also asks the cluster for its metadata every few seconds (:data:`PROBE_EVERY_S`), so that a job
 says when Kafka is away and when it answers again even while all its calls to Kafka wait inside Spark's
-connector, which waits an outage out without a word (``infra.spark_kafka.OUTAGE_WAIT_MS``).
+connector, which waits an outage out without a word (``infra.spark.kafka_source.OUTAGE_WAIT_MS``).
 """
 
 from __future__ import annotations

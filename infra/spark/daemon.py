@@ -39,8 +39,8 @@ PRELOAD = (
     "pyspark.sql.streaming.stateful_processor_api_client",
     "pandas",
     "pyarrow",
-    "infra.kafka_frontier",
-    "infra.kafka_sink.datasource",
+    "infra.spark.frontier",
+    "infra.spark.kafka_sink.datasource",
 )
 #: Environment variable with more modules to import, comma-separated: the jobs' own (``spark_session``
 #: sets it from its ``preload`` argument, for the driver's workers and the executors').

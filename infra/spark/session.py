@@ -37,7 +37,7 @@ from infra.maven import JVM_CACHE, SPARK_KAFKA, jar_paths
 from infra.spark import daemon
 from infra.spark.daemon import PRELOAD_ENV
 from infra.spark.logs import WORKER_LOGS_ENV, launch_logged_gateway
-from infra.stage_counts import ALERT_SOURCES, COUNTS
+from infra.spark.stage_counts import ALERT_SOURCES, COUNTS
 
 #: Data source options whose values Spark hides (``spark.sql.redaction.options.regex``; Spark's default is
 #: ``(?i)url``, and ``spark.redaction.regex`` adds passwords, secrets and tokens).

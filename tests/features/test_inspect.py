@@ -24,10 +24,10 @@ from features.inspect import (
 )
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
-from infra.checkpoints import DamagedCheckpointError
 from infra.kafka.offsets import NO_FRONTIER
-from infra.offset_log import Frontier
-from infra.state_store import CheckpointNotFoundError, CommittedBatch
+from infra.spark.checkpoints import DamagedCheckpointError
+from infra.spark.offset_log import Frontier
+from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch
 
 PARAMS = FeatureParams()
 T = 1_705_492_800_000  # 2024-01-17 12:00 UTC

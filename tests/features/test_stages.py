@@ -28,8 +28,8 @@ from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.kafka_frontier import next_frontier
-from infra.offset_log import Frontier
+from infra.spark.frontier import next_frontier
+from infra.spark.offset_log import Frontier
 from infra.spark.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
@@ -422,7 +422,7 @@ def run_stream(
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
     Transactions and labels are two partitions; each micro-batch's frontier is planned as the frontier source
-    plans it (``infra.kafka_frontier.next_frontier``), from what the micro-batches before it read. After the
+    plans it (``infra.spark.frontier.next_frontier``), from what the micro-batches before it read. After the
     records, a micro-batch of ticks releases what the last one read, and the availableNow run's final one
     the rest. ``available_now=False``: a continuous run reads all the micro-batches, then an availableNow
     run that finds nothing new plans its first micro-batch and its final one, both without records.

@@ -46,7 +46,7 @@ from infra.clients import Clients
 from infra.embedded import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
-from infra.offset_log import Frontier, is_frontier
+from infra.spark.offset_log import Frontier, is_frontier
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (

@@ -38,12 +38,12 @@ from features.entries import ENTRY_FORMAT
 from features.job import FeatureJobConfig
 from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
-from infra.checkpoints import LAYOUT_FILE, query_location
 from infra.clients import Clients
 from infra.kafka.admin import create_project_topics
 from infra.kafka.log import read_topic
-from infra.offset_log import position_at
-from infra.savepoints import last_committed
+from infra.spark.checkpoints import LAYOUT_FILE, query_location
+from infra.spark.offset_log import position_at
+from infra.spark.savepoints import last_committed
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import kill_tree

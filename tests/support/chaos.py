@@ -27,8 +27,8 @@ from pyspark import cloudpickle
 
 from infra.embedded import HOST, EmbeddedStack, Service, valkey_binary
 from infra.kafka.log import list_offsets, partitions_of
-from infra.kafka_sink.config import KafkaSinkConfig
-from infra.kafka_sink.datasource import (
+from infra.spark.kafka_sink.config import KafkaSinkConfig
+from infra.spark.kafka_sink.datasource import (
     FraudKafkaSink,
     FraudKafkaStreamWriter,
     KafkaSinkCommit,

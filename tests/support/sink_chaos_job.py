@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from contracts.settings import Settings
-from infra.kafka_sink.config import KafkaSinkConfig
-from infra.kafka_sink.datasource import sink_options
+from infra.spark.kafka_sink.config import KafkaSinkConfig
+from infra.spark.kafka_sink.datasource import sink_options
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 from tests.support.sink_stream import PARTITIONS, sink_frame
 

@@ -46,10 +46,14 @@ def test_the_copier_follows_the_log_from_where_it_stood(tmp_path: Path) -> None:
 
 def test_a_marked_line_is_logged_again_by_its_logger_at_its_level(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="infra"):
-        relog("INFO infra.kafka_sink.datasource features-1 batch 3: already written, skipping 9 rows")
+        relog("INFO infra.spark.kafka_sink.datasource features-1 batch 3: already written, skipping 9 rows")
         relog("not a level line")
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("infra.kafka_sink.datasource", logging.INFO, "features-1 batch 3: already written, skipping 9 rows"),
+        (
+            "infra.spark.kafka_sink.datasource",
+            logging.INFO,
+            "features-1 batch 3: already written, skipping 9 rows",
+        ),
         ("spark.worker", logging.WARNING, "not a level line"),
     ]
 

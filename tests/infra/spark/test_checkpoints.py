@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, per_batch_until, pinned_layout
+from infra.spark.checkpoints import (
+    LAYOUT_FILE,
+    CheckpointLayoutError,
+    bind_layout,
+    per_batch_until,
+    pinned_layout,
+)
 
 LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 OLD = {"card_buckets": 16, "terminal_buckets": 16}

@@ -20,14 +20,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from contracts.provenance import HEADER as PROVENANCE_HEADER
 from infra.kafka.outage import is_outage, wait_for_kafka
-from infra.kafka_sink.config import (
+from infra.spark.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
     KafkaSinkConfig,
     SinkIdReusedError,
     SinkWriteError,
 )
-from infra.kafka_sink.records import kafka_headers
+from infra.spark.kafka_sink.records import kafka_headers
 
 _log = logging.getLogger(__name__)
 

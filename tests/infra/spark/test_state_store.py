@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import StateError
-from infra.state_store import (
+from infra.spark.state_store import (
     CheckpointNotFoundError,
     committed_batch,
     moved_schema_files,

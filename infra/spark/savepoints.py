@@ -18,8 +18,8 @@ The rest (``metadata``, ``sources/``, SST files, the job's own files beside the 
 later, in-flight batch, so a query started from the copy runs the next batch afresh: its plan, state and
 output follow the committed batch exactly as a restart of the original would. The job's own files are
 copied too, except its sinks' ids (a query started from the copy is a new writer, see
-``infra.kafka_sink.config.checkpoint_sink_id``), and its per-batch records lose the in-flight batches'
-values (``infra.checkpoints.per_batch_until``).
+``infra.spark.kafka_sink.config.checkpoint_sink_id``), and its per-batch records lose the in-flight batches'
+values (``infra.spark.checkpoints.per_batch_until``).
 
 The operator metadata names its schema files by absolute path: a copy points them at its own files (a
 state reader can read it where it is), and :func:`restore` copies a copy into a new checkpoint directory
@@ -41,8 +41,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from infra.checkpoints import QUERY_DIR, check_intact, per_batch_until
-from infra.kafka_sink.config import SINK_ID_FILES
+from infra.spark.checkpoints import QUERY_DIR, check_intact, per_batch_until
+from infra.spark.kafka_sink.config import SINK_ID_FILES
 
 #: Files of a checkpoint's state store, by version: ``V.changelog``, ``V_<id>.zip``...
 _STORE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(changelog|delta|zip|snapshot)$")

@@ -12,8 +12,9 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, Stri
 
 from contracts.errors import ConfigError
 from infra.kafka.connection import TRANSACTION_TIMEOUT_MS
-from infra.kafka_sink import records, transactions
-from infra.kafka_sink.config import (
+from infra.spark.config import config_from
+from infra.spark.kafka_sink import records, transactions
+from infra.spark.kafka_sink.config import (
     AfterCommitAll,
     KafkaSinkConfig,
     SinkConfigError,
@@ -21,17 +22,16 @@ from infra.kafka_sink.config import (
     SinkWriteError,
     checkpoint_sink_id,
 )
-from infra.kafka_sink.datasource import sink_options
-from infra.kafka_sink.records import (
+from infra.spark.kafka_sink.datasource import sink_options
+from infra.spark.kafka_sink.records import (
     HEADERS_ARROW_TYPE,
     RECORDS_COLUMN,
     kafka_headers,
     newest_per_key,
     pack_records,
 )
-from infra.kafka_sink.spark_schema import validate_schema
-from infra.kafka_sink.transactions import marker_decision
-from infra.spark.config import config_from
+from infra.spark.kafka_sink.schema import validate_schema
+from infra.spark.kafka_sink.transactions import marker_decision
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
 HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))

@@ -34,7 +34,7 @@ BatchObserver = Callable[[Mapping[str, Any], Mapping[str, int | None]], None]
 
 
 def batch_counts(records: pa.Table, topics: Topics, late: int = 0) -> dict[str, int]:
-    """The counts of a state call's or a task's sink records (``infra.kafka_sink.records.COLUMNS``):
+    """The counts of a state call's or a task's sink records (``infra.spark.kafka_sink.records.COLUMNS``):
     records per output topic, dead letters by reason (from their ``dlq.reason`` header)."""
     counts = dict.fromkeys(COUNTS, 0)
     counts[LATE_COUNT] = late

@@ -9,9 +9,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError
-from infra import savepoints as savepoints_module
-from infra.checkpoints import QUERY_DIR, DamagedCheckpointError, check_intact
-from infra.savepoints import (
+from infra.spark import savepoints as savepoints_module
+from infra.spark.checkpoints import QUERY_DIR, DamagedCheckpointError, check_intact
+from infra.spark.savepoints import (
     IncompleteCopyError,
     NothingCommittedError,
     batch_of,

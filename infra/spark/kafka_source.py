@@ -12,7 +12,7 @@ Where a read starts and ends: its first run starts at the earliest records, or a
 after a time (``startingTimestamp``); a restart goes on from its checkpoint. The connector reads streams
 without end, so a range's end is offsets resolved by time before the query starts
 (``infra.kafka.log.offsets_for_time``): the rows at or past them are dropped before anything reads them, and the job
-stops once every partition has reached its end (``infra.kafka_frontier`` marks that micro-batch).
+stops once every partition has reached its end (``infra.spark.frontier`` marks that micro-batch).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from contracts.errors import ConfigError
 from infra.kafka.connection import KAFKA_LOGGER
 from infra.kafka.log import check_history
-from infra.offset_log import newest_batch, position_at
+from infra.spark.offset_log import newest_batch, position_at
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -1,4 +1,4 @@
-"""The map-state requests sent by ``infra.spark_state.PipelinedMap`` are the bytes PySpark itself sends, and
+"""The map-state requests sent by ``infra.spark.state_client.PipelinedMap`` are the bytes PySpark itself sends, and
 a value the state server answers reads as the columns PySpark reads (pure logic: no JVM; the feature job's
 integration tests run it against the real state server)."""
 
@@ -12,7 +12,7 @@ from pyspark.serializers import CPickleSerializer
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from infra.spark_state import PipelinedMap, read_value
+from infra.spark.state_client import PipelinedMap, read_value
 
 KEY_SCHEMA = StructType([StructField("slot", LongType())])
 VALUE_SCHEMA = StructType([StructField("value", BinaryType())])

@@ -8,8 +8,8 @@ import pytest
 
 from contracts.errors import ConfigError
 from infra.kafka.offsets import NO_FRONTIER
-from infra.kafka_frontier import FrontierConfig, TickSplit, final_in, frontier_of, next_frontier
-from infra.offset_log import (
+from infra.spark.frontier import FrontierConfig, TickSplit, final_in, frontier_of, next_frontier
+from infra.spark.offset_log import (
     ENDING_FILE,
     Frontier,
     is_frontier,

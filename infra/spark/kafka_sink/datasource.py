@@ -4,12 +4,12 @@ Spark's own Kafka sink is at-least-once (a re-run micro-batch writes its rows ag
 micro-batch were proposed, SPARK-28908, and never merged), so Kafka output goes through PySpark 4's Python
 Data Source API on confluent-kafka, with a Kafka transaction per write task. A job describes the sink once,
 as a
-:class:`~infra.kafka_sink.config.KafkaSinkConfig`, and hands it over whole::
+:class:`~infra.spark.kafka_sink.config.KafkaSinkConfig`, and hands it over whole::
 
     config = KafkaSinkConfig(clients.kafka_config(), checkpoint_sink_id(checkpoint, "alerts"), topic="alerts")
     write_stream(frame, config).option("checkpointLocation", checkpoint).start()
 
-The rows it writes are described in :mod:`infra.kafka_sink.records` (plain Kafka record columns, or
+The rows it writes are described in :mod:`infra.spark.kafka_sink.records` (plain Kafka record columns, or
 packed record batches).
 
 How it is exactly-once: write task ``p`` of micro-batch ``b`` writes all its rows in ONE Kafka
@@ -24,7 +24,7 @@ open transaction (marker included), so the marker it then reads is final. Produc
 Python worker and reused across micro-batches; a cached producer whose partition another worker has
 written since (the marker moved), or that the broker reports fenced, is replaced. A marker already past
 the batch being written means the sink id belongs to another checkpoint: the task fails with
-:class:`~infra.kafka_sink.config.SinkIdReusedError` rather than skip rows.
+:class:`~infra.spark.kafka_sink.config.SinkIdReusedError` rather than skip rows.
 
 Delivery guarantee:
 
@@ -74,16 +74,17 @@ from pyspark.sql.types import StructType
 
 from contracts.provenance import header_prefix
 from infra.kafka.outage import cut_off, is_outage, wait_for_kafka
-from infra.kafka_sink.config import (
+from infra.spark.config import config_from, config_options
+from infra.spark.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
     KafkaSinkConfig,
     SinkConfigError,
     SinkWriteError,
 )
-from infra.kafka_sink.records import unpacked
-from infra.kafka_sink.spark_schema import validate_schema
-from infra.kafka_sink.transactions import (
+from infra.spark.kafka_sink.records import unpacked
+from infra.spark.kafka_sink.schema import validate_schema
+from infra.spark.kafka_sink.transactions import (
     TransactionalWriter,
     cached_writer,
     commit,
@@ -91,7 +92,6 @@ from infra.kafka_sink.transactions import (
     marker_decision,
     produce,
 )
-from infra.spark.config import config_from, config_options
 from infra.spark.logs import mark_worker_logs
 from infra.spark.timing import Timings
 

@@ -3,7 +3,7 @@
 Spark keeps each micro-batch's end offsets in ``<checkpoint>/offsets/<batch>``: a version line, the batch's
 metadata (its timestamp, the SQL settings the checkpoint keeps), then a line per source, its offset as JSON.
 Spark's Kafka connector writes ``{"topic": {"partition": offset}}``; the frontier source
-(``infra.kafka_frontier``) writes a :class:`Frontier`. Readers here: the frontier source itself,
+(``infra.spark.frontier``) writes a :class:`Frontier`. Readers here: the frontier source itself,
 savepoints, the state inspection, and the history check at a job's start.
 """
 

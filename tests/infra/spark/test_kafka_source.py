@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError
-from infra.spark_kafka import KafkaInput, connector_options, java_client_options, offsets_json
+from infra.spark.kafka_source import KafkaInput, connector_options, java_client_options, offsets_json
 
 KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
 

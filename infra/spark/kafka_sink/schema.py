@@ -1,4 +1,4 @@
-"""The Spark types of the Kafka sink's input columns (``infra.kafka_sink.records.COLUMNS``), and the check of a
+"""The Spark types of the Kafka sink's input columns (``infra.spark.kafka_sink.records.COLUMNS``), and the check of a
 DataFrame's schema against them: the Spark side of the sink, apart from the records' pure helpers."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from infra.kafka_sink.config import SinkConfigError
-from infra.kafka_sink.records import COLUMNS, RECORDS_COLUMN
+from infra.spark.kafka_sink.config import SinkConfigError
+from infra.spark.kafka_sink.records import COLUMNS, RECORDS_COLUMN
 
 #: Type of the ``headers`` column (Spark's own Kafka sink uses the same shape), e.g. for ``F.lit(None).cast(...)``.
 HEADERS_TYPE = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.events import DeadLetter, to_record
-from infra.kafka_sink.config import SinkWriteError
+from infra.spark.kafka_sink.config import SinkWriteError
 
-#: Accepted input columns (their Spark types: ``infra.kafka_sink.spark_schema``).
+#: Accepted input columns (their Spark types: ``infra.spark.kafka_sink.schema``).
 COLUMNS = ("topic", "key", "value", "timestamp_ms", "headers", "partition")
 #: The type of the ``headers`` column as Arrow's, for packed records (:func:`pack_records`).
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
