@@ -16,7 +16,7 @@ from pathlib import Path
 import report
 
 from infra.clients import Clients
-from infra.embedded import temporary_stack
+from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import topic_counts
 from ingest.files import clean_table

@@ -66,7 +66,7 @@ from contracts.events import TxColumns
 from features.definitions import FeatureParams
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import temporary_stack
+from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
 from infra.metrics import ended_at, records_read
 from infra.spark.timing import PREFIX as TIMING_PREFIX

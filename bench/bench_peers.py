@@ -74,7 +74,7 @@ from features.definitions import FeatureParams, card_avg_amount_column, card_nb_
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import StackInfo, temporary_stack
+from infra.embedded.stack import StackInfo, temporary_stack
 from infra.kafka.admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate

@@ -36,7 +36,7 @@ from measure import TreeSampler
 from project_jobs import fraud_env
 
 from infra.clients import Clients
-from infra.embedded import temporary_stack
+from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import create_project_topics
 from infra.spark.cluster import SPARK_ENV, standalone_cluster
 from ingest.files import clean_table

@@ -47,7 +47,7 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients
-from infra.embedded import temporary_stack
+from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
 from infra.redis.keys import recent_alerts_key
 from ingest.produce import EventBatch, produce_events

@@ -82,7 +82,7 @@ from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo, free_port, temporary_stack
+from infra.embedded.stack import HOST, StackInfo, free_port, temporary_stack
 from infra.kafka.admin import ensure_topics
 from infra.metrics import Samples, scrape
 from ingest.produce import EventBatch, produce_events

@@ -20,7 +20,7 @@ from features.job import FeatureJobConfig
 from fraud.jobs import redis_target
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo
+from infra.embedded.stack import HOST, StackInfo
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate

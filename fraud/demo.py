@@ -48,7 +48,7 @@ from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
 from fraud.progress import JobFailedError
 from infra.clients import Clients
-from infra.embedded import EmbeddedStack
+from infra.embedded.stack import EmbeddedStack
 from infra.kafka.admin import create_project_topics
 from infra.kafka.log import read_topic, topic_counts
 from infra.redis.keys import card_features_key

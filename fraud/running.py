@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra.embedded import pid_runs
+from infra.embedded.stack import pid_runs
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from contracts.errors import ServiceUnavailableError
 from contracts.settings import Settings
-from infra.embedded import EmbeddedStack, StackInfo
+from infra.embedded.stack import EmbeddedStack, StackInfo
 from infra.kafka.connection import KAFKA_LOGGER, WatchedAdmin
 from infra.redis.connection import redis_client
 

@@ -23,7 +23,7 @@ from hypothesis import settings as hypothesis_settings
 from contracts.settings import Settings, Topics
 from features.definitions import DEFAULT_PARAMS
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo, temporary_stack
+from infra.embedded.stack import StackInfo, temporary_stack
 from infra.kafka.admin import ensure_topics
 from ingest.simulator import simulate, write_parquet
 from models.dataset import Dataset, file_dataset

@@ -27,7 +27,7 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import SPARK_PRELOAD, job_spark_session
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from scoring.pipeline import start_pipeline
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from contracts.settings import Settings
 from fraud.console import console, counts_table, err_console, settings_of
 from infra.clients import Clients
-from infra.embedded import EmbeddedStack, StackInfo
+from infra.embedded.stack import EmbeddedStack, StackInfo
 from infra.kafka.admin import (
     create_project_topics,
     delete_topics,

@@ -20,7 +20,7 @@ from fraud.commands.stack import stack_table
 from fraud.console import console, settings_of
 from fraud.running import running_jobs
 from infra.clients import Clients, NotConfiguredError
-from infra.embedded import EmbeddedStack
+from infra.embedded.stack import EmbeddedStack
 from infra.kafka.connection import cluster_metadata
 from infra.kafka.input_watch import OBSERVER_GROUP_PREFIX
 from infra.kafka.log import log_bounds

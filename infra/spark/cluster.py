@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 
-from infra.embedded import StackError, free_port
+from infra.embedded.stack import StackError, free_port
 from infra.spark.session import JIT_OPTIONS
 
 HOST = "127.0.0.1"

@@ -22,7 +22,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import DEFAULT_PARAMS, FeatureParams
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.kafka.admin import create_project_topics
 from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget

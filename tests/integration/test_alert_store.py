@@ -15,7 +15,7 @@ import redis
 from contracts.records import ScoreRecord
 from features.job import LatestFeaturesToRedis
 from infra.arrow_json import json_objects
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import alert_key, card_alerts_key, card_features_key, card_score_key, recent_alerts_key
 from infra.redis.reads import card_alerts, card_known, card_summary, get_alert, recent_alerts

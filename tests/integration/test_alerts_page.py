@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from api.app import create_app
 from fraud.live import RegisteredJobs
 from fraud.running import registered, this_job
-from infra.embedded import HOST, StackInfo, free_port
+from infra.embedded.stack import HOST, StackInfo, free_port
 from infra.metrics import JobMetrics
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest, write_alerts, write_scores

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from contracts.settings import Settings, known_env_names
 from fraud.cli import app
 from infra.api_metrics import ApiMetrics
-from infra.embedded import StackInfo, free_port, temporary_stack, valkey_binary
+from infra.embedded.stack import StackInfo, free_port, temporary_stack, valkey_binary
 from infra.maven import KAFKA_VERSION
 from infra.metrics import JobMetrics
 from infra.spark.cluster import DAEMON_ENV, SPARK_ENV, spawn, stop

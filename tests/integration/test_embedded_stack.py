@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from infra.clients import Clients
-from infra.embedded import EmbeddedStack, StackError, StackInfo, pid_runs
+from infra.embedded.stack import EmbeddedStack, StackError, StackInfo, pid_runs
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
 

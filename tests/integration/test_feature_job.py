@@ -43,7 +43,7 @@ from features.definitions import HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig
 from fraud.progress import records_read
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
 from infra.spark.offset_log import Frontier, is_frontier

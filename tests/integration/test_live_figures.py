@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from fraud.live import RegisteredJobs
 from fraud.running import RunningJob, jobs_dir, registered, this_job
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.metrics import JobMetrics
 from infra.redis.connection import RedisTarget
 from infra.score_stats import MINUTE_MS, SCORE_BINS

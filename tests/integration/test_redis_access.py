@@ -18,7 +18,7 @@ import redis
 from pydantic import SecretStr
 
 from contracts.settings import RedisConnection, Settings
-from infra.embedded import StackInfo, free_port
+from infra.embedded.stack import StackInfo, free_port
 from infra.redis.connection import RedisAccessError, RedisTarget, check_access, redis_client
 from tests.support.scripts import run_fraud
 

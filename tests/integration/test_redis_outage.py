@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from infra.embedded import HOST, free_port, valkey_binary
+from infra.embedded.stack import HOST, free_port, valkey_binary
 from infra.redis.connection import SOCKET_TIMEOUT_S, RedisTarget
 from infra.redis.store import set_latest
 

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest

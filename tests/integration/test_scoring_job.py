@@ -32,7 +32,7 @@ from features.job import layout_of
 from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget

@@ -15,7 +15,7 @@ from contracts.settings import Settings
 from features.definitions import FeatureParams
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo, temporary_stack
+from infra.embedded.stack import HOST, StackInfo, temporary_stack
 from models.dataset import Dataset, file_dataset
 from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY

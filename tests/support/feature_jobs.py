@@ -27,7 +27,7 @@ from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
 from infra.redis.connection import RedisTarget
