@@ -32,7 +32,7 @@ from api.state import JobStates, add_state_routes
 from contracts.errors import ConfigError
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import check_bearer_token
-from infra.api_metrics import ApiMetrics
+from infra.metrics.api import ApiMetrics
 from infra.redis.reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
 
 

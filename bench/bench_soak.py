@@ -84,7 +84,7 @@ from features.definitions import DAY_MS, FeatureParams
 from infra.clients import Clients
 from infra.embedded.stack import HOST, StackInfo, free_port, temporary_stack
 from infra.kafka.admin import ensure_topics
-from infra.metrics import Samples, scrape
+from infra.metrics.jobs import Samples, scrape
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

@@ -30,7 +30,7 @@ from fraud.running import registered, this_job
 from infra.clients import Clients
 from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
-from infra.metrics import JobMetrics
+from infra.metrics.jobs import JobMetrics
 from infra.redis.connection import RedisTarget
 from infra.spark.checkpoints import check_intact
 from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session

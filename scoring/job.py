@@ -145,7 +145,7 @@ def start_scoring_job(
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
     """Start the streaming scoring job: ``once`` scores everything available, then stops. ``on_batch`` gets
-    each micro-batch's counts and model versions (``infra.metrics.JobMetrics.on_batch``).
+    each micro-batch's counts and model versions (``infra.metrics.jobs.JobMetrics.on_batch``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).

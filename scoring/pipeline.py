@@ -194,7 +194,7 @@ def start_pipeline(
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
     """Start the pipeline: ``once`` processes everything available, then stops. ``on_batch`` gets each
-    micro-batch's model versions (its counts come with Spark's progress reports, ``infra.metrics``).
+    micro-batch's model versions (its counts come with Spark's progress reports, ``infra.metrics.jobs``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).

@@ -24,7 +24,7 @@ from infra.embedded.stack import EmbeddedStack
 from infra.kafka.connection import cluster_metadata
 from infra.kafka.input_watch import OBSERVER_GROUP_PREFIX
 from infra.kafka.log import log_bounds
-from infra.metrics import Samples, scrape
+from infra.metrics.jobs import Samples, scrape
 
 
 def status(

@@ -22,9 +22,9 @@ from api.app import create_app
 from fraud.live import RegisteredJobs
 from fraud.running import RunningJob, jobs_dir, registered, this_job
 from infra.embedded.stack import StackInfo
-from infra.metrics import JobMetrics
+from infra.metrics.jobs import JobMetrics
+from infra.metrics.score_stats import MINUTE_MS, SCORE_BINS
 from infra.redis.connection import RedisTarget
-from infra.score_stats import MINUTE_MS, SCORE_BINS
 from scoring.redis_hook import ScoresToRedis
 from tests.support.factories import EXPLANATION, make_progress, make_score
 

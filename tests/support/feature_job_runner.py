@@ -29,7 +29,7 @@ from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import SPARK_PRELOAD
-from infra.metrics import records_read
+from infra.metrics.jobs import records_read
 from infra.redis.connection import RedisTarget
 from infra.spark.session import spark_session
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value

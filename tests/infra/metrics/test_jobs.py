@@ -14,7 +14,7 @@ from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
 from infra.kafka.input_watch import Arrivals, observer_group
-from infra.metrics import JobMetrics, batch_ranges, ended_at, operator_names
+from infra.metrics.jobs import JobMetrics, batch_ranges, ended_at, operator_names
 from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE
 from infra.spark.offset_log import Frontier
 from infra.spark.stage_counts import (
