@@ -9,7 +9,7 @@ earlier versions).
 
    - **pages**: ``card_call`` and ``terminal_call`` with their state in dictionaries that stand for Spark's
      state variables, counting the requests to the JVM's state server the job would send and the round
-     trips they go in (``infra.spark.state_client``);
+     trips they go in (``infra.spark.internals.PipelinedMap``);
    - **one value per bucket**: each bucket's history and waiting events decoded from Arrow IPC blobs,
      ``card_stage`` and ``terminal_stage`` over the whole bucket, the blobs encoded again (what the job did
      before entries: two state calls per bucket and stage).
@@ -67,7 +67,7 @@ from ingest.tokens import tokenise
 @dataclass
 class Counted:
     """A state variable as a dictionary, counting what the job would send Spark's state server: requests,
-    exchanges (round trips: a batched call's requests go in one, ``infra.spark.state_client``) and bytes."""
+    exchanges (round trips: a batched call's requests go in one, ``infra.spark.internals.PipelinedMap``) and bytes."""
 
     calls: Counter[str] = field(default_factory=Counter)
     data: dict[Any, Any] = field(default_factory=dict)
@@ -318,7 +318,7 @@ def main() -> None:
         rows,
         caption=f"*Both stateful stages on micro-batches of {args.batch:,} transactions of the last simulated day, the state holding the days before*",
         notes=[
-            "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark/state_client.py`); MiB moved: the bytes they carry."
+            "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark/internals.py`); MiB moved: the bytes they carry."
         ],
     )
     report.write_unless_skipped(

@@ -10,7 +10,7 @@ old holds nothing a future event can see: it is removed, with the hour's index. 
 terminals leave the state by event time, as a replay of the same events removes them.
 
 The store is Spark's ``MapState`` behind a protocol of batched gets, puts and removes: a call's requests to
-the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark.state_client``).
+the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark.internals.PipelinedMap``).
 
 Entries are stored as ASCII text. The state server sends each value it reads to Python pickled by Pyrolite,
 which turns a binary value into a string one byte at a time: a 32 KiB page cost the JVM 450-700 µs to send,
@@ -43,7 +43,7 @@ _SLOTS = np.dtype("<i8")
 
 class MapLike(Protocol):
     """What the store uses of a map state: gets, puts and removes of many keys at once
-    (``infra.spark.state_client.PipelinedMap`` for Spark's ``MapState``)."""
+    (``infra.spark.internals.PipelinedMap`` for Spark's ``MapState``)."""
 
     def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]: ...
 

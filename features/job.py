@@ -85,6 +85,7 @@ from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
 from infra.spark.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
 from infra.spark.frontier import FrontierConfig, final_in, read_frontier
+from infra.spark.internals import PipelinedMap
 from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.spark.kafka_sink.datasource import register as register_sink
 from infra.spark.kafka_sink.datasource import write_stream
@@ -101,7 +102,6 @@ from infra.spark.stage_counts import (
     batch_counts,
     counts_row,
 )
-from infra.spark.state_client import PipelinedMap
 from infra.spark.state_store import StateReader
 from infra.spark.timing import Timings
 

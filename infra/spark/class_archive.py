@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
-from pyspark import SparkContext
 
 from contracts.settings import Settings
+from infra.spark.internals import stop_jvm_and_wait
 from infra.spark.session import (
     ARCHIVE_PREFIX,
     ARCHIVE_SUFFIX,
@@ -52,13 +52,7 @@ def warm_up(archive_to: Path) -> None:
         numbers = spark.range(1_000)
         numbers.groupBy((numbers.id % 4).alias("k")).count().collect()
         numbers.mapInPandas(doubled, "id long").collect()
-        gateway = SparkContext._gateway
-        spark.stop()
-        if gateway is not None:
-            gateway.shutdown()
-            process = gateway.proc  # PySpark's JVM exits when its standard input closes
-            process.stdin.close()
-            process.wait(TIMEOUT_S)
+        stop_jvm_and_wait(spark, TIMEOUT_S)
 
 
 def build() -> Path | None:

@@ -20,7 +20,7 @@ import gc
 import importlib
 import os
 
-from pyspark import daemon
+from infra.spark.internals import DAEMON_PRELOAD, serve_daemon
 
 #: Environment that keeps the preloaded imports from starting threads (set before they run).
 SINGLE_THREADED_ENV = {
@@ -32,11 +32,7 @@ SINGLE_THREADED_ENV = {
 
 #: Imported by the daemon, in order; each is in every worker's memory after the fork.
 PRELOAD = (
-    "pyspark.worker",
-    "pyspark.sql.pandas.serializers",
-    "pyspark.sql.worker.plan_data_source_read",
-    "pyspark.sql.worker.write_into_data_source",
-    "pyspark.sql.streaming.stateful_processor_api_client",
+    *DAEMON_PRELOAD,
     "pandas",
     "pyarrow",
     "infra.spark.frontier",
@@ -59,4 +55,4 @@ def preload() -> None:
 if __name__ == "__main__":
     preload()
     gc.freeze()
-    daemon.manager()
+    serve_daemon()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from contracts.errors import ServiceUnavailableError
 from contracts.privacy import mask_card_numbers
+from infra.spark.internals import launch_gateway
 
 #: Set in the environment of the JVM, hence of every Python process it starts (and of the executors').
 WORKER_LOGS_ENV = "FRAUD_SPARK_WORKER_LOGS"
@@ -123,9 +123,7 @@ class MarkedLines(threading.Thread):
 def launch_logged_gateway(conf: Any, log_file: Path, level: str = "warning") -> Any:
     """Start Spark's JVM (PySpark's gateway) with ``conf``, its output appended to ``log_file``, and log the
     project's lines of ``level`` and above from its Python processes again here. Returns the gateway, for
-    ``SparkContext._ensure_initialized``."""
-    from pyspark.java_gateway import launch_gateway
-
+    ``infra.spark.internals.use_gateway``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     copier = MarkedLines(log_file)
     with log_file.open("ab") as log:
@@ -133,7 +131,7 @@ def launch_logged_gateway(conf: Any, log_file: Path, level: str = "warning") -> 
         os.environ[WORKER_LOGS_ENV] = level  # the JVM's environment only: restored below
         start = log.tell()
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": subprocess.STDOUT})
+            gateway = launch_gateway(conf, log)
         except Exception as exc:  # the JVM's reasons are in the log, not in PySpark's error
             said = log_file.read_bytes()[start:].decode(errors="replace").strip().splitlines()
             last = said[-1] if said else str(exc)

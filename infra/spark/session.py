@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pyspark
 from py4j.protocol import Py4JError
-from pyspark import RDD, InheritableThread, SparkConf, SparkContext
+from pyspark import RDD, InheritableThread, SparkConf
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -36,6 +36,7 @@ from contracts.settings import DEFAULT_EXECUTOR_START_TIMEOUT_S, Settings
 from infra.maven import JVM_CACHE, SPARK_KAFKA, jar_paths
 from infra.spark import daemon
 from infra.spark.daemon import PRELOAD_ENV
+from infra.spark.internals import jvm_started, use_gateway
 from infra.spark.logs import WORKER_LOGS_ENV, launch_logged_gateway
 from infra.spark.stage_counts import ALERT_SOURCES, COUNTS
 
@@ -228,25 +229,22 @@ def spark_session(
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     for name, value in ALLOCATOR_ENV.items():  # the driver's JVM (in local mode, the executor) inherits them
         os.environ.setdefault(name, value)
-    builder = SparkSession.builder
-    for key, value in session_config(settings, app_name, shuffle_partitions, preload).items():
-        builder = builder.config(key, value)
+    options = session_config(settings, app_name, shuffle_partitions, preload)
     # Spark's own Kafka connector, at exactly Spark's version (``infra.maven``), for the driver and executors.
-    builder = builder.config("spark.jars", ",".join(str(path) for path in jar_paths(SPARK_KAFKA)))
+    options["spark.jars"] = ",".join(str(path) for path in jar_paths(SPARK_KAFKA))
     jar = local_file_system_jar() if settings.spark.master.startswith("local") else None
     if jar is not None:  # local mode: the driver's JVM is the executor
-        builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
-            "spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM
-        )
-    builder = builder.config(
-        "spark.driver.extraJavaOptions", driver_java_options(class_archive(jar), archive_classes_to)
-    )
-    if SparkContext._gateway is None:  # the JVM starts now: its output into the log, not the terminal
+        options["spark.driver.extraClassPath"] = str(jar)
+        options["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
+    options["spark.driver.extraJavaOptions"] = driver_java_options(class_archive(jar), archive_classes_to)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    if not jvm_started():  # the JVM starts now: its output into the log, not the terminal
         conf = SparkConf(loadDefaults=False)
-        for key, value in builder._options.items():
-            conf.set(key, str(value))
-        gateway = launch_logged_gateway(conf, spark_log(settings), settings.log_level)
-        SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+        for key, value in options.items():
+            conf.set(key, value)
+        use_gateway(launch_logged_gateway(conf, spark_log(settings), settings.log_level), conf)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from contracts.errors import NotFoundError, StateError
+from infra.spark.internals import start_state_store_coordinator
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,15 +86,6 @@ def offset_log_entry(text: str) -> tuple[Any, ...]:
     return tuple(None if line == "-" else json.loads(line) for line in lines[2:])
 
 
-def with_state_store_coordinator(spark: SparkSession) -> None:
-    """Make sure ``spark`` runs the driver's state store coordinator, which Spark starts with a session's first
-    streaming query: Spark 4.2's state data source asks it when it loads a RocksDB snapshot, and without it
-    fails (``RpcEndpointNotFoundException: Cannot find endpoint: ...StateStoreCoordinator``). Touching
-    ``StreamingQueryManager.stateStoreCoordinator`` (a lazy value of Spark's JVM, not in PySpark's API) starts
-    it; in a session that runs a query it is there already."""
-    spark._jsparkSession.streams().stateStoreCoordinator()
-
-
 class StateReader:
     """The value-state and map-state variables of a query's ``transformWithState`` operators at one
     committed batch.
@@ -110,7 +102,7 @@ class StateReader:
         self._operators: dict[str, int] | None = None
 
     def __enter__(self) -> StateReader:
-        with_state_store_coordinator(self.spark)
+        start_state_store_coordinator(self.spark)  # the state data source needs it
         if moved_schema_files(self.query_dir):
             self._view = Path(tempfile.mkdtemp(prefix="fraud-state-view-"))
             relocated_view(self.query_dir, self._view)

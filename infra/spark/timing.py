@@ -22,13 +22,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from infra.spark.internals import task_batch_id
+
 _log = logging.getLogger(__name__)
 
 #: The first word of a timing line's message.
 PREFIX = "timing"
-#: Spark's local property with the micro-batch id of a streaming task.
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
-
 T = TypeVar("T")
 
 
@@ -76,10 +75,10 @@ class Timings:
         spark = sys.modules.get("pyspark")
         task = spark.TaskContext.get() if spark is not None else None
         if task is not None:
-            batch = task.getLocalProperty(BATCH_ID_PROPERTY)
+            batch = task_batch_id(task)
             where.update(stage=task.stageId(), task=task.partitionId())
             if batch is not None:
-                where["batch"] = int(batch)
+                where["batch"] = batch
         context = "".join(f" {name}={value}" for name, value in where.items())
         phases = " ".join(f"{name}={ms:.1f}" for name, ms in self.ms.items())
         _log.debug("%s %s%s %s", PREFIX, self.what, context, phases)

@@ -75,6 +75,7 @@ from pyspark.sql.types import StructType
 from contracts.provenance import header_prefix
 from infra.kafka.outage import cut_off, is_outage, wait_for_kafka
 from infra.spark.config import config_from, config_options
+from infra.spark.internals import BATCH_ID_PROPERTY, task_batch_id
 from infra.spark.kafka_sink.config import (
     KAFKA_CALL_TIMEOUT_S,
     MARKER_PARTITION,
@@ -107,10 +108,6 @@ SINK_NAME = "fraud-kafka-sink"
 # Imported by the Python processes Spark starts (and preloaded by its daemon): there, the project's
 # warnings are marked for the driver to show (``infra.spark.logs``); elsewhere this does nothing.
 mark_worker_logs()
-
-
-#: Local property Spark's micro-batch execution sets on every task (also used by ``foreach``).
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 TransactionEvent = Literal["opened", "produced", "committed"]
@@ -295,8 +292,7 @@ def _task_context() -> tuple[int, int | None]:
     context = TaskContext.get()
     if context is None:
         raise RuntimeError(f"{SINK_NAME} writers run inside Spark tasks only")
-    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
-    return context.partitionId(), None if batch is None else int(batch)
+    return context.partitionId(), task_batch_id(context)
 
 
 class FraudKafkaStreamWriter(_ArrowKafkaWriter, DataSourceStreamArrowWriter):

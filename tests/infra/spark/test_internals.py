@@ -1,18 +1,24 @@
-"""The map-state requests sent by ``infra.spark.state_client.PipelinedMap`` are the bytes PySpark itself sends, and
-a value the state server answers reads as the columns PySpark reads (pure logic: no JVM; the feature job's
-integration tests run it against the real state server)."""
+"""PySpark's private API as ``infra/spark/internals.py`` uses it: the version it was checked on, every private
+name it relies on still there in the shape used, and the map-state requests it sends the very bytes PySpark
+itself sends (pure logic: no JVM; the feature job's integration tests run the pipe against the real state
+server). A failure here names the module to re-read against the new PySpark.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
+import pyspark
 import pyspark.sql.streaming.proto.StateMessage_pb2 as message
+import pytest
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from infra.spark.state_client import PipelinedMap, read_value
+from infra.spark.internals import CHECKED_ON, PipelinedMap, protocol_problems, read_value
 
 KEY_SCHEMA = StructType([StructField("slot", LongType())])
 VALUE_SCHEMA = StructType([StructField("value", BinaryType())])
@@ -28,6 +34,43 @@ ANSWER = bytes.fromhex(
     "9d3fc2a65bc28019c28ec2b36a18c3a409c29035c3b1c2b3c2aa7ec3bbc394710358070000006c6174696e2d317104865271"
     "0585527106745271072e"
 )
+
+
+MODULE = "infra/spark/internals.py"
+
+
+def test_pyspark_is_the_version_the_private_api_was_checked_on() -> None:
+    assert pyspark.__version__ == CHECKED_ON, (
+        f"{MODULE} was checked on pyspark {CHECKED_ON}, found {pyspark.__version__}: read each of its uses "
+        "against the new PySpark's source, then set CHECKED_ON"
+    )
+
+
+def test_every_private_name_relied_on_is_still_there() -> None:
+    problems = protocol_problems()
+    assert not problems, f"{MODULE} relies on what pyspark {pyspark.__version__} changed: " + "; ".join(
+        problems
+    )
+
+
+def test_importing_it_loads_no_pyspark() -> None:
+    """The stages' pure cores import it through ``infra.spark.timing`` (pyproject.toml's contracts)."""
+    code = (
+        "import sys, infra.spark.internals; print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert loaded.strip() == "[]", f"{MODULE} imports PySpark on import: {loaded}"
+
+
+def test_a_change_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pyspark, "__version__", "9.9.9")
+    monkeypatch.delattr(pyspark.SparkContext, "_ensure_initialized")
+    problems = protocol_problems()
+    assert problems == [
+        f"pyspark is {CHECKED_ON} (found 9.9.9)",
+        "SparkContext has _gateway and _ensure_initialized(gateway=, conf=) (AttributeError: type object "
+        "'SparkContext' has no attribute '_ensure_initialized')",
+    ]
 
 
 def serialized(schema: StructType, values: tuple[object, ...]) -> bytes:
