@@ -56,7 +56,7 @@ from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
 from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
 from infra.kafka.offsets import NO_FRONTIER
-from infra.spark.checkpoints import LAYOUT_FILE, check_intact
+from infra.spark.checkpoint import LAYOUT_FILE, check_intact
 from infra.spark.offset_log import Frontier, is_frontier
 from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
@@ -133,7 +133,7 @@ def open_job_state(checkpoint: Path) -> JobState:
     Raises:
         CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
         StateError: the directory is a checkpoint of another kind of job, or it is damaged
-            (``infra.spark.checkpoints.check_intact``).
+            (``infra.spark.checkpoint.check_intact``).
     """
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")

@@ -83,7 +83,7 @@ from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
-from infra.spark.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
+from infra.spark.checkpoint import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
 from infra.spark.frontier import FrontierConfig, final_in, read_frontier
 from infra.spark.internals import PipelinedMap
 from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
@@ -296,7 +296,7 @@ class FeatureJobConfig:
     end_ms: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
-    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.spark.checkpoints``).
+    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.spark.checkpoint``).
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
     #: State entries per bucket of each stage (``features.entries``): a micro-batch reads and writes the
@@ -537,7 +537,7 @@ def _feature_table(records: list[bytes]) -> pa.Table:
 
 
 def layout_of(config: FeatureJobConfig) -> dict[str, int]:
-    """What routes the job's events to its state: its bucket and entry counts (``infra.spark.checkpoints``)."""
+    """What routes the job's events to its state: its bucket and entry counts (``infra.spark.checkpoint``)."""
     return config.layout.as_record()
 
 

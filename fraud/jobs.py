@@ -32,7 +32,7 @@ from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
 from infra.metrics.jobs import JobMetrics
 from infra.redis.connection import RedisTarget
-from infra.spark.checkpoints import check_intact
+from infra.spark.checkpoint import check_intact
 from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session
 from infra.spark.stage_counts import BatchObserver
 from models.registry import CHAMPION
@@ -281,7 +281,7 @@ def start_from_savepoint(settings: Settings, job: Job, path: Path) -> Job:
 def prepare_start(settings: Settings, job: Job, from_savepoint: Path | None) -> Job:
     """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
     rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check that
-    the files Spark needs to resume it are there and whole (``infra.spark.checkpoints.check_intact``), and its
+    the files Spark needs to resume it are there and whole (``infra.spark.checkpoint.check_intact``), and its
     layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job to run.
 
     Raises:

@@ -2,7 +2,7 @@
 committed micro-batch left them, taken while the job runs; a job started from one continues from there.
 
 A savepoint is a directory: ``savepoint.json`` (what it holds, :class:`Savepoint`) and ``checkpoint/``, the
-job's checkpoint as it stood when its last committed micro-batch ended (``infra.spark.savepoints``). It can live
+job's checkpoint as it stood when its last committed micro-batch ended (``infra.spark.checkpoint``). It can live
 anywhere the job's Spark sees (a local directory, a mount the cluster shares) and be moved as a whole.
 
 A job starts from one in a new, empty checkpoint directory (``start_from``) once the savepoint is found to
@@ -34,15 +34,18 @@ from features.compat import SPECS_FILE, check_specs, read_specs
 from features.definitions import FeatureParams
 from features.entries import Layout
 from features.rescale import Rescale
-from infra.spark.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout, fixed_part
-from infra.spark.offset_log import Position, position_at, settle_ending
-from infra.spark.savepoints import (
+from infra.spark.checkpoint import (
+    LAYOUT_FILE,
+    QUERY_DIR,
     NothingCommittedError,
+    bind_layout,
     copy_committed,
+    fixed_part,
     last_committed,
     read_batch_conf,
     restore,
 )
+from infra.spark.offset_log import Position, position_at, settle_ending
 
 #: What a savepoint holds, in its directory.
 SAVEPOINT_FILE = "savepoint.json"

@@ -34,7 +34,7 @@ from features import job as feature_job
 from features.rescale import Rescale
 from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
-from infra.spark.checkpoints import pinned_layout, query_location
+from infra.spark.checkpoint import pinned_layout, query_location
 from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
 from infra.spark.kafka_sink.datasource import write_micro_batch
 from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN

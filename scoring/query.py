@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName
-from infra.spark.checkpoints import PerBatch, query_location
+from infra.spark.checkpoint import PerBatch, query_location
 from infra.spark.kafka_sink.datasource import register as register_sink
 from infra.spark.session import start_stream
 from infra.spark.stage_counts import BatchObserver

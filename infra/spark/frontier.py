@@ -54,6 +54,7 @@ from infra.kafka.connection import KAFKA_LOGGER
 from infra.kafka.log import check_deadline, consumed, list_offsets, partitions_of
 from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka.outage import wait_for_kafka
+from infra.spark.checkpoint import newest_batch
 from infra.spark.config import config_from, config_options
 from infra.spark.kafka_source import new_admin
 from infra.spark.logs import mark_worker_logs
@@ -63,7 +64,6 @@ from infra.spark.offset_log import (
     first_logged_from,
     is_frontier,
     logged_batch,
-    newest_batch,
 )
 
 if TYPE_CHECKING:

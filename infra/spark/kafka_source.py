@@ -27,7 +27,8 @@ from confluent_kafka.admin import AdminClient
 from contracts.errors import ConfigError
 from infra.kafka.connection import KAFKA_LOGGER
 from infra.kafka.log import check_history
-from infra.spark.offset_log import newest_batch, position_at
+from infra.spark.checkpoint import newest_batch
+from infra.spark.offset_log import position_at
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

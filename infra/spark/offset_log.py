@@ -1,8 +1,7 @@
 """What a streaming query's offset log says of its input: the connector's offsets and the frontier.
 
-Spark keeps each micro-batch's end offsets in ``<checkpoint>/offsets/<batch>``: a version line, the batch's
-metadata (its timestamp, the SQL settings the checkpoint keeps), then a line per source, its offset as JSON.
-Spark's Kafka connector writes ``{"topic": {"partition": offset}}``; the frontier source
+Spark keeps each micro-batch's end offsets in ``<checkpoint>/offsets/<batch>`` (``infra.spark.checkpoint``
+reads it). Spark's Kafka connector writes ``{"topic": {"partition": offset}}``; the frontier source
 (``infra.spark.frontier``) writes a :class:`Frontier`. Readers here: the frontier source itself,
 savepoints, the state inspection, and the history check at a job's start.
 """
@@ -16,6 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
+from infra.spark.checkpoint import (
+    OFFSETS,
+    batch_ids,
+    last_committed,
+    newest_batch,
+    offset_entry,
+    query_location,
+)
 
 
 @dataclass(frozen=True)
@@ -66,31 +73,20 @@ class LoggedBatch:
     timestamp_ms: int
 
 
-def newest_batch(query_dir: Path) -> int | None:
-    """The id of the newest micro-batch in the query's offset log (None: none yet)."""
-    folder = query_dir / "offsets"
-    ids = [int(path.name) for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
-    return max(ids, default=None)
-
-
 def first_logged_from(query_dir: Path, batch: int) -> int | None:
     """The first micro-batch of the offset log at or after ``batch`` (Spark removes the oldest entries)."""
-    folder = query_dir / "offsets"
-    ids = [int(path.name) for path in folder.iterdir() if path.name.isdigit()] if folder.is_dir() else []
-    return min((found for found in ids if found >= batch), default=None)
+    return min((found for found in batch_ids(query_dir, OFFSETS) if found >= batch), default=None)
 
 
 def logged_batch(query_dir: Path, batch: int, topics: tuple[str, ...]) -> LoggedBatch:
-    """Micro-batch ``batch`` of the offset log (``offsets/<batch>``: a version line, the batch's metadata,
-    then a line per source: the connector's is ``{"topic": {"partition": offset}}``)."""
-    lines = (query_dir / "offsets" / str(batch)).read_text().splitlines()
-    metadata = json.loads(lines[1])
+    """Micro-batch ``batch`` of the offset log: the connector's offsets (``{"topic": {"partition":
+    offset}}``) and the batch's timestamp."""
+    entry = offset_entry(query_dir, batch)
     kafka: dict[str, int] = {}
-    for line in lines[2:]:
-        offset = json.loads(line) if line.strip() not in ("", "-") else None
+    for offset in entry.sources:
         if isinstance(offset, dict) and offset and set(offset) <= set(topics):
             kafka = connector_offsets(offset)
-    return LoggedBatch(batch, kafka, int(metadata.get("batchTimestampMs", 0)))
+    return LoggedBatch(batch, kafka, int(entry.metadata.get("batchTimestampMs", 0)))
 
 
 @dataclass(frozen=True)
@@ -120,11 +116,9 @@ class Position:
 
 def position_at(query_dir: Path, batch: int) -> Position:
     """The position the query's micro-batch ``batch`` left its input at (its offset log's entry)."""
-    lines = (query_dir / "offsets" / str(batch)).read_text().splitlines()
     offsets: dict[str, int] = {}
     frontier = None
-    for line in lines[2:]:
-        offset = json.loads(line) if line.strip() not in ("", "-") else None
+    for offset in offset_entry(query_dir, batch).sources:
         if isinstance(offset, dict) and is_frontier(offset):
             frontier = Frontier.of_json(offset)
         elif isinstance(offset, dict):
@@ -172,12 +166,11 @@ def settle_ending(checkpoint: Path) -> None:
     if not path.is_file():
         return
     ending = {str(name): int(offset) for name, offset in json.loads(path.read_text()).items()}
-    query = checkpoint / "query"
+    query = query_location(checkpoint)
     newest = newest_batch(query)
-    committed = [int(p.name) for p in (query / "commits").glob("*") if p.name.isdigit()]
-    first = max(committed, default=0)
+    first = last_committed(query) or 0
     for batch in range(first, (newest if newest is not None else -1) + 1):
-        _cut_to(query / "offsets" / str(batch), ending)
+        _cut_to(query / OFFSETS / str(batch), ending)
     path.unlink()
 
 

@@ -32,14 +32,22 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from contracts.errors import NotFoundError, StateError
+from infra.spark.checkpoint import (
+    OFFSETS,
+    last_committed,
+    offset_entry,
+    operator_metadata_files,
+    read_operator_metadata,
+    relocated_metadata,
+    schema_paths,
+)
 from infra.spark.internals import start_state_store_coordinator
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: Directories of a query checkpoint that this module reads.
-OFFSETS, COMMITS, STATE = "offsets", "commits", "state"
-#: Where Spark keeps each stateful operator's metadata (version 2: ``transformWithState`` operators).
+#: The directory of a query checkpoint's state, and where each stateful operator keeps its metadata there.
+STATE = "state"
 OPERATOR_METADATA = Path("_metadata") / "v2"
 
 
@@ -62,28 +70,15 @@ def committed_batch(query_dir: Path) -> CommittedBatch:
     Raises:
         CheckpointNotFoundError: no query checkpoint there, or no micro-batch committed yet.
     """
-    commits = query_dir / COMMITS
     if not (query_dir / OFFSETS).is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {query_dir.parent}: no job has run with it")
-    batches = (
-        [int(path.name) for path in commits.iterdir() if path.name.isdigit()] if commits.is_dir() else []
-    )
-    if not batches:
+    batch_id = last_committed(query_dir)
+    if batch_id is None:
         raise CheckpointNotFoundError(
             f"nothing committed yet in the checkpoint at {query_dir.parent}: its job has not finished a "
             "micro-batch"
         )
-    batch_id = max(batches)
-    return CommittedBatch(batch_id, offset_log_entry((query_dir / OFFSETS / str(batch_id)).read_text()))
-
-
-def offset_log_entry(text: str) -> tuple[Any, ...]:
-    """The source offsets of one offset-log file: a version line, the batch's metadata, then one line per
-    source (its JSON, or ``-`` when it had none)."""
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith("v"):
-        raise StateError(f"not a Spark offset-log entry: {text[:40]!r}")
-    return tuple(None if line == "-" else json.loads(line) for line in lines[2:])
+    return CommittedBatch(batch_id, offset_entry(query_dir, batch_id).sources)
 
 
 class StateReader:
@@ -198,30 +193,6 @@ class StateReader:
         return found
 
 
-def _metadata_files(query_dir: Path) -> list[Path]:
-    state = query_dir / STATE
-    if not state.is_dir():
-        return []
-    return sorted(
-        path
-        for operator in state.iterdir()
-        if (operator / OPERATOR_METADATA).is_dir()
-        for path in (operator / OPERATOR_METADATA).iterdir()
-        if path.name.isdigit()
-    )
-
-
-def _schema_paths(metadata: dict[str, Any]) -> list[str]:
-    return [
-        path for store in metadata.get("stateStoreInfo", []) for path in store.get("stateSchemaFilePaths", [])
-    ]
-
-
-def _read_metadata(path: Path) -> tuple[str, dict[str, Any]]:
-    version, _, body = path.read_text().partition("\n")
-    return version, json.loads(body)
-
-
 def _local(uri: str) -> Path | None:
     """The local path of a ``file:`` URI (None for other file systems, which are not checked)."""
     parsed = urlparse(uri)
@@ -231,22 +202,13 @@ def _local(uri: str) -> Path | None:
 def moved_schema_files(query_dir: Path) -> bool:
     """Whether the operator metadata of the checkpoint names local state schema files that are gone (a copy
     whose original was moved or deleted)."""
-    for path in _metadata_files(query_dir):
-        _, metadata = _read_metadata(path)
-        for uri in _schema_paths(metadata):
+    for path in operator_metadata_files(query_dir):
+        _, metadata = read_operator_metadata(path)
+        for uri in schema_paths(metadata):
             local = _local(uri)
             if local is not None and not local.exists():
                 return True
     return False
-
-
-def relocated(uri: str, query_dir: Path) -> str:
-    """A schema file's URI under ``query_dir``: the part from ``state/<operator>/`` on, kept."""
-    parts = Path(urlparse(uri).path).parts
-    if STATE not in parts:
-        return uri
-    at = len(parts) - 1 - parts[::-1].index(STATE)
-    return (query_dir.resolve().joinpath(*parts[at:])).as_uri()
 
 
 def relocated_view(query_dir: Path, view: Path) -> None:
@@ -266,16 +228,7 @@ def relocated_view(query_dir: Path, view: Path) -> None:
         for entry in operator.iterdir():
             if entry.name != OPERATOR_METADATA.parts[0]:
                 (target / entry.name).symlink_to(entry)
-        metadata_dir = operator / OPERATOR_METADATA
-        if not metadata_dir.is_dir():
-            continue
-        (target / OPERATOR_METADATA).mkdir(parents=True)
-        for path in metadata_dir.iterdir():
-            if not path.name.isdigit():
-                continue
-            version, metadata = _read_metadata(path)
-            for store in metadata.get("stateStoreInfo", []):
-                store["stateSchemaFilePaths"] = [
-                    relocated(uri, source) for uri in store.get("stateSchemaFilePaths", [])
-                ]
-            (target / OPERATOR_METADATA / path.name).write_text(f"{version}\n{json.dumps(metadata)}")
+    for path in operator_metadata_files(source):
+        copied = view / path.relative_to(source)
+        copied.parent.mkdir(parents=True, exist_ok=True)
+        copied.write_text(relocated_metadata(path, source))

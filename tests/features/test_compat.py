@@ -24,7 +24,7 @@ from features.compat import (
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig, prepare_checkpoint
 from infra.redis.connection import RedisTarget
-from infra.spark.checkpoints import LAYOUT_FILE, CheckpointLayoutError
+from infra.spark.checkpoint import LAYOUT_FILE, CheckpointLayoutError
 
 SPECS = DEFAULT_PARAMS.specs
 

@@ -25,7 +25,7 @@ from features.inspect import (
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
 from infra.kafka.offsets import NO_FRONTIER
-from infra.spark.checkpoints import DamagedCheckpointError
+from infra.spark.checkpoint import DamagedCheckpointError
 from infra.spark.offset_log import Frontier
 from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch
 

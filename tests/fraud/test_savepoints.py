@@ -16,7 +16,7 @@ from features.entries import ENTRY_FORMAT
 from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
-from infra.spark.checkpoints import LAYOUT_FILE, QUERY_DIR
+from infra.spark.checkpoint import LAYOUT_FILE, QUERY_DIR
 from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, position, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS

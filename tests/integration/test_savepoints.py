@@ -41,9 +41,8 @@ from fraud.savepoints import SAVEPOINT_FILE
 from infra.clients import Clients
 from infra.kafka.admin import create_project_topics
 from infra.kafka.log import read_topic
-from infra.spark.checkpoints import LAYOUT_FILE, query_location
+from infra.spark.checkpoint import LAYOUT_FILE, last_committed, query_location
 from infra.spark.offset_log import position_at
-from infra.spark.savepoints import last_committed
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import kill_tree

@@ -154,7 +154,7 @@ def checkpoint_sink_id(checkpoint: Path, name: str) -> str:
     The id (``name`` plus a random suffix) is kept in a file inside the checkpoint: restarts from the
     checkpoint reuse it, while a deleted and recreated checkpoint gets a new one, so its batch ids (which
     start again at 0) never meet the old query's commit markers. A checkpoint started from a savepoint
-    gets a new one as well (``infra.spark.savepoints`` leaves the file out of its copies): the job it was taken
+    gets a new one as well (``infra.spark.checkpoint`` leaves the file out of its copies): the job it was taken
     from may have written later batches under its id.
     """
     path = checkpoint / SINK_ID_FILES.replace("*", name)

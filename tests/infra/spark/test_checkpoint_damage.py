@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import StateError
-from infra.spark.checkpoints import DamagedCheckpointError, check_intact
+from infra.spark.checkpoint import DamagedCheckpointError, check_intact
 from tests.support.checkpoints import a_zip, lz4_stream
 
 

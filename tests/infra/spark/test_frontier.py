@@ -8,13 +8,13 @@ import pytest
 
 from contracts.errors import ConfigError
 from infra.kafka.offsets import NO_FRONTIER
+from infra.spark.checkpoint import newest_batch
 from infra.spark.frontier import FrontierConfig, TickSplit, final_in, frontier_of, next_frontier
 from infra.spark.offset_log import (
     ENDING_FILE,
     Frontier,
     is_frontier,
     logged_batch,
-    newest_batch,
     position_at,
     record_ending,
     settle_ending,

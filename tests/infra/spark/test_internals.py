@@ -18,6 +18,7 @@ from pyspark.serializers import CPickleSerializer
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from infra.spark import checkpoint
 from infra.spark.internals import CHECKED_ON, PipelinedMap, protocol_problems, read_value
 
 KEY_SCHEMA = StructType([StructField("slot", LongType())])
@@ -50,6 +51,13 @@ def test_every_private_name_relied_on_is_still_there() -> None:
     problems = protocol_problems()
     assert not problems, f"{MODULE} relies on what pyspark {pyspark.__version__} changed: " + "; ".join(
         problems
+    )
+
+
+def test_the_checkpoint_formats_were_read_on_the_same_version() -> None:
+    assert f"PySpark {CHECKED_ON}" in (checkpoint.__doc__ or ""), (
+        f"infra/spark/checkpoint.py names another PySpark than {MODULE}'s CHECKED_ON: read Spark's on-disk "
+        "formats again with the new version, then name it there"
     )
 
 

@@ -8,13 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import StateError
 from infra.spark.state_store import (
     CheckpointNotFoundError,
     committed_batch,
     moved_schema_files,
-    offset_log_entry,
-    relocated,
     relocated_view,
 )
 
@@ -52,12 +49,6 @@ def test_no_checkpoint_and_nothing_committed_are_told_apart(tmp_path: Path) -> N
         committed_batch(tmp_path / "nowhere" / "query")
     with pytest.raises(CheckpointNotFoundError, match="nothing committed yet"):
         committed_batch(a_query(tmp_path, offsets=1, commits=0))
-
-
-def test_an_offset_log_entry_with_a_source_that_had_no_offsets() -> None:
-    assert offset_log_entry('v1\n{}\n-\n{"a": 1}\n') == (None, {"a": 1})
-    with pytest.raises(StateError, match="offset-log"):
-        offset_log_entry("{}")
 
 
 def operator_metadata(schema_uri: str) -> str:
@@ -105,14 +96,8 @@ def test_a_moved_copy_is_read_through_a_view_that_names_its_own_schema_files(tmp
     version, _, body = (view / "state" / "1" / "_metadata" / "v2" / "0").read_text().partition("\n")
     (schema_uri,) = json.loads(body)["stateStoreInfo"][0]["stateSchemaFilePaths"]
     assert version == "v2"
-    assert schema_uri == (query / "state" / "1" / "_stateSchema" / "default" / "0_abc").resolve().as_uri()
+    assert schema_uri == f"file:{(query / 'state' / '1' / '_stateSchema' / 'default' / '0_abc').resolve()}"
     assert not (view / "state" / "1" / "_metadata" / "v2" / ".0.crc").exists()
     assert (query / "state" / "1" / "_metadata" / "v2" / "0").read_text() == operator_metadata(
         (tmp_path / "original" / "query" / "state" / "1" / "_stateSchema" / "default" / "0_abc").as_uri()
     ), "the copy itself was changed"
-
-
-def test_relocated_keeps_the_path_from_the_operator_on_and_other_file_systems_alone(tmp_path: Path) -> None:
-    uri = "file:/old/place/query/state/0/_stateSchema/default/0_x"
-    assert relocated(uri, tmp_path) == (tmp_path / "state/0/_stateSchema/default/0_x").resolve().as_uri()
-    assert relocated("file:/somewhere/else", tmp_path) == "file:/somewhere/else"

@@ -1,5 +1,6 @@
-"""A checkpoint copied as its last committed micro-batch left it: which files belong to which batch, what a
-copy holds and leaves out, the state it must hold, and a copy restored into a new directory."""
+"""A query's checkpoint on disk: its logs read, the job's records beside it (its layout, pinned and per-batch
+values), a copy as its last committed micro-batch left it (which files belong to which batch, what a copy
+holds and leaves out, the state it must hold) and a copy restored into a new directory."""
 
 from __future__ import annotations
 
@@ -8,20 +9,92 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from contracts.errors import ConfigError, NotFoundError
-from infra.spark import savepoints as savepoints_module
-from infra.spark.checkpoints import QUERY_DIR, DamagedCheckpointError, check_intact
-from infra.spark.savepoints import (
+from contracts.errors import ConfigError, NotFoundError, StateError
+from infra.spark import checkpoint as checkpoint_module
+from infra.spark.checkpoint import (
+    LAYOUT_FILE,
+    QUERY_DIR,
+    CheckpointLayoutError,
+    DamagedCheckpointError,
     IncompleteCopyError,
     NothingCommittedError,
     batch_of,
+    bind_layout,
+    check_intact,
     copy_committed,
     last_committed,
     missing_state,
-    read_offsets,
+    offset_entry,
+    per_batch_until,
+    pinned_layout,
+    read_batch_conf,
+    relocated_metadata,
     restore,
 )
 from tests.support.checkpoints import IN_FLIGHT_SCHEMA, SCHEMA, end_offsets, spark_checkpoint
+
+LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
+
+
+def test_an_offset_log_entry_with_a_source_that_had_no_offsets(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text(
+        'v1\n{"conf": {"spark.sql.shuffle.partitions": 2}}\n-\n{"a": 1}\n'
+    )
+    entry = offset_entry(tmp_path, 3)
+    assert entry.sources == (None, {"a": 1})
+    assert read_batch_conf(tmp_path, 3) == {"spark.sql.shuffle.partitions": "2"}
+    (tmp_path / "offsets" / "4").write_text("{}")
+    with pytest.raises(StateError, match="offset-log"):
+        offset_entry(tmp_path, 4)
+
+
+def test_a_new_checkpoint_records_its_layout_and_accepts_it_again(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "features"
+    bind_layout(checkpoint, LAYOUT)
+    assert (checkpoint / LAYOUT_FILE).exists()
+    (checkpoint / "query").mkdir()
+    bind_layout(checkpoint, dict(LAYOUT))
+
+
+def test_another_layout_is_refused_with_what_the_checkpoint_holds(tmp_path: Path) -> None:
+    bind_layout(tmp_path, LAYOUT)
+    with pytest.raises(
+        CheckpointLayoutError, match=r"card_buckets': 6.*card_buckets': 8.*through a savepoint"
+    ):
+        bind_layout(tmp_path, {"card_buckets": 8, "terminal_buckets": 6})
+
+
+def test_a_tunable_value_may_change_and_is_recorded(tmp_path: Path) -> None:
+    paged = {**LAYOUT, "page_bytes": 32_768}
+    bind_layout(tmp_path, paged, tunable=("page_bytes",))
+    (tmp_path / "query").mkdir()
+    bind_layout(tmp_path, {**LAYOUT, "page_bytes": 8_192}, tunable=("page_bytes",))
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text())["page_bytes"] == 8_192
+    with pytest.raises(CheckpointLayoutError, match="page_bytes"):
+        bind_layout(tmp_path, paged)  # not tunable for this caller
+    with pytest.raises(CheckpointLayoutError, match="through a savepoint"):
+        bind_layout(tmp_path, LAYOUT, tunable=("page_bytes",))  # a layout without it is another kind
+
+
+def test_a_checkpoint_without_a_layout_is_not_this_jobs(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir(parents=True)
+    with pytest.raises(CheckpointLayoutError, match="not written by this job"):
+        bind_layout(tmp_path, LAYOUT)
+
+
+def test_a_pinned_layout_is_the_first_runs_whatever_a_restart_asks_for(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "scoring"
+    assert pinned_layout(checkpoint, {"read_tasks": 2}) == {"read_tasks": 2}
+    assert pinned_layout(checkpoint, {"read_tasks": 8}) == {"read_tasks": 2}, "a restart on 8 cores"
+    assert pinned_layout(checkpoint, {"read_tasks": 8, "extra": 1}) == {"read_tasks": 2, "extra": 1}
+    assert pinned_layout(checkpoint, {"read_tasks": 1, "extra": 5}) == {"read_tasks": 2, "extra": 1}
+
+
+def test_per_batch_records_are_recognised_and_trimmed() -> None:
+    assert json.loads(per_batch_until('{"3": 1, "4": 2, "5": 2}', 4) or "") == {"3": 1, "4": 2}
+    for other in ('{"read_tasks": 2}', "{}", "[1, 2]", "not json", '{"1": 1, "x": 2}'):
+        assert per_batch_until(other, 4) is None
 
 
 @pytest.mark.parametrize(
@@ -98,7 +171,7 @@ def test_a_copy_holds_the_committed_batches_and_nothing_of_the_one_in_flight(tmp
     assert schema_paths(copy / QUERY_DIR / "state/0/_metadata/v2/0") == [
         f"file:{(copy / QUERY_DIR / 'state/0/_stateSchema/default' / SCHEMA).resolve()}"
     ]
-    assert read_offsets(copy / QUERY_DIR, 4) == end_offsets(4)
+    assert list(offset_entry(copy / QUERY_DIR, 4).sources) == end_offsets(4)
 
 
 def test_a_checkpoint_between_batches_is_copied_whole_but_the_sink_id(tmp_path: Path) -> None:
@@ -130,7 +203,7 @@ def test_a_copy_without_the_state_its_batch_needs_is_refused(
         check_intact(path)
         (path / QUERY_DIR / "state/1/0/3.changelog").unlink()
 
-    monkeypatch.setattr(savepoints_module, "check_intact", checked_then_removed)
+    monkeypatch.setattr(checkpoint_module, "check_intact", checked_then_removed)
     with pytest.raises(IncompleteCopyError, match=r"state/1/0: no version 3"):
         copy_committed(checkpoint, tmp_path / "copy")
 
@@ -190,3 +263,21 @@ def test_a_restore_needs_an_empty_directory(tmp_path: Path) -> None:
     assert (tmp_path / "empty" / QUERY_DIR / "commits" / "1").exists()
     with pytest.raises(ConfigError, match="not empty"):
         restore(tmp_path / "copy", tmp_path / "empty")
+
+
+def test_a_schema_path_is_relocated_from_the_operator_on_and_others_left_alone(tmp_path: Path) -> None:
+    metadata = tmp_path / "0"
+    stores = [
+        {
+            "storeName": "default",
+            "stateSchemaFilePaths": ["file:/old/place/query/state/0/_stateSchema/default/0_x"],
+        },
+        {"storeName": "other", "stateSchemaFilePaths": ["file:/somewhere/else"]},
+    ]
+    metadata.write_text("v2\n" + json.dumps({"stateStoreInfo": stores}))
+    version, _, body = relocated_metadata(metadata, tmp_path / "new").partition("\n")
+    assert version == "v2"
+    assert [store["stateSchemaFilePaths"] for store in json.loads(body)["stateStoreInfo"]] == [
+        [f"file:{tmp_path / 'new' / 'state/0/_stateSchema/default/0_x'}"],
+        ["file:/somewhere/else"],
+    ]
