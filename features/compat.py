@@ -69,11 +69,8 @@ def spec_record(params: FeatureParams) -> SpecRecord:
 
 
 def recorded_params(record: SpecRecord | None) -> FeatureParams | None:
-    """The feature parameters a spec record was written with (None: no record, or one written before
-    records kept them)."""
-    if record is None or "params" not in record:
-        return None
-    return FeatureParams.model_validate(record["params"])
+    """The feature parameters a spec record was written with (None: no record)."""
+    return None if record is None else FeatureParams.model_validate(record["params"])
 
 
 def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -110,19 +107,12 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
     record is ``saved``: what differs (empty: nothing), when it can.
 
     Raises:
-        FeatureSpecsError: its features look further back than the state keeps events (or the record,
-            written before spans were kept, is not of the same features), naming what differs.
+        FeatureSpecsError: its features look further back than the state keeps events, naming what differs.
     """
     changes = spec_changes(saved, spec_record(params))
     if not changes:
         return []
-    kept = saved.get("span_ms")
-    if kept is None:
-        raise FeatureSpecsError(
-            f"{where} holds state built for other features ({'; '.join(changes)}) and does not say how far "
-            "back it keeps events: run the job with the feature options its state was built for, or with "
-            "a new checkpoint (a replay of the history)"
-        )
+    kept = saved["span_ms"]
     short = [
         f"the {state} features look back {_days(need)}, the state keeps {_days(kept[state])}"
         for state, need in spans(params).items()
@@ -138,10 +128,9 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
 
 
 def bind_specs(checkpoint: Path, params: FeatureParams) -> list[str]:
-    """Record the specs of ``params`` in a checkpoint: one that has no record yet (a new one, or one written
-    before records were kept), or whose state they can take over (:func:`check_specs`); what differs from
-    the record it had (empty: nothing). A record that differs in anything (its parameters, or none kept,
-    as in records of earlier versions) is rewritten.
+    """Record the specs of ``params`` in a checkpoint: one that has no record yet, or whose state they can
+    take over (:func:`check_specs`); what differs from the record it had (empty: nothing). A record that
+    differs in anything (its parameters among them) is rewritten.
 
     Raises:
         FeatureSpecsError: the checkpoint's state cannot serve these features.

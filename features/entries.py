@@ -36,31 +36,9 @@ import pandas as pd
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.buckets import card_hash, terminal_hash
 from features.core import CardState, KeyArray, TerminalState, concat_keys
-from features.entry_store import Written
+from features.entry_store import ENTRY_FORMAT, Written
 
 IntArray = npt.NDArray[np.int64]
-
-
-def is_entry_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its state in entries (earlier versions kept one value per bucket and
-    recorded no slots)."""
-    return "card_slots" in layout
-
-
-def is_paged_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its entries in pages (earlier versions kept an entry per slot and
-    recorded no page size)."""
-    return "page_bytes" in layout
-
-
-#: How this version stores an entry: 2, as text (``features.entry_store``); 1 (a layout that records no
-#: format), as bytes.
-ENTRY_FORMAT = 2
-
-
-def is_current_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its state as this version does: pages, stored as text."""
-    return is_paged_layout(layout) and layout.get("entry_format") == ENTRY_FORMAT
 
 
 def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:

@@ -42,19 +42,13 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from features.entries import Layout, Pages, is_entry_layout, is_paged_layout, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages, unpack_cards, unpack_terminals
 from features.entry_store import entry_bytes
-from features.job import (
-    CARD_ENTRIES_VAR,
-    CARD_STATE_VAR,
-    LEGACY_CARD_STATE_VAR,
-    LEGACY_TERMINAL_STATE_VAR,
-    TERMINAL_ENTRIES_VAR,
-    TERMINAL_STATE_VAR,
-)
+from features.job import CARD_ENTRIES_VAR, CARD_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_STATE_VAR
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
-from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
+from features.state_layout import check_current
+from features.transport import KEY, from_blob
 from infra.kafka.offsets import NO_FRONTIER
 from infra.spark.checkpoint import LAYOUT_FILE, check_intact
 from infra.spark.offset_log import Frontier, is_frontier
@@ -80,7 +74,7 @@ class NothingHeldError(NotFoundError):
 class JobState:
     """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout, its last
     committed micro-batch, with its sources' end offsets, and the feature parameters its job records
-    (``features.compat``; None when its record predates them)."""
+    (``features.compat``; None when it records none)."""
 
     checkpoint: Path
     layout: dict[str, int]
@@ -89,7 +83,7 @@ class JobState:
 
     @property
     def entry_layout(self) -> Layout:
-        """The layout as ``features.entries`` routes by it (entry layouts only)."""
+        """The layout as ``features.entries`` routes by it."""
         return Layout(**{name: int(count) for name, count in self.layout.items()})
 
     def params_or(self, default: FeatureParams) -> FeatureParams:
@@ -132,8 +126,8 @@ def open_job_state(checkpoint: Path) -> JobState:
 
     Raises:
         CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
-        StateError: the directory is a checkpoint of another kind of job, or it is damaged
-            (``infra.spark.checkpoint.check_intact``).
+        StateError: the directory is a checkpoint of another kind of job, it is damaged
+            (``infra.spark.checkpoint.check_intact``), or it keeps its state in an earlier layout.
     """
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")
@@ -143,6 +137,7 @@ def open_job_state(checkpoint: Path) -> JobState:
     if not layout_file.is_file():
         raise StateError(f"{checkpoint} has no {LAYOUT_FILE}: it is not the checkpoint of a feature job")
     layout = json.loads(layout_file.read_text())
+    check_current(layout, f"checkpoint {checkpoint}")
     params = recorded_params(read_specs(checkpoint))
     return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch, params)
 
@@ -259,45 +254,35 @@ def card_view(
     return CardView(card_id, job, bucket, frontier, events, windows)
 
 
-def page_of(job: JobState, stored: Mapping[str, Any] | None, slot: int) -> int:
-    """The entry that holds ``slot`` in a bucket whose value is ``stored``: its page (an entry per slot in
-    checkpoints of earlier versions)."""
-    if not is_paged_layout(job.layout):
-        return slot
+def page_of(stored: Mapping[str, Any] | None, slot: int) -> int:
+    """The entry that holds ``slot`` in a bucket whose value is ``stored``: its page."""
     pages = Pages.of_bytes(None if stored is None else stored["pages"])
     return int(pages.page_of(np.asarray([slot]))[0])
 
 
 @dataclass(frozen=True)
 class StateVars:
-    """Where the job keeps the state of one kind of key (cards or terminals): the bucket's value state of a
-    checkpoint without entries; the bucket's value state and its entries' map state of one with them, and
-    how a key is routed to its slot."""
+    """Where the job keeps the state of one kind of key (cards or terminals): the bucket's value state and its
+    entries' map state, and how a key is routed to its slot."""
 
-    legacy: str
     bucket: str
     entries: str
     slots_of: Callable[[Layout, npt.NDArray[Any]], npt.NDArray[np.int64]]
 
 
-CARD_VARS = StateVars(LEGACY_CARD_STATE_VAR, CARD_STATE_VAR, CARD_ENTRIES_VAR, Layout.card_slots_of)
-TERMINAL_VARS = StateVars(
-    LEGACY_TERMINAL_STATE_VAR, TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, Layout.terminal_slots_of
-)
+CARD_VARS = StateVars(CARD_STATE_VAR, CARD_ENTRIES_VAR, Layout.card_slots_of)
+TERMINAL_VARS = StateVars(TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, Layout.terminal_slots_of)
 
 
 def read_state(
     spark: SparkSession, job: JobState, variables: StateVars, bucket: int, key: str
 ) -> tuple[dict[str, Any] | None, tuple[Any, ...] | None]:
     """What the job's last committed micro-batch holds for ``key`` (Spark's state data source): its bucket's
-    value (None: nothing held) and, in a layout with entries, the entry of its slot (None: none held;
-    always None in a layout without entries, whose bucket's value holds everything)."""
+    value (None: nothing held) and the entry of its slot's page (None: none held)."""
     with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
-        if not is_entry_layout(job.layout):
-            return reader.value_state(variables.legacy, KEY, [bucket]).get(bucket), None
         stored = reader.value_state(variables.bucket, KEY, [bucket]).get(bucket)
         slot = int(variables.slots_of(job.entry_layout, np.asarray([key], dtype=object))[0])
-        return stored, reader.map_value(variables.entries, KEY, bucket, page_of(job, stored, slot))
+        return stored, reader.map_value(variables.entries, KEY, bucket, page_of(stored, slot))
 
 
 def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
@@ -305,9 +290,6 @@ def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureP
     frontier, and the card's entry."""
     bucket = card_bucket(card_id, job.layout["card_buckets"])
     stored, entry = read_state(spark, job, CARD_VARS, bucket, card_id)
-    if not is_entry_layout(job.layout):
-        held = None if stored is None else card_bucket_of(*stored.values())
-        return card_view(card_id, job, bucket, held, params)
     history, _ = unpack_cards([] if entry is None else [entry_bytes(entry[0])])
     if stored is None and entry is None:
         return card_view(card_id, job, bucket, None, params)
@@ -423,9 +405,6 @@ def read_terminal(
 ) -> TerminalView:
     """What the job holds for ``terminal_id``, read from its terminal bucket's state."""
     bucket = int(terminal_buckets(pd.Series([terminal_id]), job.layout["terminal_buckets"])[0])
-    stored, entry = read_state(spark, job, TERMINAL_VARS, bucket, terminal_id)
-    if not is_entry_layout(job.layout):
-        held = None if stored is None else terminal_state_of(*stored.values())
-        return terminal_view(terminal_id, job, bucket, held, params)
+    _, entry = read_state(spark, job, TERMINAL_VARS, bucket, terminal_id)
     held = None if entry is None else unpack_terminals([entry_bytes(entry[0])])[0]
     return terminal_view(terminal_id, job, bucket, held, params)

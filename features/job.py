@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -35,17 +35,7 @@ from features.compat import bind_specs
 from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import (
-    Layout,
-    Pages,
-    card_entries,
-    is_current_layout,
-    is_entry_layout,
-    is_paged_layout,
-    terminal_entries,
-    unpack_cards,
-    unpack_terminals,
-)
+from features.entries import Layout, Pages, card_entries, terminal_entries, unpack_cards, unpack_terminals
 from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import Rescale, rekey_cards, rekey_terminals
@@ -58,6 +48,7 @@ from features.rows import (
     card_stage_fields,
 )
 from features.stages import CardBucket
+from features.state_layout import check_current
 from features.stateful import (
     CARD_BUCKET_STATE,
     TERMINAL_BUCKET_STATE,
@@ -70,11 +61,9 @@ from features.stateful import (
 from features.transport import (
     KEY,
     PACKED_FIELDS,
-    card_bucket_of,
     from_blob,
     pack,
     pack_frame,
-    terminal_state_of,
     to_blob,
     unpack,
 )
@@ -83,7 +72,7 @@ from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
-from infra.spark.checkpoint import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
+from infra.spark.checkpoint import LAYOUT_FILE, bind_layout, query_location
 from infra.spark.frontier import FrontierConfig, final_in, read_frontier
 from infra.spark.internals import PipelinedMap
 from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
@@ -147,9 +136,6 @@ TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR = (
     "terminal_entries",
     "terminal_expiry",
 )
-#: The state variables of checkpoints of earlier versions (a value per bucket), read to move them into
-#: entries (:func:`read_layout_state`).
-LEGACY_CARD_STATE_VAR, LEGACY_TERMINAL_STATE_VAR = "bucket", "terminals"
 #: The initial state of a rescaled start (:func:`initial_states`): per card bucket, a row with its waiting
 #: events and frontier (slot -1) and a row per entry; per terminal bucket, a row per entry.
 INITIAL_CARD_STATE = f"{KEY} int, slot bigint, value binary, pending binary, frontier bigint"
@@ -432,7 +418,7 @@ def initial_states(
     if config.rescale is None:
         return None, None
     with StateReader(spark, config.rescale.query_dir, config.rescale.batch) as reader:
-        cards, terminals = read_layout_state(reader, config.rescale.layout)
+        cards, terminals = committed_state(reader)
     card_rows = [
         row
         for key, bucket in rekey_cards(cards, config.card_buckets).items()
@@ -449,16 +435,9 @@ def initial_states(
     )
 
 
-def read_layout_state(
-    reader: StateReader, layout: Mapping[str, int]
-) -> tuple[list[CardBucket], list[TerminalState]]:
-    """Every card bucket and terminal state a committed query holds, in its ``layout``: entries (a page each,
-    or, in a checkpoint of an earlier version, a slot each), or (earlier still: a layout that names no
-    slots) one value per bucket."""
-    if not is_entry_layout(layout):
-        cards = [card_bucket_of(*value) for value in reader.all_values(LEGACY_CARD_STATE_VAR)]
-        terminals = [terminal_state_of(*value) for value in reader.all_values(LEGACY_TERMINAL_STATE_VAR)]
-        return cards, terminals
+def committed_state(reader: StateReader) -> tuple[list[CardBucket], list[TerminalState]]:
+    """Every card bucket and terminal state a committed query holds: each bucket's value (a card bucket's
+    waiting events and frontier) and its entries, a page each, whatever the bucket and slot counts."""
     entries = reader.all_map_values(CARD_ENTRIES_VAR, KEY)
     cards = []
     for key, (pending, frontier, *_) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
@@ -542,29 +521,19 @@ def layout_of(config: FeatureJobConfig) -> dict[str, int]:
 
 
 def prepare_checkpoint(config: FeatureJobConfig) -> None:
-    """Bind the checkpoint to the job's bucket counts (refuses one made with others) and feature specs
-    (refuses one whose state lacks the history they need; logs how they differ from its state's)."""
+    """Bind the checkpoint to the job's layout (refuses one kept in an earlier layout, or made with other
+    bucket or slot counts) and feature specs (refuses one whose state lacks the history they need; logs how
+    they differ from its state's)."""
     layout_file = config.checkpoint / LAYOUT_FILE
     recorded = json.loads(layout_file.read_text()) if layout_file.exists() else None
     if recorded is None and config.checkpoint.is_dir() and any(config.checkpoint.iterdir()):
-        recorded = {}  # written before layouts were recorded: one value per bucket
-    if recorded is not None and not is_current_layout(recorded):
-        raise CheckpointLayoutError(
-            f"checkpoint {config.checkpoint} keeps its state in {_kept_as(recorded)}, as earlier versions of "
-            "the job did: move it into this version's state through a savepoint (`fraud savepoint create`, "
-            "then run with `--from-savepoint` into a new checkpoint)"
-        )
+        recorded = {}  # written before layouts were recorded
+    if recorded is not None:
+        check_current(recorded, f"checkpoint {config.checkpoint}")
     bind_layout(config.checkpoint, layout_of(config), tunable=Layout.TUNABLE)
     changes = bind_specs(config.checkpoint, config.params)
     if changes:
         _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))
-
-
-def _kept_as(layout: Mapping[str, int]) -> str:
-    """How a recorded layout of an earlier version keeps its state."""
-    if is_paged_layout(layout):
-        return "pages stored as bytes"
-    return "an entry per slot" if is_entry_layout(layout) else "one value per bucket"
 
 
 def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:

@@ -52,9 +52,6 @@ class Rescale:
     #: Where that batch left the job's input (the connector's offsets and the frontier): where the new
     #: query's input starts.
     position: Position
-    #: The layout the query's state was written in (``layout.json``: buckets and, since state is kept in
-    #: entries, slots), which says how to read it.
-    layout: dict[str, int]
 
 
 def rekey_cards(buckets: Iterable[CardBucket], count: int) -> dict[int, CardBucket]:

@@ -6,8 +6,9 @@ job's checkpoint as it stood when its last committed micro-batch ended (``infra.
 anywhere the job's Spark sees (a local directory, a mount the cluster shares) and be moved as a whole.
 
 A job starts from one in a new, empty checkpoint directory (``start_from``) once the savepoint is found to
-fit the job: the same job, the same input topics, and feature specs its state can serve
-(``features.compat``). In the same layout (bucket counts and shuffle partitions) the checkpoint becomes the
+fit the job: the same job, the same input topics, state kept in this version's layout
+(``features.state_layout``: an earlier layout's is refused, with the way to move it) and feature specs its
+state can serve (``features.compat``). In the same layout (bucket counts and shuffle partitions) the checkpoint becomes the
 savepoint's copy, and the job goes on as a restart would. In another layout it is *rescaled*: the
 checkpoint starts a new query whose first micro-batch takes the savepoint's state re-keyed into the new
 buckets (``features.rescale``) and whose source starts at the savepoint's end offset; the checkpoint
@@ -34,13 +35,13 @@ from features.compat import SPECS_FILE, check_specs, read_specs
 from features.definitions import FeatureParams
 from features.entries import Layout
 from features.rescale import Rescale
+from features.state_layout import check_current, earlier_layout
 from infra.spark.checkpoint import (
     LAYOUT_FILE,
     QUERY_DIR,
     NothingCommittedError,
     bind_layout,
     copy_committed,
-    fixed_part,
     last_committed,
     read_batch_conf,
     restore,
@@ -53,8 +54,8 @@ SAVEPOINT_FILE = "savepoint.json"
 CHECKPOINT_COPY = "checkpoint"
 #: Written in a checkpoint started from a savepoint: which one (a second start from it resumes instead).
 RESTORED_FILE = "restored-from.json"
-#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; a version 1 file reads as
-#: not recording them).
+#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; the savepoints of format 1
+#: predate this version's state layout).
 FORMAT = 2
 #: The Spark setting a checkpoint keeps for its life, which a rescale changes with the bucket counts.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -91,8 +92,8 @@ class Savepoint:
     features: dict[str, Any] | None
     files: int
     size_bytes: int
-    #: The partitions of its Spark shuffles and state stores (None: not recorded by its checkpoint).
-    shuffle_partitions: int | None = None
+    #: The partitions of its Spark shuffles and state stores.
+    shuffle_partitions: int
     format: int = FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
         settle_ending(copy)  # what a run of a time range read past its end is not the savepoint's
         at = position_at(copy / QUERY_DIR, copied.batch)
         layout = copy / LAYOUT_FILE
-        shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch).get(SHUFFLE_PARTITIONS)
+        shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch)[SHUFFLE_PARTITIONS]
         savepoint = Savepoint(
             path=to,
             id=uuid.uuid4().hex,
@@ -152,7 +153,7 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             features=read_specs(copy),
             files=copied.files,
             size_bytes=copied.bytes,
-            shuffle_partitions=None if shuffle is None else int(shuffle),
+            shuffle_partitions=int(shuffle),
         )
         written = to / f".{SAVEPOINT_FILE}.tmp"
         written.write_text(json.dumps(savepoint.to_json(), indent=1) + "\n")
@@ -172,6 +173,7 @@ def read(path: Path) -> Savepoint:
     Raises:
         NotFoundError: nothing is at ``path``.
         ConfigError: ``path`` is not a savepoint, or one of a newer format.
+        EarlierLayoutError: the savepoint is of a format older than this version's layout.
     """
     if not path.exists():
         raise NotFoundError(f"no savepoint at {path}")
@@ -180,8 +182,11 @@ def read(path: Path) -> Savepoint:
         raise ConfigError(f"{path} is not a savepoint: it has no {SAVEPOINT_FILE}")
     try:
         values = json.loads(file.read_text())
-        if values.get("format", FORMAT) > FORMAT:
+        found = values.get("format", 1)
+        if found > FORMAT:
             raise ConfigError(f"savepoint {path} has format {values['format']}, newer than this version's")
+        if found < FORMAT:  # written before this version's layout
+            raise earlier_layout(f"savepoint {path}")
         return Savepoint(path=path, **values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{file} cannot be read as a savepoint: {exc}") from None
@@ -210,37 +215,29 @@ def check_fits(
     params: FeatureParams | None,
     inputs: Sequence[str],
 ) -> None:
-    """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``) unless the job
-    ``job`` with ``layout`` (None: no keyed state), feature ``params`` (None: no feature state) and input
-    topics ``inputs`` can continue from ``savepoint``: its features may differ from the state's when the
-    state keeps the history they need (``features.compat.check_specs``), its layout when it is of the same
-    kind (other bucket or entry counts, or a state of an earlier version kept per bucket without entries:
-    the job is rescaled into it, :func:`start_from`)."""
+    """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``,
+    ``features.entry_store.EarlierLayoutError``) unless the job ``job`` with ``layout`` (None: no keyed
+    state), feature ``params`` (None: no feature state) and input topics ``inputs`` can continue from
+    ``savepoint``: its features may differ from the state's when the state keeps the history they need
+    (``features.compat.check_specs``), its layout's counts may differ when it is this version's layout
+    (``features.state_layout``: the job is rescaled into them, :func:`start_from`)."""
     where = f"savepoint {savepoint.path}"
     if savepoint.job != job:
         raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
-    if layout is not None and not set(savepoint.layout) <= set(layout):
-        raise SavepointMismatchError(
-            f"{where} holds state keyed by {', '.join(savepoint.layout) or 'nothing'}, this job keys it by "
-            f"{', '.join(layout)}: it cannot be re-keyed"
-        )
+    if layout is not None:
+        check_current(savepoint.layout, where)
     unread = sorted(savepoint.topics - set(inputs))
     if unread:
         raise SavepointMismatchError(
             f"{where} read {', '.join(sorted(savepoint.topics))}; this job reads {', '.join(inputs)}: "
             "check FRAUD_TOPICS__* (the savepoint's offsets are positions in its topics)"
         )
-    if params is not None:
-        if savepoint.features is None:
-            raise SavepointMismatchError(
-                f"{where} does not say which features its state was built for (its job ran a version "
-                "without that record): run that job once on its checkpoint, then take a savepoint again"
-            )
+    if params is not None and savepoint.features is not None:
         check_specs(savepoint.features, params, where)
 
 
 def layout_change(
-    savepoint: Savepoint, layout: Mapping[str, int] | None, shuffle_partitions: int | None
+    savepoint: Savepoint, layout: Mapping[str, int] | None, shuffle_partitions: int
 ) -> str | None:
     """What differs between the savepoint's layout and the job's (``layout``: its bucket counts, None for a
     job without keyed state; ``shuffle_partitions``: its Spark shuffle partitions), e.g. ``card_buckets 6
@@ -248,15 +245,13 @@ def layout_change(
     copy's first run records it (``features.entries.Layout.TUNABLE``)."""
     if layout is None:
         return None
-    old, new = fixed_part(savepoint.layout, Layout.TUNABLE), fixed_part(layout, Layout.TUNABLE)
     changes = [
-        f"{name} {savepoint.layout.get(name, 'none')} -> {count}"
+        f"{name} {savepoint.layout[name]} -> {count}"
         for name, count in layout.items()
-        if old.get(name, "none") != new[name]
+        if name not in Layout.TUNABLE and savepoint.layout[name] != count
     ]
-    old_shuffle = savepoint.shuffle_partitions
-    if shuffle_partitions is not None and old_shuffle is not None and old_shuffle != shuffle_partitions:
-        changes.append(f"shuffle partitions {old_shuffle} -> {shuffle_partitions}")
+    if savepoint.shuffle_partitions != shuffle_partitions:
+        changes.append(f"shuffle partitions {savepoint.shuffle_partitions} -> {shuffle_partitions}")
     return ", ".join(changes) or None
 
 
@@ -285,7 +280,7 @@ def start_from(
     layout: Mapping[str, int] | None,
     params: FeatureParams | None,
     inputs: Sequence[str],
-    shuffle_partitions: int | None = None,
+    shuffle_partitions: int,
 ) -> Start:
     """Start the job's ``checkpoint`` (new and empty) from the savepoint at ``path``, after checking that it
     fits the job (:func:`check_fits`): in the savepoint's layout by making it the savepoint's copy; in
@@ -337,7 +332,7 @@ def rescale_of(savepoint: Savepoint) -> Rescale:
         raise SavepointMismatchError(
             f"savepoint {savepoint.path} keeps no event-time frontier: only a job with keyed state is rescaled"
         )
-    return Rescale(query, savepoint.batch, position, dict(savepoint.layout))
+    return Rescale(query, savepoint.batch, position)
 
 
 def unfinished_rescale(checkpoint: Path) -> Path | None:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from contracts.settings import Topics
 from features.compat import (
     SPECS_FILE,
     FeatureSpecsError,
@@ -22,9 +21,6 @@ from features.compat import (
     spec_record,
 )
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
-from features.job import FeatureJobConfig, prepare_checkpoint
-from infra.redis.connection import RedisTarget
-from infra.spark.checkpoint import LAYOUT_FILE, CheckpointLayoutError
 
 SPECS = DEFAULT_PARAMS.specs
 
@@ -92,10 +88,6 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         check_specs(saved, FeatureParams(window_days=(1, 7, 30, 45)), "here")
     with pytest.raises(FeatureSpecsError, match=r"the terminal features look back 44 d, the state keeps 37"):
         check_specs(saved, FeatureParams(label_delay_ms=14 * DAY_MS), "here")
-    unspanned = {key: value for key, value in saved.items() if key != "span_ms"}  # an older record
-    assert check_specs(unspanned, DEFAULT_PARAMS, "here") == []
-    with pytest.raises(FeatureSpecsError, match="does not say how far back it keeps events"):
-        check_specs(unspanned, FeatureParams(window_days=(1, 7, 14, 30)), "here")
 
 
 def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tmp_path: Path) -> None:
@@ -122,53 +114,3 @@ def test_the_record_gives_back_the_parameters_of_the_job_that_wrote_it(tmp_path:
     assert recorded_params(spec_record(params)) == params
     assert recorded_params(json.loads(json.dumps(spec_record(params)))) == params
     assert recorded_params(None) is None
-    older = {key: value for key, value in spec_record(params).items() if key != "params"}
-    assert recorded_params(older) is None
-
-
-def test_a_record_without_parameters_gets_them_at_the_next_start(tmp_path: Path) -> None:
-    older = {key: value for key, value in spec_record(DEFAULT_PARAMS).items() if key != "params"}
-    (tmp_path / SPECS_FILE).write_text(json.dumps(older))
-    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
-    assert recorded_params(read_specs(tmp_path)) == DEFAULT_PARAMS
-
-
-@pytest.mark.parametrize(
-    ("recorded", "kept_as"),
-    [
-        ({"card_buckets": 6, "terminal_buckets": 6}, "one value per bucket"),
-        (
-            {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 16384, "terminal_slots": 16384},
-            "an entry per slot",
-        ),
-        (
-            {
-                "card_buckets": 6,
-                "terminal_buckets": 6,
-                "card_slots": 65536,
-                "terminal_slots": 65536,
-                "page_bytes": 32768,
-            },
-            "pages stored as bytes",
-        ),
-    ],
-)
-def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_the_savepoint_that_moves_it(
-    tmp_path: Path, recorded: dict[str, int], kept_as: str
-) -> None:
-    (tmp_path / LAYOUT_FILE).write_text(json.dumps(recorded))
-    config = FeatureJobConfig(
-        kafka_config={},
-        topics=Topics(),
-        checkpoint=tmp_path,
-        redis=RedisTarget("redis://127.0.0.1:1", "", 60),
-        params=DEFAULT_PARAMS,
-        max_event_bytes=16_384,
-    )
-    with pytest.raises(
-        CheckpointLayoutError, match=f"keeps its state in {kept_as}.*`fraud savepoint create`"
-    ):
-        prepare_checkpoint(config)
-    (tmp_path / LAYOUT_FILE).unlink()
-    prepare_checkpoint(config)  # an empty checkpoint takes this version's layout
-    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == config.layout.as_record()

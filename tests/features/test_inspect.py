@@ -15,6 +15,7 @@ from contracts.errors import StateError
 from features.compat import bind_specs
 from features.core import CardState, TerminalState, card_step, terminal_step
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
+from features.entries import Layout
 from features.inspect import (
     JobState,
     NothingHeldError,
@@ -32,7 +33,7 @@ from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch
 PARAMS = FeatureParams()
 T = 1_705_492_800_000  # 2024-01-17 12:00 UTC
 CARD, OTHER = "ab" * 16, "cd" * 16
-LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
+LAYOUT = Layout(card_buckets=6, terminal_buckets=6).as_record()
 
 
 def a_job(frontier: int | None = T, final: bool = False) -> JobState:

@@ -57,7 +57,7 @@ def test_each_job_says_what_it_is_reads_and_preloads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", list(JobName))
 def test_a_rescale_reaches_the_feature_state_and_only_it(tmp_path: Path, name: JobName) -> None:
     job = built(tmp_path)[name]
-    rescale = Rescale(query_dir=tmp_path / "old", batch=3, layout={"card_buckets": 6}, position={})
+    rescale = Rescale(query_dir=tmp_path / "old", batch=3, position={})
     moved = job.with_rescale(rescale)
     assert type(moved) is type(job)
     part = moved.feature_part

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -9,15 +10,14 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.compat import SPECS_FILE, FeatureSpecsError
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
-from features.entries import ENTRY_FORMAT
+from features.entry_store import LAST_READER_OF_EARLIER_LAYOUTS, EarlierLayoutError
 from features.rescale import Rescale
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
 from infra.spark.checkpoint import LAYOUT_FILE, QUERY_DIR
-from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, position, spark_checkpoint
+from tests.support.checkpoints import CHANGES, LAYOUT, TOPICS, position, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
 
@@ -46,7 +46,10 @@ def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, t
     older = {**stored, "format": 1}
     del older["shuffle_partitions"]
     (savepoint.path / savepoints.SAVEPOINT_FILE).write_text(json.dumps(older))
-    assert savepoints.read(savepoint.path).shuffle_partitions is None, "a version 1 savepoint reads as before"
+    with pytest.raises(
+        EarlierLayoutError, match=f"^savepoint {savepoint.path} keeps its state in an earlier"
+    ):
+        savepoints.read(savepoint.path)  # format 1 predates this version's layout
 
 
 def test_the_default_place_names_the_job_and_the_time(tmp_path: Path) -> None:
@@ -86,11 +89,9 @@ def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoi
     savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, PARAMS, TOPICS)  # rescaled
     with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
         savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
-    with pytest.raises(
-        SavepointMismatchError,
-        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, page_bytes, entry_format, this",
-    ):
-        savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
+    earlier = dataclasses.replace(savepoint, layout={"card_buckets": 6, "terminal_buckets": 6})
+    with pytest.raises(EarlierLayoutError, match=r"^savepoint .* keeps its state in an earlier layout"):
+        savepoints.check_fits(earlier, "features", LAYOUT, PARAMS, TOPICS)
     with pytest.raises(
         SavepointMismatchError, match="read labels, transactions; this job reads tx2, labels2"
     ):
@@ -104,16 +105,6 @@ def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoi
         r"state keeps 30 d; the terminal features look back 67 d, the state keeps 37 d\)",
     ):
         savepoints.check_fits(savepoint, "features", LAYOUT, FeatureParams(window_days=(1, 7, 60)), TOPICS)
-
-
-def test_a_savepoint_without_a_specs_record_fits_no_feature_state(tmp_path: Path) -> None:
-    checkpoint = spark_checkpoint(tmp_path / "features", committed=1)
-    (checkpoint / "feature-specs.json").unlink()  # a checkpoint of an older version
-    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
-    assert savepoint.features is None
-    with pytest.raises(SavepointMismatchError, match="does not say which features"):
-        savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
-    savepoints.check_fits(savepoint, "features", LAYOUT, None, TOPICS)  # a job without feature state
 
 
 def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
@@ -147,7 +138,7 @@ def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
     twelve = {**LAYOUT, "card_buckets": 12, "terminal_buckets": 12}
     start = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
     assert (start.how, start.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
-    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, position(4), LAYOUT)
+    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, position(4))
     # Nothing copied: a new query starts here, in the new layout, recording where its state comes from and
     # which features it was built for.
     assert {p.name for p in target.iterdir()} == {LAYOUT_FILE, SPECS_FILE, savepoints.RESTORED_FILE}
@@ -170,7 +161,6 @@ def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
 def test_other_shuffle_partitions_rescale_too(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
     assert savepoint.shuffle_partitions == 2
     assert savepoints.layout_change(savepoint, LAYOUT, 2) is None
-    assert savepoints.layout_change(savepoint, LAYOUT, None) is None
     assert savepoints.layout_change(savepoint, None, 3) is None, "a job without keyed state copies"
     start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 3)
     assert (start.how, start.change) == ("rescaled", "shuffle partitions 2 -> 3")
@@ -189,15 +179,13 @@ def test_deleting_a_savepoint_removes_its_directory(savepoint: savepoints.Savepo
     assert not savepoint.path.exists()
 
 
-def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_path: Path) -> None:
-    """Earlier versions kept a value per bucket and recorded no slots: their savepoints fit, as a rescale
-    into this version's entries."""
-    checkpoint = spark_checkpoint(tmp_path / "old", committed=4, layout=LEGACY_LAYOUT)
-    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
-    start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
-    assert (start.how, start.change) == (
-        "rescaled",
-        f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}, "
-        f"page_bytes none -> {DEFAULT_PAGE_BYTES}, entry_format none -> {ENTRY_FORMAT}",
+def test_a_savepoint_of_an_earlier_layout_is_refused_with_the_way_to_move_it(tmp_path: Path) -> None:
+    """Earlier versions kept a value per bucket and recorded no slots: this version reads their state no
+    more, and says which version moves it."""
+    checkpoint = spark_checkpoint(
+        tmp_path / "old", committed=4, layout={"card_buckets": 6, "terminal_buckets": 6}
     )
-    assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT
+    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
+    with pytest.raises(EarlierLayoutError, match=f"commit {LAST_READER_OF_EARLIER_LAYOUTS} "):
+        savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
+    assert not (tmp_path / "cp").exists()

@@ -290,6 +290,7 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
         layout_of(features),
         features.params,
         (inputs.transactions, inputs.labels),
+        savepoint.shuffle_partitions,
     )
     query = run_pipeline(spark, replace(config, features=replace(features, checkpoint=checkpoint)))
     versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())

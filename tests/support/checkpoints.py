@@ -18,8 +18,6 @@ from infra.spark.offset_log import Frontier, Position
 
 #: The layout of this version's checkpoints by default.
 LAYOUT = Layout().as_record()
-#: The layout of checkpoints of earlier versions, which kept a value per bucket and no entries.
-LEGACY_LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 TOPICS = ("transactions", "labels")
 SCHEMA = "0_432b40a5-b4d6-4dfc-b357-231239527084"
 IN_FLIGHT_SCHEMA = "5_9f1e7c52-5cf7-4e1c-9d38-6a1b2c3d4e5f"
