@@ -247,11 +247,18 @@ def paced_loads(
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
     interval = args.trigger_interval_s
     if args.paced_jobs == "pipeline":
-        queries = [start_pipeline(spark, pipeline_config, once=False, trigger_interval_s=interval)]
+        start = project_jobs.bound(pipeline_config)
+        queries = [start_pipeline(spark, pipeline_config, start, once=False, trigger_interval_s=interval)]
         alerts_key = recent_alerts_key("pipeline-")
     else:
         queries = [
-            start_feature_job(spark, feature_config, once=False, trigger_interval_s=interval),
+            start_feature_job(
+                spark,
+                feature_config,
+                project_jobs.bound(feature_config),
+                once=False,
+                trigger_interval_s=interval,
+            ),
             start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
         ]
         alerts_key = recent_alerts_key()
@@ -345,10 +352,22 @@ def main() -> None:
         pipeline_config = project_jobs.pipeline_config(
             clients, info, feature_config, piped, Path(home) / "pipeline", "pipeline-"
         )
-        runs = [("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True))]
+        runs = [
+            (
+                "pipeline",
+                lambda: start_pipeline(
+                    spark, pipeline_config, project_jobs.bound(pipeline_config), once=True
+                ),
+            )
+        ]
         if not args.pipeline_only:
             runs = [
-                ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
+                (
+                    "feature job",
+                    lambda: start_feature_job(
+                        spark, feature_config, project_jobs.bound(feature_config), once=True
+                    ),
+                ),
                 ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
                 *runs,
             ]

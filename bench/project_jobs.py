@@ -17,6 +17,7 @@ from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig
+from features.state_layout import Start, bind
 from fraud.jobs import redis_target
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
@@ -124,6 +125,13 @@ def pipeline_config(
         tracking_uri=info.mlflow_tracking_uri,
         model_check_interval_s=clients.settings.model_check_interval_s,
     )
+
+
+def bound(job: FeatureJobConfig | PipelineConfig) -> Start:
+    """The start of ``job``'s query that ``fraud features|pipeline run`` makes without a savepoint: its
+    checkpoint bound to its state first (``features.state_layout.bind``)."""
+    bind(job.checkpoint, job.state)
+    return Start()
 
 
 def fraud_env(info: StackInfo, home: Path, token_key: str, **settings: str) -> dict[str, str]:

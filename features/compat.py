@@ -10,9 +10,9 @@ computes them all from the events kept. A version whose features look further ba
 naming them: the history they need was never kept, and only a replay of it can give it.
 
 Each checkpoint records the specs its state was built for (:data:`SPECS_FILE`: each feature's name, dtype
-and window, their fingerprint, the spans, and the parameters they come from), savepoints carry that record,
-and a job that takes the state over with other specs records its own (the state it leaves behind is pruned
-to its spans). What reads the state (``fraud state``, the API) computes the features it shows with the
+and window, their fingerprint, the spans, and the parameters they come from; ``features.state_layout`` writes
+it), savepoints carry that record, and a job that takes the state over with other specs records its own (the
+state it leaves behind is pruned to its spans). What reads the state (``fraud state``, the API) computes the features it shows with the
 recorded parameters.
 """
 
@@ -124,29 +124,6 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
             f"they need ({'; '.join(short)}): replay that history into a new checkpoint (--from as far "
             "back before the point to take over, in a namespace of its own), or keep the features' spans"
         )
-    return changes
-
-
-def bind_specs(checkpoint: Path, params: FeatureParams) -> list[str]:
-    """Record the specs of ``params`` in a checkpoint: one that has no record yet, or whose state they can
-    take over (:func:`check_specs`); what differs from the record it had (empty: nothing). A record that
-    differs in anything (its parameters among them) is rewritten.
-
-    Raises:
-        FeatureSpecsError: the checkpoint's state cannot serve these features.
-    """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    path = checkpoint / SPECS_FILE
-    record = spec_record(params)
-    changes = []
-    if path.exists():
-        saved = json.loads(path.read_text())
-        changes = check_specs(saved, params, f"checkpoint {checkpoint}")
-        if saved == record:
-            return changes
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record, indent=1) + "\n")
-    temporary.replace(path)
     return changes
 
 

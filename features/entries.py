@@ -55,7 +55,7 @@ def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int
 class Layout:
     """What routes events to state: the buckets (Spark keys) of each stage, the slots in each bucket, and the
     size past which a page of slots is cut (:class:`Pages`); and how entries are stored (:data:`ENTRY_FORMAT`).
-    The buckets, slots and format are fixed for the life of a checkpoint (``infra.spark.checkpoint``); a
+    The buckets, slots and format are fixed for the life of a checkpoint (``features.state_layout``); a
     savepoint moves state between them (``features.rescale``). The page size may change from one run to the
     next (:attr:`TUNABLE`): it only decides where pages are cut from then on, never where a card's history
     is found, and pages are never merged."""

@@ -17,7 +17,6 @@ Delivery guarantee: read-only. Everything shown is the state of the last micro-b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ import pandas as pd
 from contracts.errors import NotFoundError, StateError
 from contracts.events import TxColumns
 from features.buckets import card_bucket, terminal_buckets
-from features.compat import read_specs, recorded_params
+from features.compat import recorded_params
 from features.core import CardState, TerminalState, card_windows, terminal_step
 from features.definitions import (
     DAY_MS,
@@ -47,10 +46,10 @@ from features.entry_store import entry_bytes
 from features.job import CARD_ENTRIES_VAR, CARD_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_STATE_VAR
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
-from features.state_layout import check_current
+from features.state_layout import LAYOUT_FILE, check_current, recorded
 from features.transport import KEY, from_blob
 from infra.kafka.offsets import NO_FRONTIER
-from infra.spark.checkpoint import LAYOUT_FILE, check_intact
+from infra.spark.checkpoint import check_intact, query_location
 from infra.spark.offset_log import Frontier, is_frontier
 from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
@@ -59,8 +58,6 @@ if TYPE_CHECKING:
 
 C = TxColumns
 
-#: Where a job keeps its Spark query's checkpoint, inside its checkpoint directory (``features.job``).
-QUERY_DIR = "query"
 #: Columns of the events shown for a card.
 WAITING = "waiting"
 EVENT_COLUMNS = [KIND, C.TX_ID, EVENT_TIME_MS, C.AMOUNT, C.TERMINAL_ID, KNOWN_AT_MS, WAITING]
@@ -92,7 +89,7 @@ class JobState:
 
     @property
     def query_dir(self) -> Path:
-        return self.checkpoint / QUERY_DIR
+        return query_location(self.checkpoint)
 
     @property
     def _frontier(self) -> Frontier | None:
@@ -132,14 +129,13 @@ def open_job_state(checkpoint: Path) -> JobState:
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")
     check_intact(checkpoint)
-    batch = committed_batch(checkpoint / QUERY_DIR)
-    layout_file = checkpoint / LAYOUT_FILE
-    if not layout_file.is_file():
+    batch = committed_batch(query_location(checkpoint))
+    record = recorded(checkpoint)
+    if record is None or not record.layout:
         raise StateError(f"{checkpoint} has no {LAYOUT_FILE}: it is not the checkpoint of a feature job")
-    layout = json.loads(layout_file.read_text())
-    check_current(layout, f"checkpoint {checkpoint}")
-    params = recorded_params(read_specs(checkpoint))
-    return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch, params)
+    check_current(record.layout, f"checkpoint {checkpoint}")
+    layout = {name: int(value) for name, value in record.layout.items()}
+    return JobState(checkpoint, layout, batch, recorded_params(record.specs))
 
 
 def window_name(window_ms: int) -> str:

@@ -14,8 +14,6 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +29,6 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS, JobName, Topics
-from features.compat import bind_specs
 from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
@@ -48,7 +45,7 @@ from features.rows import (
     card_stage_fields,
 )
 from features.stages import CardBucket
-from features.state_layout import check_current
+from features.state_layout import Start, StateSpec
 from features.stateful import (
     CARD_BUCKET_STATE,
     TERMINAL_BUCKET_STATE,
@@ -72,10 +69,10 @@ from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
-from infra.spark.checkpoint import LAYOUT_FILE, bind_layout, query_location
+from infra.spark.checkpoint import query_location
 from infra.spark.frontier import FrontierConfig, final_in, read_frontier
 from infra.spark.internals import PipelinedMap
-from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.spark.kafka_sink.config import AfterCommit, KafkaSinkConfig, checkpoint_sink_id
 from infra.spark.kafka_sink.datasource import register as register_sink
 from infra.spark.kafka_sink.datasource import write_stream
 from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
@@ -95,7 +92,6 @@ from infra.spark.state_store import StateReader
 from infra.spark.timing import Timings
 
 C = TxColumns
-_log = logging.getLogger(__name__)
 
 
 #: The column of each Kafka record's micro-batch clock (Spark's batch timestamp, epoch ms): a re-run sees the
@@ -282,7 +278,7 @@ class FeatureJobConfig:
     end_ms: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
-    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.spark.checkpoint``).
+    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``features.state_layout``).
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
     #: State entries per bucket of each stage (``features.entries``): a micro-batch reads and writes the
@@ -291,15 +287,9 @@ class FeatureJobConfig:
     terminal_slots: int = DEFAULT_SLOTS
     #: The size past which a page of state is cut: may change on any restart (``Layout.TUNABLE``).
     page_bytes: int = DEFAULT_PAGE_BYTES
-    #: More records made from the feature rows, written with them (the pipeline's scoring).
-    hook: FeatureRowsHook | None = None
     #: Transactions dated further ahead of the planner's clock than this are dead letters
     #: (``future_event_time``) and move no frontier (None: no check).
     max_clock_skew_ms: int | None = DEFAULT_MAX_CLOCK_SKEW_MS
-    #: Start a new checkpoint from another layout's state and input position (a savepoint's): its first
-    #: micro-batch re-keys that state into this layout (:func:`initial_states`). Only until that batch
-    #: commits: later runs resume the checkpoint.
-    rescale: Rescale | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
     #: first task (``infra.spark.daemon``).
@@ -316,20 +306,17 @@ class FeatureJobConfig:
         )
 
     @property
+    def state(self) -> StateSpec:
+        """What the job keeps its state for (``features.state_layout``): its layout and features."""
+        return StateSpec(self.layout, self.params)
+
+    @property
     def description(self) -> str:
         return f"Feature job running (checkpoint {self.checkpoint})"
 
     @property
     def inputs(self) -> tuple[str, ...]:
         return (self.topics.transactions, self.topics.labels)
-
-    @property
-    def feature_part(self) -> FeatureJobConfig:
-        """The part of the job that keeps the features' state: all of it."""
-        return self
-
-    def with_rescale(self, rescale: Rescale | None) -> FeatureJobConfig:
-        return replace(self, rescale=rescale)
 
     def ended(self, progress: dict[str, Any]) -> bool:
         """A run of a range ends with its final micro-batch (``infra.spark.frontier``)."""
@@ -338,25 +325,30 @@ class FeatureJobConfig:
     def start(
         self,
         spark: SparkSession,
+        start: Start,
         *,
         once: bool,
         trigger_interval_s: float,
         on_batch: BatchObserver | None = None,  # its counts come with its progress reports
     ) -> StreamingQuery:
-        return start_feature_job(spark, self, once=once, trigger_interval_s=trigger_interval_s)
+        return start_feature_job(spark, self, start, once=once, trigger_interval_s=trigger_interval_s)
 
 
-def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
-    """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Finds first
-    where a run of a range ends (and settles what an earlier one left: ``infra.spark.offset_log.record_ending``),
-    and checks that its checkpoint's input is still in the topics' logs."""
+def feature_stream(
+    spark: SparkSession, config: FeatureJobConfig, start: Start, hook: FeatureRowsHook | None = None
+) -> DataFrame:
+    """The streaming job's output: feature records and dead letters, packed for the Kafka sink (``hook``:
+    more records made from the feature rows, written with them: the pipeline's scoring). Finds first where a
+    run of a range ends (and settles what an earlier one left: ``infra.spark.offset_log.record_ending``),
+    and checks that its checkpoint's input is still in the topics' logs. A rescaled ``start`` reads from
+    where the savepoint's state stood, its first micro-batch re-keying that state (:func:`initial_states`)."""
     topics = config.inputs
     ending_offsets = None
     if config.end_ms is not None:
         ending_offsets = offsets_for_time(new_admin(config.kafka_config), topics, config.end_ms)
     record_ending(config.checkpoint, ending_offsets)
     check_resume(config.kafka_config, query_location(config.checkpoint))
-    position = config.rescale.position if config.rescale is not None else None
+    position = start.rescale.position if start.rescale is not None else None
     source = KafkaInput(
         kafka_config=config.kafka_config,
         topics=topics,
@@ -384,7 +376,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         ending_offsets=ending_offsets,
         initial=replace(position.frontier, batch=-1) if position is not None and position.frontier else None,
     )
-    card_state, terminal_state = initial_states(spark, config)
+    card_state, terminal_state = initial_states(spark, config, start.rescale)
     card = (
         events.union(read_frontier(spark, frontier))
         .groupBy(KEY)
@@ -397,7 +389,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         )
     )
     terminal = card.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=TerminalStage(config.params, config.layout, config.topics, config.hook),
+        statefulProcessor=TerminalStage(config.params, config.layout, config.topics, hook),
         outputStructType=f"{PACKED_DDL}, {COUNTS_DDL}",
         outputMode="Append",
         timeMode="None",
@@ -409,15 +401,15 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
 
 
 def initial_states(
-    spark: SparkSession, config: FeatureJobConfig
+    spark: SparkSession, config: FeatureJobConfig, rescale: Rescale | None
 ) -> tuple[GroupedData | None, GroupedData | None]:
-    """The two stages' initial state for a rescaled start (``config.rescale``), else none: the state the
-    other layout's query committed, read with Spark's state data source (every bucket, in the driver), and
-    re-keyed into this layout's buckets and entries (``features.rescale``). Spark hands it to the stages in
-    the new query's first micro-batch only (``handleInitialState``), before that batch's rows."""
-    if config.rescale is None:
+    """The two stages' initial state for a rescaled start, else none: the state the other layout's query
+    committed, read with Spark's state data source (every bucket, in the driver), and re-keyed into this
+    layout's buckets and entries (``features.rescale``). Spark hands it to the stages in the new query's
+    first micro-batch only (``handleInitialState``), before that batch's rows."""
+    if rescale is None:
         return None, None
-    with StateReader(spark, config.rescale.query_dir, config.rescale.batch) as reader:
+    with StateReader(spark, rescale.query_dir, rescale.batch) as reader:
         cards, terminals = committed_state(reader)
     card_rows = [
         row
@@ -515,45 +507,30 @@ def _feature_table(records: list[bytes]) -> pa.Table:
     return read_records(records, schema)
 
 
-def layout_of(config: FeatureJobConfig) -> dict[str, int]:
-    """What routes the job's events to its state: its bucket and entry counts (``infra.spark.checkpoint``)."""
-    return config.layout.as_record()
-
-
-def prepare_checkpoint(config: FeatureJobConfig) -> None:
-    """Bind the checkpoint to the job's layout (refuses one kept in an earlier layout, or made with other
-    bucket or slot counts) and feature specs (refuses one whose state lacks the history they need; logs how
-    they differ from its state's)."""
-    layout_file = config.checkpoint / LAYOUT_FILE
-    recorded = json.loads(layout_file.read_text()) if layout_file.exists() else None
-    if recorded is None and config.checkpoint.is_dir() and any(config.checkpoint.iterdir()):
-        recorded = {}  # written before layouts were recorded
-    if recorded is not None:
-        check_current(recorded, f"checkpoint {config.checkpoint}")
-    bind_layout(config.checkpoint, layout_of(config), tunable=Layout.TUNABLE)
-    changes = bind_specs(config.checkpoint, config.params)
-    if changes:
-        _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))
-
-
-def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:
-    """The exactly-once Kafka sink of the feature records, with the latest features to Redis after commit."""
+def feature_sink(config: FeatureJobConfig, after_commit: AfterCommit | None = None) -> KafkaSinkConfig:
+    """The exactly-once Kafka sink of the feature records, ``after_commit`` after each commit (default: the
+    latest features to Redis)."""
     return KafkaSinkConfig(
         kafka_config=config.kafka_config,
         sink_id=checkpoint_sink_id(config.checkpoint, "features"),
         marker_topic=config.topics.features,
-        after_commit=LatestFeaturesToRedis(config.redis, config.topics.features),
+        after_commit=after_commit or LatestFeaturesToRedis(config.redis, config.topics.features),
     )
 
 
 def start_feature_job(
-    spark: SparkSession, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
+    spark: SparkSession,
+    config: FeatureJobConfig,
+    start: Start,
+    *,
+    once: bool,
+    trigger_interval_s: float = 1.0,
 ) -> StreamingQuery:
-    """Start the streaming feature job: ``once`` processes everything available, then stops."""
+    """Start the streaming feature job in its checkpoint, bound to its state before
+    (``features.state_layout.bind``): ``once`` processes everything available, then stops."""
     register_sink(spark)
-    prepare_checkpoint(config)
     writer = (
-        write_stream(feature_stream(spark, config), feature_sink(config))
+        write_stream(feature_stream(spark, config, start), feature_sink(config))
         .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"features-{config.topics.features}")
     )

@@ -155,12 +155,13 @@ def demo_command(
         checkpoints = (settings.home / "checkpoints" / namespace).resolve()
         features = jobs.feature_job_config(
             settings,
+            clients,
             topics=settings.topics,
             checkpoint=checkpoints / "features",
             params=FeatureParams(),
             scope=scope,
         )
-        jobs.run_job(settings, features, once=True, trigger_interval_s=0.0, namespace=namespace)
+        jobs.run_job(settings, clients, features, once=True, trigger_interval_s=0.0, namespace=namespace)
 
         console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
         train_demo_model(settings)
@@ -169,9 +170,9 @@ def demo_command(
             "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
         )
         scoring = jobs.scoring_job_config(
-            settings, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
+            settings, clients, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
         )
-        jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
+        jobs.run_job(settings, clients, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
 
         console.rule("Summary")
         console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
@@ -303,6 +304,7 @@ def follow_live(
         scope = jobs.Scope(namespace)
         features = jobs.feature_job_config(
             settings,
+            clients,
             topics=settings.topics,
             checkpoint=checkpoints / "features",
             params=FeatureParams(),
@@ -311,17 +313,18 @@ def follow_live(
         )
         scoring = jobs.scoring_job_config(
             settings,
+            clients,
             topics=settings.topics,
             checkpoint=checkpoints / "scoring",
             max_records=20_000,
             scope=scope,
         )
-        jobs.prepare_services(settings, features)
-        jobs.prepare_services(settings, scoring)
 
         def starter(job: jobs.Job) -> Callable[[], StreamingQuery]:
+            ready = jobs.prepare_run(settings, clients, job)
+
             def start() -> StreamingQuery:
-                query = job.start(spark, once=False, trigger_interval_s=0.5)
+                query = job.start(spark, ready, once=False, trigger_interval_s=0.5)
                 live_jobs.add(job.name, query)
                 return query
 

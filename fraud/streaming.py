@@ -31,20 +31,26 @@ def run_streaming_job(
     trigger_interval_s: float,
 ) -> None:
     """Run ``job`` as its run command's options say: in ``namespace`` (its topics, Redis keys and
-    checkpoint), over ``--from``/``--to`` (a range ends the run at ``--to``), or from a savepoint."""
+    checkpoint), over ``--from``/``--to`` (a range ends the run at ``--to``), or from a savepoint. The
+    settings and the service clients are made once, here; the job's config from them, without I/O; then
+    ``fraud.jobs.run_job`` runs it."""
     from fraud import jobs  # heavy: PySpark and the jobs
+    from infra.clients import Clients
 
     settings = settings_of(ctx)
+    clients = Clients.from_settings(settings)
     start, end = time_range(from_time, to_time)
     check_start(from_time, from_savepoint)
     config = build(
         settings,
+        clients,
         topics=settings.topics.in_namespace(namespace),
         checkpoint=checkpoint_dir(settings, checkpoint, job, namespace),
         scope=jobs.Scope(namespace, start, end),
     )
     jobs.run_job(
         settings,
+        clients,
         config,
         once=once or end is not None,
         trigger_interval_s=trigger_interval_s,

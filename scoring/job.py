@@ -31,7 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName, Topics
 from features import job as feature_job
-from features.rescale import Rescale
+from features.state_layout import Start
 from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
 from infra.spark.checkpoint import pinned_layout, query_location
@@ -74,8 +74,8 @@ class ScoringJobConfig(ScoresWithModels):
     #: first task (``infra.spark.daemon``): loading a model takes seconds of MLflow and skops imports.
     name: ClassVar[JobName] = JobName.SCORING
     preload: ClassVar[tuple[str, ...]] = (feature_job.__name__, *MODEL_LOADING_MODULES)
-    #: The part of the job that keeps the features' state: none.
-    feature_part: ClassVar[None] = None
+    #: What it keeps keyed state for: nothing (a start from a savepoint is the savepoint's copy).
+    state: ClassVar[None] = None
 
     @property
     def description(self) -> str:
@@ -90,10 +90,6 @@ class ScoringJobConfig(ScoresWithModels):
         """The topic whose records its alerts come from (its alert latency is measured from their append)."""
         return self.inputs
 
-    def with_rescale(self, rescale: Rescale | None) -> ScoringJobConfig:
-        """Keyed state to re-key at the start: the scoring job has none (a savepoint of it is copied)."""
-        return self
-
     def ended(self, progress: dict[str, Any]) -> bool:
         """Never before its ``once`` run reaches the log's end: the records past a range's end are dropped."""
         return False
@@ -101,6 +97,7 @@ class ScoringJobConfig(ScoresWithModels):
     def start(
         self,
         spark: SparkSession,
+        start: Start,  # never rescaled: the job keeps no keyed state
         *,
         once: bool,
         trigger_interval_s: float,
@@ -145,7 +142,9 @@ def start_scoring_job(
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
     """Start the streaming scoring job: ``once`` scores everything available, then stops. ``on_batch`` gets
-    each micro-batch's counts and model versions (``infra.metrics.jobs.JobMetrics.on_batch``).
+    each micro-batch's counts and model versions (``infra.metrics.jobs.JobMetrics.on_batch``). Its write
+    tasks are as many as its checkpoint's first run pinned (``infra.spark.checkpoint.pinned_layout``): a
+    first run takes Spark's cores, so this is decided here, once Spark runs, not before it starts.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).

@@ -36,7 +36,7 @@ import shutil
 import struct
 import zipfile
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
@@ -121,56 +121,7 @@ def read_batch_conf(query: Path, batch: int) -> dict[str, str]:
 
 
 # --- what a job records beside its query ---------------------------------------------------------------
-
-LAYOUT_FILE = "layout.json"
-
-
-class CheckpointLayoutError(StateError, ValueError):
-    """A checkpoint was written with another layout than the one this run asks for."""
-
-
-def bind_layout(
-    checkpoint: Path,
-    layout: Mapping[str, int],
-    tunable: Collection[str] = (),
-) -> None:
-    """Record ``layout`` in a new checkpoint, or check that an existing one was written with it.
-
-    Args:
-        checkpoint: the job's checkpoint directory (created if missing).
-        layout: what routes events to state, e.g. ``{"card_buckets": 6, "terminal_buckets": 6}``.
-        tunable: names in the layout whose value may change between runs (it shapes what is written from
-            now on, not where state is found): a new value is recorded. A name that only one of the two
-            layouts has still differs.
-
-    Raises:
-        CheckpointLayoutError: the checkpoint holds state of another layout.
-    """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    path = checkpoint / LAYOUT_FILE
-    wanted = dict(layout)
-    if path.exists():
-        found = json.loads(path.read_text())
-    elif any(checkpoint.iterdir()):
-        raise CheckpointLayoutError(
-            f"checkpoint {checkpoint} has no {LAYOUT_FILE}: it was not written by this job; "
-            "use a new checkpoint directory"
-        )
-    else:
-        found = wanted
-    if fixed_part(found, tunable) != fixed_part(wanted, tunable):
-        raise CheckpointLayoutError(
-            f"checkpoint {checkpoint} holds state written with {found}, this run asks for {wanted}: "
-            "resume it with the same settings, or rescale it through a savepoint (`fraud savepoint create`, "
-            "then run with `--from-savepoint` into a new checkpoint)"
-        )
-    if not path.exists() or found != wanted:
-        replace_text(path, json.dumps(wanted, sort_keys=True) + "\n")
-
-
-def fixed_part(layout: Mapping[str, int], tunable: Collection[str]) -> dict[str, int | None]:
-    """The layout without the values of its ``tunable`` names (which are kept as present, value None)."""
-    return {name: None if name in tunable else value for name, value in layout.items()}
+# (The feature job's layout and feature specs: ``features.state_layout``.)
 
 
 def pinned_layout(checkpoint: Path, layout: Mapping[str, int], file: str = "pinned.json") -> dict[str, int]:

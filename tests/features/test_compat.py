@@ -1,5 +1,5 @@
 """The record of the feature specs a state was built for: its fingerprint, what differs, which features a
-state can serve, and a checkpoint bound to it."""
+state can serve, and the parameters it gives back (``features.state_layout`` binds a checkpoint to it)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 
 from features.compat import (
-    SPECS_FILE,
     FeatureSpecsError,
-    bind_specs,
     check_specs,
-    read_specs,
     recorded_params,
     spec_changes,
     spec_fingerprint,
@@ -88,25 +85,6 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         check_specs(saved, FeatureParams(window_days=(1, 7, 30, 45)), "here")
     with pytest.raises(FeatureSpecsError, match=r"the terminal features look back 44 d, the state keeps 37"):
         check_specs(saved, FeatureParams(label_delay_ms=14 * DAY_MS), "here")
-
-
-def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tmp_path: Path) -> None:
-    assert read_specs(tmp_path) is None
-    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
-    assert (
-        json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
-    )
-    late = FeatureParams(max_lateness_ms=5)
-    assert bind_specs(tmp_path, late) == []  # lateness is not in the specs ...
-    assert read_specs(tmp_path) == spec_record(late)  # ... but in the parameters recorded
-    with pytest.raises(FeatureSpecsError, match=r"checkpoint .* other features \(changed windows: terminal"):
-        bind_specs(tmp_path, FeatureParams(label_delay_ms=10 * DAY_MS))
-    assert read_specs(tmp_path) == spec_record(late)
-    shorter = FeatureParams(window_days=(1, 7))
-    assert bind_specs(tmp_path, shorter) == check_specs(spec_record(DEFAULT_PARAMS), shorter, "here")
-    assert read_specs(tmp_path) == spec_record(shorter), "the state is kept for the new features from now on"
-    with pytest.raises(FeatureSpecsError, match="the card features look back 30 d, the state keeps 7 d"):
-        bind_specs(tmp_path, DEFAULT_PARAMS)
 
 
 def test_the_record_gives_back_the_parameters_of_the_job_that_wrote_it(tmp_path: Path) -> None:

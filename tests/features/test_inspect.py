@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from contracts.errors import StateError
-from features.compat import bind_specs
 from features.core import CardState, TerminalState, card_step, terminal_step
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
 from features.entries import Layout
@@ -25,6 +24,7 @@ from features.inspect import (
 )
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
+from features.state_layout import StateSpec, bind
 from infra.kafka.offsets import NO_FRONTIER
 from infra.spark.checkpoint import DamagedCheckpointError
 from infra.spark.offset_log import Frontier
@@ -202,7 +202,7 @@ def test_a_checkpoint_gives_the_feature_parameters_its_job_records(tmp_path: Pat
     checkpoint = a_checkpoint(tmp_path / "cp", commits=1)
     assert open_job_state(checkpoint).params is None, "no record: the reader's own parameters"
     assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == DEFAULT_PARAMS
-    bind_specs(checkpoint, recorded)
+    bind(checkpoint, StateSpec(Layout(card_buckets=6, terminal_buckets=6), recorded))
     assert open_job_state(checkpoint).params == recorded
     assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == recorded
 

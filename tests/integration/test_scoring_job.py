@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,7 +29,6 @@ from contracts.events import Reason, TxColumns, from_message
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
-from features.job import layout_of
 from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
@@ -252,10 +252,18 @@ class Piped:
     versions_by_batch: dict[int, int]
 
 
-def run_pipeline(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
-    """Run the pipeline once over what its input holds (up to its ending offsets)."""
+def run_pipeline(
+    spark: SparkSession, config: PipelineConfig, from_savepoint: Path | None = None
+) -> StreamingQuery:
+    """Run the pipeline once over what its input holds (up to its ending offsets), started as ``fraud
+    pipeline run`` starts it (``fraud.savepoints.plan_start``), from ``from_savepoint`` if given."""
+    shuffle_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    plan = savepoints.plan_start(config, from_savepoint, shuffle_partitions)
     return stopped(
-        start_pipeline(spark, config, once=True), "pipeline", timeout_s=TIMEOUT_S, ended=config.ended
+        start_pipeline(spark, config, plan.start, once=True),
+        "pipeline",
+        timeout_s=TIMEOUT_S,
+        ended=config.ended,
     )
 
 
@@ -283,16 +291,9 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     run_pipeline(spark, replace(config, features=half))
     savepoint = savepoints.take("pipeline", "", home / "first", home / "savepoint")
     checkpoint = home / "checkpoint"
-    savepoints.start_from(
-        savepoint.path,
-        checkpoint,
-        "pipeline",
-        layout_of(features),
-        features.params,
-        (inputs.transactions, inputs.labels),
-        savepoint.shuffle_partitions,
+    query = run_pipeline(
+        spark, replace(config, features=replace(features, checkpoint=checkpoint)), savepoint.path
     )
-    query = run_pipeline(spark, replace(config, features=replace(features, checkpoint=checkpoint)))
     versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())
     piped = Piped(
         prefix_of(own),

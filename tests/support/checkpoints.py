@@ -13,7 +13,8 @@ from pathlib import Path
 from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
 from features.entries import Layout
-from infra.spark.checkpoint import LAYOUT_FILE, LZ4_MAGIC, QUERY_DIR
+from features.state_layout import LAYOUT_FILE
+from infra.spark.checkpoint import LZ4_MAGIC, QUERY_DIR
 from infra.spark.offset_log import Frontier, Position
 
 #: The layout of this version's checkpoints by default.

@@ -28,6 +28,7 @@ from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from features.state_layout import Start, bind
 from fraud.jobs import SPARK_PRELOAD
 from infra.metrics.jobs import records_read
 from infra.redis.connection import RedisTarget
@@ -100,8 +101,11 @@ def main(argv: list[str] | None = None) -> None:
         max_event_bytes=MAX_EVENT_BYTES,
         max_records_per_trigger=args.max_records,
     )
+    bind(config.checkpoint, config.state)  # as `fraud features run` does before Spark's query starts
     started = time.monotonic()
-    query = start_feature_job(spark, config, once=args.once, trigger_interval_s=args.trigger_interval)
+    query = start_feature_job(
+        spark, config, Start(), once=args.once, trigger_interval_s=args.trigger_interval
+    )
     seen = -1
     while not query.awaitTermination(0.2):
         seen = _log_progress(query.recentProgress, seen, started)

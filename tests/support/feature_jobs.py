@@ -26,6 +26,7 @@ from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from features.state_layout import Start, bind
 from infra.clients import Clients, Endpoints
 from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
@@ -117,10 +118,16 @@ def stopped(
     return query
 
 
-def finished_query(spark: SparkSession, config: FeatureJobConfig) -> StreamingQuery:
-    """Run the job with the availableNow trigger until it stops; the stopped query (its plans and
-    progress reports can still be read)."""
-    return stopped(start_feature_job(spark, config, once=True), "feature job", ended=config.ended)
+def finished_query(
+    spark: SparkSession, config: FeatureJobConfig, start: Start | None = None
+) -> StreamingQuery:
+    """Run the job with the availableNow trigger until it stops, from ``start`` (``fraud.savepoints.plan_start``
+    made its checkpoint ready; None: its checkpoint as it is, bound to its state first, as ``fraud features
+    run`` binds it without a savepoint); the stopped query (its plans and progress reports can still be read)."""
+    if start is None:
+        bind(config.checkpoint, config.state)
+        start = Start()
+    return stopped(start_feature_job(spark, config, start, once=True), "feature job", ended=config.ended)
 
 
 def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:

@@ -12,14 +12,11 @@ import pytest
 from contracts.errors import ConfigError, NotFoundError, StateError
 from infra.spark import checkpoint as checkpoint_module
 from infra.spark.checkpoint import (
-    LAYOUT_FILE,
     QUERY_DIR,
-    CheckpointLayoutError,
     DamagedCheckpointError,
     IncompleteCopyError,
     NothingCommittedError,
     batch_of,
-    bind_layout,
     check_intact,
     copy_committed,
     last_committed,
@@ -47,40 +44,6 @@ def test_an_offset_log_entry_with_a_source_that_had_no_offsets(tmp_path: Path) -
     (tmp_path / "offsets" / "4").write_text("{}")
     with pytest.raises(StateError, match="offset-log"):
         offset_entry(tmp_path, 4)
-
-
-def test_a_new_checkpoint_records_its_layout_and_accepts_it_again(tmp_path: Path) -> None:
-    checkpoint = tmp_path / "features"
-    bind_layout(checkpoint, LAYOUT)
-    assert (checkpoint / LAYOUT_FILE).exists()
-    (checkpoint / "query").mkdir()
-    bind_layout(checkpoint, dict(LAYOUT))
-
-
-def test_another_layout_is_refused_with_what_the_checkpoint_holds(tmp_path: Path) -> None:
-    bind_layout(tmp_path, LAYOUT)
-    with pytest.raises(
-        CheckpointLayoutError, match=r"card_buckets': 6.*card_buckets': 8.*through a savepoint"
-    ):
-        bind_layout(tmp_path, {"card_buckets": 8, "terminal_buckets": 6})
-
-
-def test_a_tunable_value_may_change_and_is_recorded(tmp_path: Path) -> None:
-    paged = {**LAYOUT, "page_bytes": 32_768}
-    bind_layout(tmp_path, paged, tunable=("page_bytes",))
-    (tmp_path / "query").mkdir()
-    bind_layout(tmp_path, {**LAYOUT, "page_bytes": 8_192}, tunable=("page_bytes",))
-    assert json.loads((tmp_path / LAYOUT_FILE).read_text())["page_bytes"] == 8_192
-    with pytest.raises(CheckpointLayoutError, match="page_bytes"):
-        bind_layout(tmp_path, paged)  # not tunable for this caller
-    with pytest.raises(CheckpointLayoutError, match="through a savepoint"):
-        bind_layout(tmp_path, LAYOUT, tunable=("page_bytes",))  # a layout without it is another kind
-
-
-def test_a_checkpoint_without_a_layout_is_not_this_jobs(tmp_path: Path) -> None:
-    (tmp_path / "offsets").mkdir(parents=True)
-    with pytest.raises(CheckpointLayoutError, match="not written by this job"):
-        bind_layout(tmp_path, LAYOUT)
 
 
 def test_a_pinned_layout_is_the_first_runs_whatever_a_restart_asks_for(tmp_path: Path) -> None:
