@@ -22,9 +22,9 @@ other. For each size:
      log), and the stateful operators' commit and update times;
    - the event log's jobs, stages and tasks inside addBatch: each stage's wall time, its tasks' run time,
      JVM GC, shuffle;
-   - the project's timing lines from the Python workers (``infra.spark.timing``): the source's Kafka reads and
-     decoding, each stateful stage's state reads and writes and its core, scoring, and the sink's
-     transaction (begin and marker, lock wait, produce, commit) and Redis writes.
+   - the project's timing lines from the Python workers (``infra.spark.timing``): the records the connector
+     read reaching Python and their decoding, each stateful stage's state reads and writes and its core,
+     scoring, and the sink's transaction (begin and marker, produce, commit) and Redis writes.
 
    Prints the median of each phase over the measured micro-batches (and their 90th percentile).
 
@@ -175,7 +175,12 @@ def timing_lines(log: Path) -> Iterator[tuple[str, dict[str, int], dict[str, flo
 
 
 #: The stages of the pipeline's micro-batch job, by the timing lines their tasks log.
-STAGE_OF = {"source-read": "source", "card-stage": "card", "terminal-stage": "final", "sink-write": "final"}
+STAGE_OF = {
+    "decode-records": "source",
+    "card-stage": "card",
+    "terminal-stage": "final",
+    "sink-write": "final",
+}
 
 
 def breakdown(
@@ -254,9 +259,13 @@ def breakdown(
         ),
         ("- the write: its planning, job and commit", "pipeline-batch.write", "timing pipeline-batch"),
         ("-- its Spark job", "jobs", "event log: job submitted to completed"),
-        ("--- stage 1: read Kafka, decode", "stage.source", "event log: stage wall"),
-        ("---- Kafka reads", "source-read.kafka", "timing source-read, per task"),
-        ("---- decoding", "source-read.decode", "timing source-read, per task"),
+        ("--- stage 1: read Kafka (Spark's connector), decode", "stage.source", "event log: stage wall"),
+        (
+            "---- records in (the connector's reads, to Python)",
+            "decode-records.input",
+            "timing decode-records, per task",
+        ),
+        ("---- decoding", "decode-records.decode", "timing decode-records, per task"),
         ("--- stage 2: card stage", "stage.card", "event log: stage wall"),
         ("---- rows in (from the JVM)", "card-stage.input", "timing card-stage, per task"),
         ("---- state read and decode", "card-stage.state-get", "timing card-stage, per task"),

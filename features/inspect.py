@@ -50,7 +50,7 @@ from features.state_layout import LAYOUT_FILE, check_current, recorded
 from features.transport import KEY, from_blob
 from infra.kafka.offsets import NO_FRONTIER
 from infra.spark.checkpoint import check_intact, query_location
-from infra.spark.offset_log import Frontier, is_frontier
+from infra.spark.offset_log import Frontier, frontier_after
 from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class JobState:
 
     @property
     def _frontier(self) -> Frontier | None:
-        return next((Frontier.of_json(o) for o in self.batch.source_offsets if is_frontier(o)), None)
+        return frontier_after(self.query_dir, self.batch.batch_id, self.batch.source_offsets)
 
     @property
     def frontier_ms(self) -> int | None:

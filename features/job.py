@@ -108,9 +108,15 @@ class DecodeRecords:
     options: DecodeOptions
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for records in batches:
+        timings = Timings("decode-records")
+        for records in timings.timed("input", batches):
             if records.num_rows:
-                yield pack(decode(records, self.options, records.column(CLOCK)[0].as_py()), CARD_BUCKET)
+                with timings.phase("decode"):
+                    packed = pack(
+                        decode(records, self.options, records.column(CLOCK)[0].as_py()), CARD_BUCKET
+                    )
+                yield packed
+        timings.log()
 
 
 @dataclass(frozen=True)
@@ -320,7 +326,7 @@ class FeatureJobConfig:
 
     def ended(self, progress: dict[str, Any]) -> bool:
         """A run of a range ends with its final micro-batch (``infra.spark.frontier``)."""
-        return self.end_ms is not None and final_in(progress)
+        return self.end_ms is not None and final_in(query_location(self.checkpoint), progress)
 
     def start(
         self,

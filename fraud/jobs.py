@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -31,6 +32,8 @@ from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
 from infra.metrics.jobs import JobMetrics
 from infra.redis.connection import RedisTarget
+from infra.spark.checkpoint import query_location
+from infra.spark.offset_log import frontier_ms_at
 from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session
 from infra.spark.stage_counts import BatchObserver
 from models.registry import CHAMPION
@@ -245,7 +248,8 @@ def prepare_services(settings: Settings, clients: Clients, job: Job) -> None:
 def job_metrics(job: Job, namespace: str) -> JobMetrics:
     """The metrics of a job, with its watch on its input topic and its Redis writes."""
     watch = InputWatch(job.kafka_config, list(job.alert_inputs), observer_group(job.name, namespace))
-    return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures)
+    frontier = None if job.state is None else partial(frontier_ms_at, query_location(job.checkpoint))
+    return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures, frontier_ms=frontier)
 
 
 def prepare_run(settings: Settings, clients: Clients, job: Job, from_savepoint: Path | None = None) -> Start:

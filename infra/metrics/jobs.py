@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.errors import ConfigError
 from contracts.records import parse_source_position
 from infra.kafka.input_watch import ARRIVALS_KEPT_S, InputWatch
-from infra.spark.offset_log import Frontier, connector_offsets, is_frontier
+from infra.spark.offset_log import connector_offsets
 from infra.spark.stage_counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
@@ -62,14 +62,17 @@ class JobMetrics:
         registry: CollectorRegistry | None = None,
         watch: InputWatch | None = None,
         redis_failures: Callable[[], int | None] | None = None,
+        frontier_ms: Callable[[int], int | None] | None = None,
     ) -> None:
         """``watch``: the job's input watch (alert latency, observed offsets); ``redis_failures``: the
         count of the job's failed Redis write attempts so far
-        (``infra.redis.connection.RedisTarget.write_failures``)."""
+        (``infra.redis.connection.RedisTarget.write_failures``); ``frontier_ms``: the event-time frontier
+        after a micro-batch, by its id (``infra.spark.offset_log.frontier_ms_at``; None: a job without one)."""
         self.job = job
         self.registry = registry or CollectorRegistry()
         self.watch = watch
         self.redis_failures = redis_failures
+        self.frontier_ms = frontier_ms
         self._redis_failures_seen: int | None = None
         self._alert_sources: list[str] = []  # of micro-batches whose progress has not come yet
         self._lock = threading.Lock()
@@ -145,11 +148,9 @@ class JobMetrics:
         for name, behind in records_behind(progress).items():
             topic, _, partition = name.rpartition("/")
             self.lag.labels(job, topic, partition).set(behind)
-        for source in progress.get("sources", []):
-            end = _offsets(source.get("endOffset"))
-            frontier = Frontier.of_json(end).frontier_ms if is_frontier(end) else 0
-            if frontier > 0:
-                self.frontier_delay.labels(job).set(max(0.0, time.time() - frontier / 1000))
+        frontier = self.frontier_ms(progress["batchId"]) if self.frontier_ms is not None else None
+        if frontier is not None and frontier > 0:
+            self.frontier_delay.labels(job).set(max(0.0, time.time() - frontier / 1000))
         operators = progress.get("stateOperators", [])
         for name, operator in zip(operator_names(operators), operators, strict=True):
             self.state_rows.labels(job, name).set(operator.get("numRowsTotal") or 0)

@@ -9,34 +9,48 @@ partition has been read to its end, F is past the highest progress. A record rea
 below F is *late*.
 
 Spark's connector reads the records, and keeps each micro-batch's offsets in the query's offset log; it does
-not say how far event time has come. This source does, one micro-batch behind the records: when Spark plans
-micro-batch N, it reads where the connector's last micro-batch left each partition (the offset log's newest
-entry), the timestamp of the last record read there (a short read back from that offset), and each
-partition's last stable offset now (a partition read short of it still holds records), and computes F from
-them. Its offset (:class:`Frontier`) keeps F and the progress, in the offset log like the connector's, so a
-micro-batch re-run after a crash sees the frontier its first run saw. When F moves, the micro-batch reads
-this source's one partition, whose rows carry F to every state key (the job's :class:`Ticker`): keys
-without new records see time pass too. The events a micro-batch reads are thus released in the next one,
-which Spark starts at once (this source has new data).
+not say how far event time has come. This source does, in the same micro-batch as the records. Spark plans a
+micro-batch in two steps: it asks every source for its end offset (``latestOffset``: the connector first, the
+sources in the query's order), writes them all to the offset log's entry for the batch, and only then asks
+each source for the input partitions of its range (``partitions``, still on the driver). So this source's
+offset (:class:`FrontierPlan`) only fixes what its frontier is computed from: the frontier before the batch,
+each partition's last stable offset taken after the connector's end (a partition the connector's end leaves
+short of it still holds records: a record written in between holds the frontier back, never forward), and
+whether an ``availableNow`` run planned it. Its partitions then read the connector's offsets of the same
+batch from the offset log, the timestamp of the last record read in each partition (a short read back from
+that offset), and compute F. Everything they read is fixed once the offset log's entry is written (Kafka's
+records do not change), so a micro-batch re-run after a crash computes the frontier its first attempt did.
+When F moves, the micro-batch reads this source's one partition, whose rows carry F to every state key (the
+job's :class:`Ticker`): keys without new records see time pass too. The events a micro-batch reads are thus
+released by the same micro-batch, up to the lateness and the partitions read short of their end. The source
+moves its offset in every micro-batch the connector may read records in (a partition's last stable offset
+past the connector's newest offsets, or a micro-batch ran that it did not plan), and only then, so an idle
+input runs no micro-batch.
+
+The frontier each micro-batch computed is kept beside the query (``infra.spark.offset_log.FRONTIER_FILE``), for
+whoever reads a checkpoint: savepoints, the state inspection, the metrics, the end of a run of a range
+(:func:`final_in`). The next micro-batch's offset starts from it.
 
 The last micro-batch of an ``availableNow`` run (``fraud ... run --once``) is marked *final*: nothing older
 can arrive within the run, so the job releases every event it holds. The connector's run ends when it stops
-advancing (its end was fixed when the run started), which this source sees as a micro-batch of the run in
-which the connector's offsets did not move; the next micro-batch is the final one. A run of a range
-(``ending_offsets``) is final once every partition has reached its end. A run's first micro-batch always
-carries ticks, so that a run which finds nothing new still gets to its final micro-batch and releases what
-an earlier continuous run left waiting.
+advancing (its end was fixed when the run started): a micro-batch of the run in which the connector's
+offsets did not move is final. So the run plans micro-batches until one is final, even when the connector
+finds nothing new (what an earlier continuous run left waiting is then released), except when the frontier
+it starts from is final and nothing was written since. A run of a range (``ending_offsets``) is final once
+every partition has reached its end.
 
 A record stamped further ahead of its micro-batch's clock (Spark's batch timestamp) than
 ``max_clock_skew_ms`` moves no partition's progress (the job dead-letters it): it would hold the frontier in
 the future, making every later event late. When the records since the last frontier were read by several
 micro-batches, the first one's clock judges them all (a record a later clock let through then waits for the
 next frontier: never ahead of the job).
+
+Checkpoints of the earlier version of this source, whose offset was the frontier itself (computed a
+micro-batch behind the records), resume: such an offset is taken as the frontier it holds.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,21 +63,25 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, StateError
 from infra.kafka.connection import KAFKA_LOGGER
 from infra.kafka.log import check_deadline, consumed, list_offsets, partitions_of
 from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.kafka.outage import wait_for_kafka
 from infra.spark.checkpoint import newest_batch
 from infra.spark.config import config_from, config_options
+from infra.spark.internals import CHECKED_ON
 from infra.spark.kafka_source import new_admin
 from infra.spark.logs import mark_worker_logs
 from infra.spark.offset_log import (
     Frontier,
-    LoggedBatch,
+    FrontierPlan,
     first_logged_from,
-    is_frontier,
+    is_plan,
     logged_batch,
+    logged_offsets,
+    planned_frontiers,
+    record_frontier,
 )
 
 if TYPE_CHECKING:
@@ -146,13 +164,12 @@ def next_frontier(
     lateness_ms: int,
     *,
     final: bool = False,
-    first_of_run: bool = False,
 ) -> Frontier | None:
     """The frontier after ``start`` once the connector has read up to ``ends``, or None when it does not
     change (the micro-batch then reads no ticks).
 
     Args:
-        start: the frontier planned last.
+        start: the frontier before the micro-batch.
         batch: the micro-batch of the offset log that ``ends`` are from.
         ends: the connector's next offset of each partition.
         stamps: the timestamp of the last record read of each partition since ``start`` (the partitions
@@ -160,17 +177,48 @@ def next_frontier(
         lagging: the partitions that hold records past ``ends``.
         lateness_ms: the allowed lateness.
         final: the micro-batch is the last of an ``availableNow`` run.
-        first_of_run: the first micro-batch of an ``availableNow`` run, which always carries ticks: a run
-            that finds nothing new then gets to its final micro-batch.
     """
     progress = dict(start.progress)
     for name, stamp in stamps.items():
         progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
     frontier = max(start.frontier_ms, frontier_of(progress, lagging, lateness_ms))
-    probe = first_of_run and bool(start.progress) and not start.final
-    if frontier == start.frontier_ms and final == start.final and not probe:
+    if frontier == start.frontier_ms and final == start.final:
         return None
     return Frontier(dict(ends), progress, frontier, final, start.planned + 1, batch)
+
+
+def plans_a_batch(fresh: bool, available_now: bool, after_final: bool, final_planned: bool) -> bool:
+    """Whether the source moves its offset for the micro-batch Spark plans, which then reads its partition.
+
+    Args:
+        fresh: a partition's last stable offset is past the connector's newest offsets (it may read records).
+        available_now: an ``availableNow`` run plans the micro-batch.
+        after_final: the frontier before the micro-batch is final (it released every event held).
+        final_planned: the run has planned its final micro-batch.
+    """
+    if not available_now:
+        return fresh
+    return not final_planned and (fresh or not after_final)
+
+
+def planned_for(offset: Mapping[str, Any]) -> int:
+    """The micro-batch this source's ``offset`` was planned for (-1: a query's start, or an earlier version's
+    offset)."""
+    return FrontierPlan.of_json(offset).batch if is_plan(offset) else -1
+
+
+def cut_to(offsets: Mapping[str, int], ending: Mapping[str, int] | None) -> dict[str, int]:
+    """The connector's ``offsets`` cut back to a range's end (as they are without one)."""
+    if ending is None:
+        return dict(offsets)
+    return {name: min(end, ending.get(name, end)) for name, end in offsets.items()}
+
+
+def lagging_of(ends: Mapping[str, int], plan: FrontierPlan) -> list[str]:
+    """The partitions that hold records past the connector's ``ends``: short of the range's end, or of their
+    last stable offset when the micro-batch was planned."""
+    limits = plan.ending if plan.ending is not None else plan.stable
+    return sorted(name for name, end in limits.items() if ends.get(name, 0) < end)
 
 
 # --- the source ----------------------------------------------------------------------------------------
@@ -203,87 +251,111 @@ class FrontierDataSource(DataSource):
 
 
 class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans frontiers in the driver (:meth:`plan`); its partition's reader yields the ticks."""
+    """Plans in the driver: its offset in :meth:`plan`, the frontier in :meth:`partitions` (once the offset
+    log holds the connector's offsets of the batch); its partition's reader yields the ticks."""
 
     def __init__(self, config: FrontierConfig) -> None:
         self.config = config
         self.query_dir = Path(config.query_dir)
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
-        #: availableNow: the newest micro-batch before the run (-1: none).
+        #: availableNow: the newest micro-batch before the run (-1: none); None: a run without end.
         self._run_start: int | None = None
-        #: The newest micro-batch when the last plan found the frontier unchanged: until the connector reads
-        #: on, it stays so (the partitions' ends only grow, which holds the frontier back, never forward).
-        self._idle_at: int | None = None
+        #: The availableNow run has planned its final micro-batch: it plans no more.
+        self._final_planned = False
+        #: The last plan whose frontier was computed, with that frontier: the next plan starts from it.
+        self._computed: tuple[FrontierPlan, Frontier] | None = None
 
     # -- driver side -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        return (self.config.initial or Frontier()).as_json()
+        return FrontierPlan(self.config.initial or Frontier()).as_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
         newest = newest_batch(self.query_dir)
         self._run_start = -1 if newest is None else newest
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        planned = wait_for_kafka(lambda: self.plan(Frontier.of_json(start)))
+        planned = wait_for_kafka(lambda: self.plan(start))
         return start if planned is None else planned.as_json()
 
-    def plan(self, start: Frontier) -> Frontier | None:
-        """The frontier of the micro-batch being planned, or None when it would not change."""
+    def plan(self, start: Mapping[str, Any]) -> FrontierPlan | None:
+        """The offset of the micro-batch being planned (``start``: the last one's), or None when the
+        connector has nothing to read and no final micro-batch is due."""
         newest = newest_batch(self.query_dir)
-        if newest is not None and newest == self._idle_at:
-            return None
-        planned = self._plan(start, newest)
-        self._idle_at = newest if planned is None else None
-        return planned
-
-    def _plan(self, start: Frontier, newest: int | None) -> Frontier | None:
-        admin = self._admin_client()
-        logged = None if newest is None else logged_batch(self.query_dir, newest, self.config.topics)
-        ends = dict(start.kafka) if logged is None else logged.kafka
+        after = self.frontier_after(start)
         ending = self.config.ending_offsets
-        if ending is not None:
-            ends = {name: min(end, ending.get(name, end)) for name, end in ends.items()}
+        stable = {} if ending is not None else self.stable_offsets()
+        limits = ending if ending is not None else stable
+        if newest is None or newest > planned_for(start):
+            # A micro-batch ran that this source did not plan (none here yet: the connector is asked for its
+            # end first): the records it read wait for a frontier.
+            fresh = True
+        else:
+            read = logged_batch(self.query_dir, newest, self.config.topics).kafka
+            fresh = any(end > read.get(name, 0) for name, end in limits.items())
+        available_now = self._run_start is not None
+        if not plans_a_batch(fresh, available_now, after.final, self._final_planned):
+            return None
+        batch = 0 if newest is None else newest + 1
+        return FrontierPlan(after, batch, stable, None if ending is None else dict(ending), available_now)
+
+    def frontier_after(self, offset: Mapping[str, Any]) -> Frontier:
+        """The frontier after the micro-batch whose offset this source's is ``offset``."""
+        if not is_plan(offset):
+            return Frontier.of_json(offset)  # an earlier version's offset: the frontier itself
+        plan = FrontierPlan.of_json(offset)
+        return plan.after if plan.batch < 0 else self.frontier_of(plan)
+
+    def frontier_of(self, plan: FrontierPlan) -> Frontier:
+        """The frontier after ``plan``'s micro-batch (computed once per plan)."""
+        if self._computed is None or self._computed[0] != plan:
+            self._computed = (plan, self._compute(plan))
+        return self._computed[1]
+
+    def _compute(self, plan: FrontierPlan) -> Frontier:
+        logged = logged_batch(self.query_dir, plan.batch, self.config.topics)
+        ends = cut_to(logged.kafka, plan.ending)
+        after = plan.after
         newest_ms = None
-        if logged is not None and self.config.max_clock_skew_ms is not None:
+        if self.config.max_clock_skew_ms is not None:
             # The clock of the first micro-batch since the last frontier: the records read since were each
             # judged by their own micro-batch's clock, this one's or a later one's.
-            first = first_logged_from(self.query_dir, start.batch + 1)
-            clock = logged.timestamp_ms if first is None else self._clock_of(first)
+            first = first_logged_from(self.query_dir, after.batch + 1)
+            clock = logged.timestamp_ms if first is None or first == plan.batch else self._clock_of(first)
             newest_ms = clock + self.config.max_clock_skew_ms
         read_from = {
-            name: start.kafka.get(name, 0) for name, end in ends.items() if end > start.kafka.get(name, 0)
+            name: after.kafka.get(name, 0) for name, end in ends.items() if end > after.kafka.get(name, 0)
         }
         stamps = self.last_stamps(read_from, ends, newest_ms)
-        if ending is not None:
-            lagging = sorted(name for name, end in ending.items() if ends.get(name, 0) < end)
-        else:
-            partitions = [(topic, p) for topic in self.config.topics for p in partitions_of(admin, topic)]
-            stable = list_offsets(admin, partitions, OffsetSpec.latest())
-            lagging = sorted(name for name, end in stable.items() if ends.get(name, 0) < end)
-        available_now = self._run_start is not None
-        return next_frontier(
-            start,
-            newest if newest is not None else start.batch,
-            ends,
-            stamps,
-            lagging,
-            self.config.allowed_lateness_ms,
-            final=available_now and ((ending is not None and not lagging) or self._stalled(newest, logged)),
-            first_of_run=available_now and newest == self._run_start,
+        lagging = lagging_of(ends, plan)
+        final = plan.available_now and (
+            (plan.ending is not None and not lagging) or self._stalled(plan, ends)
         )
+        moved = next_frontier(
+            after, plan.batch, ends, stamps, lagging, self.config.allowed_lateness_ms, final=final
+        )
+        return after if moved is None else moved
+
+    def stable_offsets(self) -> dict[str, int]:
+        """Each partition's last stable offset now."""
+        admin = self._admin_client()
+        partitions = [(topic, p) for topic in self.config.topics for p in partitions_of(admin, topic)]
+        return list_offsets(admin, partitions, OffsetSpec.latest())
 
     def _clock_of(self, batch: int) -> int:
         return logged_batch(self.query_dir, batch, self.config.topics).timestamp_ms
 
-    def _stalled(self, newest: int | None, logged: LoggedBatch | None) -> bool:
-        """Whether the connector did not move in the newest micro-batch, which this ``availableNow`` run
-        planned: it has reached the end its run fixed."""
-        if self._run_start is None or newest is None or logged is None or newest <= self._run_start:
+    def _stalled(self, plan: FrontierPlan, ends: Mapping[str, int]) -> bool:
+        """Whether the connector did not move in the micro-batch (within a range: what it reads past the end
+        is dropped, and a run of a range that follows cuts it from the offset log): it has reached the end
+        its ``availableNow`` run fixed."""
+        before = plan.batch - 1
+        if before < 0 or not (self.query_dir / "offsets" / str(before)).is_file():
             return False
-        before = logged_batch(self.query_dir, newest - 1, self.config.topics).kafka if newest > 0 else {}
-        return logged.kafka == before
+        return dict(ends) == cut_to(
+            logged_batch(self.query_dir, before, self.config.topics).kafka, plan.ending
+        )
 
     def last_stamps(
         self, read_from: Mapping[str, int], ends: Mapping[str, int], newest_ms: int | None
@@ -354,8 +426,35 @@ class FrontierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if start == end:
             return []
-        frontier = Frontier.of_json(end)
+        if not is_plan(end):  # planned by an earlier version: the frontier is the offset
+            frontier = Frontier.of_json(end)
+            newest = newest_batch(self.query_dir)
+            if newest is not None:
+                record_frontier(self.query_dir, newest, frontier)
+            return [TickSplit(frontier.frontier_ms, frontier.final)]
+        plan = FrontierPlan.of_json(end)
+        self._check_logged(plan)
+        frontier = wait_for_kafka(lambda: self.frontier_of(plan))
+        record_frontier(self.query_dir, plan.batch, frontier)
+        if frontier.final and self._run_start is not None and plan.batch > self._run_start:
+            self._final_planned = True
+        if frontier == plan.after:
+            return []
         return [TickSplit(frontier.frontier_ms, frontier.final)]
+
+    def _check_logged(self, plan: FrontierPlan) -> None:
+        """The offset log's entry of the planned batch holds ``plan``: Spark wrote it before it asked for the
+        partitions, and it holds the connector's offsets of the same batch."""
+        entry = self.query_dir / "offsets" / str(plan.batch)
+        if entry.is_file() and any(
+            is_plan(o) and FrontierPlan.of_json(o) == plan for o in logged_offsets(self.query_dir, plan.batch)
+        ):
+            return
+        raise StateError(
+            f"the offset log of {self.query_dir} does not hold micro-batch {plan.batch}'s offsets when its "
+            f"partitions are planned: the frontier source relies on Spark {CHECKED_ON}'s order (every "
+            "source's end offset, the offset log, then the partitions)"
+        )
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""
@@ -378,16 +477,9 @@ def read_frontier(spark: SparkSession, config: FrontierConfig) -> DataFrame:
     return spark.readStream.format(SOURCE_NAME).options(**config_options(config)).load()
 
 
-def final_in(progress: Mapping[str, Any]) -> bool:
+def final_in(query_dir: Path, progress: Mapping[str, Any]) -> bool:
     """Whether a query's progress report (``StreamingQuery.lastProgress``) is of a final micro-batch: one
-    whose frontier source's end offset is marked final."""
-    for source in progress.get("sources", ()):
-        end = source.get("endOffset")
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                continue
-        if is_frontier(end) and end.get("final"):
-            return True
-    return False
+    whose frontier source planned a final frontier (kept beside the query checkpointed at ``query_dir``)."""
+    batch = progress.get("batchId")
+    frontier = None if batch is None else planned_frontiers(query_dir).get(int(batch))
+    return frontier is not None and frontier.final

@@ -18,6 +18,11 @@ What is used, and why no public API does it:
 - the driver's state store coordinator (:func:`start_state_store_coordinator`: a value of the JVM's
   ``StreamingQueryManager``).
 
+One behaviour no API promises is relied on outside this module: the frontier source
+(``infra.spark.frontier``) computes a micro-batch's frontier from the connector's offsets of the same batch,
+because Spark asks every source for its end offset, writes the offset log, and only then asks for the
+input partitions (checked on :data:`CHECKED_ON` by ``tests/integration/test_spark_kafka.py``).
+
 :func:`protocol_problems` checks, without a JVM, that each private name is still there in the shape used;
 ``tests/infra/spark/test_internals.py`` fails naming this module when one is not. The coordinator is the
 JVM's and is checked by the integration tests that read a checkpoint's state. A new PySpark: read each use

@@ -2,8 +2,10 @@
 
 Spark keeps each micro-batch's end offsets in ``<checkpoint>/offsets/<batch>`` (``infra.spark.checkpoint``
 reads it). Spark's Kafka connector writes ``{"topic": {"partition": offset}}``; the frontier source
-(``infra.spark.frontier``) writes a :class:`Frontier`. Readers here: the frontier source itself,
-savepoints, the state inspection, and the history check at a job's start.
+(``infra.spark.frontier``) writes a :class:`FrontierPlan`, what the frontier of the micro-batch is computed
+from once the connector's offsets of the same batch are in the log. The frontier it computes is kept beside
+the query, per micro-batch (:data:`FRONTIER_FILE`). Readers here: the frontier source itself, savepoints, the
+state inspection, the metrics, and the history check at a job's start.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.errors import StateError
 from infra.kafka.offsets import NO_FRONTIER, parse_tp, tp_name
 from infra.spark.checkpoint import (
     OFFSETS,
@@ -22,18 +25,19 @@ from infra.spark.checkpoint import (
     newest_batch,
     offset_entry,
     query_location,
+    replace_text,
 )
 
 
 @dataclass(frozen=True)
 class Frontier:
-    """The source's offset: the frontier and what it was computed from.
+    """The frontier after a micro-batch and what it was computed from.
 
     ``kafka``: the connector's next offset of each partition, up to which the progress accounts for the
     records; ``batch``: the micro-batch of the query's offset log those offsets are from (-1: none of this
     query's); ``progress``: the timestamp of the last record read of each partition; ``frontier_ms``: F;
     ``final``: this frontier's micro-batch is the last of an ``availableNow`` run; ``planned``: how many
-    frontiers the query has planned (each a new offset).
+    frontiers the query has planned (each a move of F or of its final mark).
     """
 
     kafka: dict[str, int] = field(default_factory=dict)
@@ -58,9 +62,108 @@ class Frontier:
         )
 
 
+@dataclass(frozen=True)
+class FrontierPlan:
+    """The frontier source's offset: what the frontier of micro-batch ``batch`` is computed from, together
+    with the connector's offsets of the same batch (the offset log's entry ``batch``) and the records they
+    end at. Fixed when the offset log's entry is written, so a micro-batch re-run computes the same frontier.
+
+    ``after``: the frontier before the batch (after the last one that planned a frontier); ``batch``: the
+    micro-batch planned (-1: a new query's start, which plans none); ``stable``: each partition's last stable
+    offset when the batch was planned (a partition the connector's offsets leave short of it holds records
+    still to read); ``ending``: a range's end instead (records past it are not read); ``available_now``: an
+    ``availableNow`` run planned the batch (it may be the run's final one).
+    """
+
+    after: Frontier = field(default_factory=Frontier)
+    batch: int = -1
+    stable: dict[str, int] = field(default_factory=dict)
+    ending: dict[str, int] | None = None
+    available_now: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "after": self.after.as_json()}
+
+    @classmethod
+    def of_json(cls, raw: Mapping[str, Any]) -> FrontierPlan:
+        ending = raw.get("ending")
+        return cls(
+            after=Frontier.of_json(raw.get("after", {})),
+            batch=int(raw.get("batch", -1)),
+            stable={str(k): int(v) for k, v in raw.get("stable", {}).items()},
+            ending=None if ending is None else {str(k): int(v) for k, v in ending.items()},
+            available_now=bool(raw.get("available_now", False)),
+        )
+
+
 def is_frontier(offset: object) -> bool:
-    """Whether a source's offset in an offset log is this source's."""
-    return isinstance(offset, dict) and "frontier_ms" in offset and "progress" in offset
+    """Whether a source's offset in an offset log is the frontier source's: a :class:`FrontierPlan`, or a
+    :class:`Frontier` itself, as the source wrote it before it computed each micro-batch's frontier from the
+    batch's own offsets (a topic's offset is a map of partitions, never a number)."""
+    if not isinstance(offset, dict):
+        return False
+    if is_plan(offset):
+        return True
+    return isinstance(offset.get("frontier_ms"), int) and isinstance(offset.get("progress"), dict)
+
+
+def is_plan(offset: object) -> bool:
+    """Whether a source's offset is a :class:`FrontierPlan` (not an earlier version's :class:`Frontier`)."""
+    return (
+        isinstance(offset, dict)
+        and isinstance(offset.get("after"), dict)
+        and "frontier_ms" in offset["after"]
+    )
+
+
+# --- the frontiers the source computed, per micro-batch ---------------------------------------------------
+
+#: In a job's checkpoint directory, beside its query: the frontier each micro-batch of the newest ones
+#: planned (a JSON object, batch id -> :class:`Frontier`), written before the batch reads its records.
+FRONTIER_FILE = "frontiers.json"
+#: How many micro-batches' frontiers the file keeps (the newest).
+FRONTIERS_KEPT = 30
+
+
+def frontier_file(query_dir: Path) -> Path:
+    """Where the frontiers of the query checkpointed at ``query_dir`` are kept."""
+    return query_dir.parent / FRONTIER_FILE
+
+
+def planned_frontiers(query_dir: Path) -> dict[int, Frontier]:
+    """The frontiers kept, by micro-batch (empty: none yet)."""
+    path = frontier_file(query_dir)
+    if not path.is_file():
+        return {}
+    return {int(batch): Frontier.of_json(raw) for batch, raw in json.loads(path.read_text()).items()}
+
+
+def record_frontier(query_dir: Path, batch: int, frontier: Frontier) -> None:
+    """Keep ``frontier`` as micro-batch ``batch``'s (replacing what an earlier attempt of it kept, and the
+    frontiers of later batches: an attempt of ``batch`` is the newest the query planned)."""
+    kept = {b: f for b, f in planned_frontiers(query_dir).items() if b < batch}
+    kept[batch] = frontier
+    newest = sorted(kept)[-FRONTIERS_KEPT:]
+    text = json.dumps({str(b): kept[b].as_json() for b in newest}, separators=(",", ":"))
+    replace_text(frontier_file(query_dir), text + "\n")
+
+
+def frontier_after(query_dir: Path, batch: int, offsets: tuple[Any, ...] | list[Any]) -> Frontier | None:
+    """The frontier after micro-batch ``batch``, whose offset-log entry holds the sources' ``offsets``: the
+    one its frontier source computed (kept beside the query), or, in a checkpoint of an earlier version, the
+    one its offset holds (None: a query without a frontier source)."""
+    offset = next((o for o in offsets if is_frontier(o)), None)
+    if offset is None:
+        return None
+    if not is_plan(offset):
+        return Frontier.of_json(offset)
+    kept = planned_frontiers(query_dir)
+    # A batch that did not move the frontier source's offset kept none: the frontier is the last batch's.
+    newest = max((b for b in kept if b <= batch), default=None)
+    if newest is not None:
+        return kept[newest]
+    # Not kept (gone with a copy's files): the frontier before the batch, behind the one after it, never ahead.
+    return FrontierPlan.of_json(offset).after
 
 
 @dataclass(frozen=True)
@@ -115,15 +218,27 @@ class Position:
 
 
 def position_at(query_dir: Path, batch: int) -> Position:
-    """The position the query's micro-batch ``batch`` left its input at (its offset log's entry)."""
+    """The position the query's micro-batch ``batch`` left its input at (its offset log's entry, and the
+    frontier its frontier source computed)."""
+    sources = logged_offsets(query_dir, batch)
     offsets: dict[str, int] = {}
-    frontier = None
-    for offset in offset_entry(query_dir, batch).sources:
-        if isinstance(offset, dict) and is_frontier(offset):
-            frontier = Frontier.of_json(offset)
-        elif isinstance(offset, dict):
-            offsets |= connector_offsets(offset)
-    return Position(offsets, frontier)
+    for offset in sources:
+        offsets |= connector_offsets(offset)
+    return Position(offsets, frontier_after(query_dir, batch, sources))
+
+
+def frontier_ms_at(query_dir: Path, batch: int) -> int | None:
+    """The event-time frontier after micro-batch ``batch`` (None: before any event, no frontier kept, or the
+    batch's offset-log entry is gone)."""
+    try:
+        return position_at(query_dir, batch).frontier_ms
+    except (OSError, ValueError, StateError):
+        return None
+
+
+def logged_offsets(query_dir: Path, batch: int) -> list[Any]:
+    """The sources' offsets in micro-batch ``batch``'s offset-log entry (None for a source without one)."""
+    return list(offset_entry(query_dir, batch).sources)
 
 
 def connector_offsets(offset: object) -> dict[str, int]:

@@ -1,9 +1,9 @@
 """Where a Spark task's time goes: one debug-level line per task call with the wall time of its phases.
 
-The project's work inside a micro-batch (reading a Kafka range and decoding it, a stateful stage's state
-reads and writes and its pure core, scoring, a sink transaction, the Redis writes) is timed with
-``time.perf_counter`` (a few hundred nanoseconds a phase, so it stays on) and, when the ``infra.spark.timing``
-logger is enabled for debug, logged as one line::
+The project's work inside a micro-batch (decoding the records Spark's Kafka connector read, a stateful
+stage's state reads and writes and its pure core, scoring, a sink transaction, the Redis writes) is timed
+with ``time.perf_counter`` (a few hundred nanoseconds a phase, so it stays on) and, when the
+``infra.spark.timing`` logger is enabled for debug, logged as one line::
 
     timing card-stage stage=12 task=3 batch=40 state-get=0.4 core=21.5 state-put=1.1
 

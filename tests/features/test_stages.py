@@ -412,7 +412,7 @@ def run_stream(
     arrival: np.ndarray,
     batches: int,
     buckets: int = 3,
-    available_now: bool = True,
+    final_reads: bool = False,
     rescales: Mapping[int, tuple[int, int]] | None = None,
     entries: bool = True,
     slots: int = 64,
@@ -422,10 +422,11 @@ def run_stream(
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
     Transactions and labels are two partitions; each micro-batch's frontier is planned as the frontier source
-    plans it (``infra.spark.frontier.next_frontier``), from what the micro-batches before it read. After the
-    records, a micro-batch of ticks releases what the last one read, and the availableNow run's final one
-    the rest. ``available_now=False``: a continuous run reads all the micro-batches, then an availableNow
-    run that finds nothing new plans its first micro-batch and its final one, both without records.
+    plans it (``infra.spark.frontier.next_frontier``), from what it and the micro-batches before it read.
+    After the records, the availableNow run's final micro-batch, in which the connector does not move (so
+    too the first micro-batch of an availableNow run after a continuous one that read everything), releases
+    the rest. ``final_reads``: the micro-batch that reads the last records is final itself, as a run of a
+    range's is once every partition has reached the range's end.
     ``rescales``: before the micro-batch of each index, the state is re-keyed into that many buckets and
     slots, as a job started from a savepoint in another layout. ``entries``: state kept as the job keeps it
     (:class:`Stages`), its pages cut past ``page_bytes``; ``observe`` is called with it after each
@@ -491,19 +492,17 @@ def run_stream(
             buckets, slots = (rescales or {})[index]
             decoded = decoded_in(buckets)
             stages = stages.rescaled(buckets, slots)
-        planned = plan()
         stamps = {
             name: int(when[chunk][partition[chunk] == name][-1])
             for name in ends
             if (partition[chunk] == name).any()
         }
         read = {name: read[name] + int((partition[chunk] == name).sum()) for name in ends}
-        micro_batch(chunk, planned)
-    micro_batch(np.arange(0), plan(first_of_run=not available_now))  # what the last one read
-    stamps = {}
-    if not available_now:  # an availableNow run that finds nothing new: its first micro-batch carries ticks
-        micro_batch(np.arange(0), plan(first_of_run=True))
-    micro_batch(np.arange(0), plan(final=True))  # the connector did not move: the run's final micro-batch
+        last = index == batches - 1
+        micro_batch(chunk, plan(final=final_reads and last))  # the frontier of what it read itself
+    if not final_reads:
+        stamps = {}
+        micro_batch(np.arange(0), plan(final=True))  # the connector did not move: the run's final micro-batch
     assert frontier.final
     return pd.concat(outputs, ignore_index=True)
 
@@ -575,11 +574,11 @@ def test_a_stream_rescaled_between_micro_batches_equals_the_uninterrupted_one() 
         )
 
 
-@pytest.mark.parametrize("available_now", [True, False], ids=["available-now", "continuous-then-once"])
-def test_shuffled_arrival_within_allowed_lateness_equals_batch(available_now: bool) -> None:
+@pytest.mark.parametrize("final_reads", [False, True], ids=["available-now", "range"])
+def test_shuffled_arrival_within_allowed_lateness_equals_batch(final_reads: bool) -> None:
     """Out-of-order arrival within the lateness, ending as an availableNow run does: with a final micro-batch
-    that reads records, or (after a continuous run read everything) a final one without records. The
-    newest events are not the last ones read, yet each is released once, none late.
+    without records after the last ones read, or (a run of a range) with the micro-batch that reads the last
+    records final itself. The newest events are not the last ones read, yet each is released once, none late.
 
     The input ends at its last transaction, as a live stream does: labels known later (they change no
     feature) would be the newest records and carry the frontier past every transaction.
@@ -596,7 +595,7 @@ def test_shuffled_arrival_within_allowed_lateness_equals_batch(available_now: bo
     is_label = arrival >= len(tx)
     last_read = max(when[arrival][~is_label][-1], when[arrival][is_label][-1])
     assert when.max() > last_read, "the newest event is read before the last one of each partition"
-    out = run_stream(tx, labels, params, arrival, batches=25, available_now=available_now)
+    out = run_stream(tx, labels, params, arrival, batches=25, final_reads=final_reads)
     assert not out.loc[out["kind"] == RowKind.FEATURES, "late"].any()
     assert_equal_to_batch(out, tx, labels, params)
 

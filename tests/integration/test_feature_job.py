@@ -14,7 +14,6 @@ a point of the sink's protocol or at a random moment, and restart the job from i
 from __future__ import annotations
 
 import collections
-import json
 import subprocess
 import sys
 import time
@@ -46,7 +45,8 @@ from infra.clients import Clients
 from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
-from infra.spark.offset_log import Frontier, is_frontier
+from infra.spark.checkpoint import query_location
+from infra.spark.offset_log import position_at
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (
@@ -304,11 +304,8 @@ def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
 
     read = records_per_batch(progress)
     assert sum(read) == len(records) and len(read) >= 3, read
-    (last,) = [
-        Frontier.of_json(end)
-        for source in progress[-1]["sources"]
-        if is_frontier(end := json.loads(source["endOffset"]))
-    ]
+    last = position_at(query_location(config.checkpoint), progress[-1]["batchId"]).frontier
+    assert last is not None, "the last micro-batch keeps no frontier"
     assert last.final, "the last micro-batch of the availableNow run is not final"
     assert last.frontier_ms <= max(ts for *_, ts in records), (
         "the final frontier passes the newest record by itself: the input does not test the final release"

@@ -143,6 +143,8 @@ def test_the_pipelines_metrics_count_what_it_wrote_and_its_lag_falls_to_zero(tmp
         lags = {labels: v for (name, labels), v in samples.items() if name == "fraud_lag_records"}
         assert lags and set(lags.values()) == {0.0}, lags
         assert value("fraud_batch_duration_seconds_count") == value("fraud_batches_total") > 1
+        # The frontier each micro-batch computed, as the job's checkpoint keeps it, against the wall clock.
+        assert ("fraud_frontier_delay_seconds", ()) in samples
 
         # Alert latency: the alerts of the transactions appended while the job ran, each timed once.
         appended = {orjson.loads(v)["tx_id"] for v in after.tx_values} | {late["tx_id"]}

@@ -90,8 +90,8 @@ def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]
 
 
 def frontier_committed(query: Path) -> bool:
-    """Whether the query has committed a micro-batch that carried a frontier (the first one, which reads
-    the first records, carries none: the frontier follows the records a micro-batch behind)."""
+    """Whether the query has committed a micro-batch that carried a frontier (the first one that reads
+    records does: the frontier follows the records in the micro-batch that reads them)."""
     batch = last_committed(query)
     return batch is not None and position_at(query, batch).frontier_ms is not None
 

@@ -15,7 +15,7 @@ from features.definitions import DEFAULT_PARAMS
 from features.entries import Layout
 from features.state_layout import LAYOUT_FILE
 from infra.spark.checkpoint import LZ4_MAGIC, QUERY_DIR
-from infra.spark.offset_log import Frontier, Position
+from infra.spark.offset_log import Frontier, FrontierPlan, Position, record_frontier
 
 #: The layout of this version's checkpoints by default.
 LAYOUT = Layout().as_record()
@@ -51,18 +51,20 @@ def position(batch: int) -> Position:
     """Where a batch leaves the feature job's input: 100 records a partition a batch, the frontier one
     millisecond further each batch."""
     offsets = {f"{topic}/{p}": 100 * (batch + 1) for topic in TOPICS for p in range(2)}
-    return Position(offsets, Frontier(dict(offsets), {}, 1_525_000_000_000 + batch, planned=batch + 1))
+    frontier = Frontier(dict(offsets), {}, 1_525_000_000_000 + batch, planned=batch + 1, batch=batch)
+    return Position(offsets, frontier)
 
 
 def end_offsets(batch: int) -> list[dict[str, object]]:
     """A batch's end offsets as the offset log holds them, a line each: Spark's Kafka connector's, then the
-    frontier source's."""
+    frontier source's (what its frontier is computed from: the frontier before it, the partitions' ends)."""
     connector: dict[str, dict[str, int]] = {}
     for name, offset in position(batch).offsets.items():
         topic, _, partition = name.rpartition("/")
         connector.setdefault(topic, {})[partition] = offset
-    frontier = position(batch).frontier
-    return [connector, frontier.as_json() if frontier is not None else {}]
+    before = position(batch - 1).frontier if batch > 0 else Frontier()
+    plan = FrontierPlan(before or Frontier(), batch, dict(position(batch).offsets))
+    return [connector, plan.as_json()]
 
 
 def _write(path: Path, text: str | bytes, crc: bool = True) -> None:
@@ -91,6 +93,9 @@ def spark_checkpoint(
         _write(query / "offsets" / str(batch), f"v1\n{meta}\n{lines}")
         if batch <= committed:
             _write(query / "commits" / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
+        frontier = position(batch).frontier
+        if frontier is not None:  # the frontier source computed it when the batch was planned
+            record_frontier(query, batch, frontier)
     for op in (0, 1):
         state = query / "state" / str(op)
         schema = state / "_stateSchema" / "default"

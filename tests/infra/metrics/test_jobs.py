@@ -16,7 +16,7 @@ from contracts.settings import Topics
 from infra.kafka.input_watch import Arrivals, observer_group
 from infra.metrics.jobs import JobMetrics, batch_ranges, ended_at, operator_names
 from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE
-from infra.spark.offset_log import Frontier
+from infra.spark.offset_log import Frontier, FrontierPlan
 from infra.spark.stage_counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
@@ -75,7 +75,8 @@ def test_records_are_counted_by_topic_and_dead_letters_by_reason() -> None:
 
 
 def test_progress_reports_and_batch_counts_become_metrics() -> None:
-    metrics = JobMetrics("pipeline")
+    # The frontier after each micro-batch, as the job's checkpoint keeps it (``infra.offset_log``).
+    metrics = JobMetrics("pipeline", frontier_ms={7: 1_522_540_800_000}.get)
     progress = {
         "batchId": 7,
         "numInputRows": 136,  # the Kafka records and the frontier's ticks
@@ -88,8 +89,8 @@ def test_progress_reports_and_batch_counts_become_metrics() -> None:
                 "numInputRows": 130,
             },
             {
-                "startOffset": json.dumps(Frontier().as_json()),
-                "endOffset": json.dumps(Frontier({}, {}, 1_522_540_800_000).as_json()),
+                "startOffset": json.dumps(FrontierPlan().as_json()),
+                "endOffset": json.dumps(FrontierPlan(Frontier(), 7, {"transactions/0": 100}).as_json()),
                 "numInputRows": 6,
             },
         ],

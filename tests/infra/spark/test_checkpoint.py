@@ -28,6 +28,7 @@ from infra.spark.checkpoint import (
     relocated_metadata,
     restore,
 )
+from infra.spark.offset_log import planned_frontiers
 from tests.support.checkpoints import IN_FLIGHT_SCHEMA, SCHEMA, end_offsets, spark_checkpoint
 
 LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
@@ -128,6 +129,9 @@ def test_a_copy_holds_the_committed_batches_and_nothing_of_the_one_in_flight(tmp
     assert files(copy) >= {"query/commits/4", "query/offsets/4", "query/state/0/1/5.changelog", "layout.json"}
     # The per-batch records lose the batch in flight; the others are copied as they are.
     assert json.loads((copy / "model-versions.json").read_text()) == {str(b): 1 for b in range(5)}
+    assert sorted(planned_frontiers(copy / QUERY_DIR)) == list(range(5)), (
+        "the frontiers, as per-batch records"
+    )
     for name in ("pinned.json", "layout.json", "feature-specs.json"):
         assert (copy / name).read_text() == (checkpoint / name).read_text()
     assert last_committed(copy / QUERY_DIR) == 4
