@@ -15,6 +15,7 @@ from pathlib import Path
 
 import report
 
+from contracts.events import DAY_MS
 from infra.clients import Clients
 from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
@@ -22,8 +23,6 @@ from infra.kafka.log import topic_counts
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
-
-DAY_MS = 86_400_000
 
 
 def main() -> None:

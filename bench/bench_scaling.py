@@ -35,6 +35,7 @@ import report
 from measure import TreeSampler
 from project_jobs import fraud_env
 
+from contracts.events import DAY_MS
 from infra.clients import Clients
 from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import create_project_topics
@@ -43,7 +44,6 @@ from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
-DAY_MS = 86_400_000
 FRAUD = Path(sys.executable).parent / "fraud"
 #: The command's last line: ``Done: 1,234 records in 5 micro-batches, 6.7 s (184 records/s).``
 DONE = re.compile(r"Done: ([\d,]+) records in ([\d,]+) micro-batches, ([\d,.]+) s \(([\d,]+) records/s\)")

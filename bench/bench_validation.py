@@ -26,14 +26,13 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 import report
 
-from contracts.events import DeadLetter, TransactionEvent
+from contracts.events import DAY_MS, DeadLetter, TransactionEvent
 from ingest.files import clean_table
 from ingest.produce import events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from validation.columnar import validate_many
 from validation.parse import parse_event
 
-DAY_MS = 86_400_000
 MAX_BYTES = 16_384
 #: The simulation the records come from.
 SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=60, seed=0)

@@ -12,7 +12,7 @@ import os
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -28,7 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from contracts.errors import ConfigError
-from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS
+from contracts.events import DAY_MS, DEFAULT_MAX_CLOCK_SKEW_MS
 from contracts.privacy import redact_url
 
 ENV_PREFIX = "FRAUD_"
@@ -70,6 +70,12 @@ SECRETS = ("token_key", "api_token", "redis_password", "sasl_password")
 PLACEHOLDER_SECRET = r"(?i)^change[-_ ]?me"  # noqa: S105 - a pattern that refuses secrets
 #: Spark's notation of a JVM heap: a whole number and a unit (512m, 2g).
 SPARK_MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$"
+
+
+#: The longest label delay the settings and the commands accept (days).
+LABEL_DELAY_DAYS_MAX = 7.0
+#: Days until a fraud label becomes known (``FRAUD_LABEL_DELAY_DAYS``, or a command's ``--label-delay-days``).
+LabelDelayDays = Annotated[float, Field(gt=0, le=LABEL_DELAY_DAYS_MAX)]
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -385,7 +391,11 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".fraud"), description="Directory for local state (embedded stack, checkpoints).")
 
     # Events.
-    label_delay_days: float = Field(7.0, gt=0, le=7, description="Days until a fraud label becomes known.")
+    label_delay_days: LabelDelayDays = Field(
+        7.0,
+        description="Days until a fraud label becomes known: ingest stamps a label this long after its "
+        "transaction, and the terminal features' windows end this long before each transaction.",
+    )
     max_event_bytes: int = Field(16_384, ge=256, le=900_000, description="Larger records are dead-lettered.")
     max_clock_skew_s: float = Field(
         DEFAULT_MAX_CLOCK_SKEW_MS / 1000,
@@ -549,6 +559,11 @@ class Settings(BaseSettings):
                 "FRAUD_REDIS_CA_FILE / FRAUD_REDIS_CERT_FILE need TLS: set FRAUD_REDIS_TLS=true or use a rediss:// URL"
             )
         return self
+
+    @property
+    def label_delay_ms(self) -> int:
+        """The label delay in milliseconds, as every stage uses it."""
+        return round(self.label_delay_days * DAY_MS)
 
     @property
     def kafka(self) -> KafkaConnection:

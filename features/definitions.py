@@ -17,11 +17,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from contracts.events import TxColumns
+from contracts.events import DAY_MS, HOUR_MS, TxColumns
 
 SECOND_MS = 1_000
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
 
 # --- Input columns of the feature core besides ``TxColumns`` (names as in the wire events) -------------
 

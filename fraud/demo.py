@@ -42,10 +42,10 @@ from api.app import create_app
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
 from contracts.settings import Settings, redis_prefix
-from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
+from fraud.options import feature_params
 from fraud.progress import JobFailedError
 from infra.clients import Clients
 from infra.embedded.stack import EmbeddedStack
@@ -146,7 +146,7 @@ def demo_command(
 
         console.rule("2. Ingest transactions and delayed labels")
         source = f"simulator:seed={seed}"
-        produce_batch(settings, table_batch(settings, clean_table(frame, source), source, None), speedup=None)
+        produce_batch(settings, table_batch(settings, clean_table(frame, source), source), speedup=None)
 
         console.rule(f"3. Ingest {BAD_EVENTS_FILE.name}: broken events go to the dead-letter topic")
         produce_batch(settings, events_from_jsonl(BAD_EVENTS_FILE, settings.max_event_bytes), speedup=None)
@@ -158,7 +158,7 @@ def demo_command(
             clients,
             topics=settings.topics,
             checkpoint=checkpoints / "features",
-            params=FeatureParams(),
+            params=feature_params(settings),
             scope=scope,
         )
         jobs.run_job(settings, clients, features, once=True, trigger_interval_s=0.0, namespace=namespace)
@@ -273,7 +273,7 @@ def follow_live(
 
     clients = Clients.from_settings(settings)
     source = "simulator:live"
-    batch = table_batch(settings, clean_table(live, source), source, None)
+    batch = table_batch(settings, clean_table(live, source), source)
     span_s = max(1.0, (live[TxColumns.EVENT_TIME].max() - live[TxColumns.EVENT_TIME].min()).total_seconds())
     speedup = rate * span_s / max(1, len(live))
     live_jobs = QueryJobs()  # the page's status strip: the two jobs below, as they start
@@ -307,7 +307,7 @@ def follow_live(
             clients,
             topics=settings.topics,
             checkpoint=checkpoints / "features",
-            params=FeatureParams(),
+            params=feature_params(settings),
             max_records=20_000,
             scope=scope,
         )
@@ -392,10 +392,12 @@ def train_demo_model(settings: Settings) -> None:
     from fraud import training  # heavy: scikit-learn and MLflow
 
     started = time.monotonic()
-    params = FeatureParams()
+    params = feature_params(settings)
     tracking_uri, artifacts = training.tracking_target(settings)
-    dataset, plans = training.topics_training_set(settings, params, training.Periods())
-    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, round(settings.label_delay_days * DAY_MS))
+    dataset, plans = training.topics_training_set(
+        settings, params, training.Periods(gap_days=training.gap_days(settings))
+    )
+    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, settings.label_delay_ms)
     options = training.TrainOptions(DEFAULT_SPEC, "all", params, plans, DEFAULT_ALERTS_PER_DAY, protocol)
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
     training.print_result(result, logged, tracking_uri)

@@ -9,14 +9,15 @@ from typing import Annotated
 import typer
 
 from contracts.settings import JobName
+from fraud.console import settings_of
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
     DEFAULT_WINDOWS,
     AliasOption,
     AllowedLatenessOption,
-    FeatureDelayOption,
     FromOption,
     FromSavepointOption,
+    LabelDelayOption,
     MaxRecordsOption,
     ModelCheckOption,
     OnceOption,
@@ -92,7 +93,7 @@ def pipeline_command(
     allowed_lateness_s: AllowedLatenessOption = 0.0,
     trigger_interval_s: TriggerIntervalOption = 0.0,
     checkpoint: Annotated[Path | None, checkpoint_option(JobName.PIPELINE)] = None,
-    feature_delay_days: FeatureDelayOption = 7.0,
+    label_delay_days: LabelDelayOption = None,
     namespace: PipelineNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
@@ -106,7 +107,7 @@ def pipeline_command(
 
     build = partial(
         jobs.pipeline_config,
-        params=feature_params(feature_delay_days, allowed_lateness_s, windows),
+        params=feature_params(settings_of(ctx), allowed_lateness_s, windows),
         alias=alias,
         model_check_interval_s=model_check_interval_s,
         max_records=max_records,

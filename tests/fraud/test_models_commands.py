@@ -19,7 +19,7 @@ from models.registry import CHALLENGER, CHAMPION, list_versions, load_model
 from models.splits import day_ms
 from tests.support.scripts import fraud_in, stderr_lines
 
-SPLIT = ["--train-start", "2018-04-20", "--train-days", "7", "--delay-days", "7", "--test-days", "7"]
+SPLIT = ["--train-start", "2018-04-20", "--train-days", "7", "--gap-days", "7", "--test-days", "7"]
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_a_training_period_without_a_known_fraud_is_a_one_line_error(
     small_file: Path, tracking_uri: str
 ) -> None:
     """A day of training whose frauds are confirmed after its test days begin: no model is trained."""
-    split = ["--train-start", "2018-04-20", "--train-days", "1", "--delay-days", "1", "--test-days", "7"]
+    split = ["--train-start", "2018-04-20", "--train-days", "1", "--gap-days", "1", "--test-days", "7"]
     result = fraud_in(os.environ, "train", "--input", str(small_file), *split, "--no-register")
     lines = stderr_lines(result)
     assert result.returncode != 0, result.stderr

@@ -1,14 +1,14 @@
 import orjson
 import pandas as pd
 
-from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns
+from contracts.events import DAY_MS, LabelEvent, Reason, TransactionEvent, TxColumns
 from ingest.files import clean_table
 from ingest.produce import events_from_table
 from ingest.tokens import card_token
 
 C = TxColumns
 KEY = b"k"
-DAY_MS = 86_400_000
+
 T0 = 1_522_540_800_000
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
-from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns, from_message
+from contracts.events import DAY_MS, LabelEvent, Reason, TransactionEvent, TxColumns, from_message
 from contracts.privacy import mask_card_numbers_bytes
 from contracts.settings import Settings
 from fraud.demo import BAD_EVENTS_FILE
@@ -19,7 +19,6 @@ from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
 
 C = TxColumns
-DAY_MS = 86_400_000
 
 
 def ingest_file(

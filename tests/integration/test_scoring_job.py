@@ -57,7 +57,7 @@ from tests.support.feature_jobs import (
     simulated,
     stopped,
 )
-from tests.support.samples import FEATURE, LABEL_DELAY_MS
+from tests.support.samples import FEATURE
 
 pytestmark = pytest.mark.minutes(3.5)
 
@@ -111,7 +111,7 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
     tracking_uri = f"sqlite:///{home / 'mlflow.db'}"
     artifacts = default_artifact_location(tracking_uri, str(home / "artifacts"))
     frame = simulate(SIMULATION)
-    dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    dataset = file_dataset(frame, "sim", params, MAX_EVENT_BYTES)
     plans = Periods(train_days=7).plans(dataset.last_ms)
     for spec in (ModelSpec("decision_tree", max_depth=2), ModelSpec("random_forest", n_estimators=30)):
         options = TrainOptions(spec, "handbook", params, plans, DEFAULT_ALERTS_PER_DAY)

@@ -38,7 +38,6 @@ from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from models.registry import load_model
 from scoring.core import score_each
-from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns
 MAX_EVENT_BYTES = 16_384
@@ -57,12 +56,15 @@ class Simulated:
 
 
 def simulated(config: SimulatorConfig, settings: Settings, params: FeatureParams) -> Simulated:
-    """Simulate, build the events (tokenised with the settings' key, labels a week later) and the reference."""
+    """Simulate, build the events (tokenised with the settings' key, labels the settings' label delay later)
+    and the reference."""
     frame = simulate(config)
     key = settings.token_key.get_secret_value().encode()
-    events = events_from_table(clean_table(frame, "sim"), "sim", key, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    events = events_from_table(
+        clean_table(frame, "sim"), "sim", key, settings.label_delay_ms, MAX_EVENT_BYTES
+    )
     assert not events.dead_letters
-    reference = transactions_features(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    reference = transactions_features(frame, "sim", params, MAX_EVENT_BYTES)
     assert len(reference.features) == len(frame) and not reference.rejected
     transactions = {
         event.tx_id: event for event in map(TransactionEvent.model_validate_json, events.tx_values)
@@ -135,8 +137,9 @@ def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, An
     return [dict(progress) for progress in finished_query(spark, config).recentProgress]
 
 
-def isolated_clients(stack: StackInfo, home: Path) -> Clients:
-    """Clients of settings with topics of their own (created), for fixtures wider than one test."""
+def isolated_clients(stack: StackInfo, home: Path, **settings_given: Any) -> Clients:
+    """Clients of settings with topics of their own (created), for fixtures wider than one test; other
+    settings as given."""
     settings = Settings(
         home=home,
         bootstrap_servers=stack.bootstrap_servers,
@@ -144,6 +147,7 @@ def isolated_clients(stack: StackInfo, home: Path) -> Clients:
         mlflow_tracking_uri=stack.mlflow_tracking_uri,
         topics=Topics().with_prefix(f"test-{uuid.uuid4().hex[:10]}-"),
         partitions=3,
+        **settings_given,
     )
     clients = Clients(
         settings, Endpoints(stack.bootstrap_servers, stack.redis_url, stack.mlflow_tracking_uri)
