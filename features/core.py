@@ -10,7 +10,7 @@ Exactness: counts are ints, amounts are summed in integer cents (``round(amount 
 float feature comes from one final float operation on ints. The results are therefore bit-for-bit the
 same whether a stream is processed in one call or in any sequence of chunks with the state carried
 between them, as long as events arrive in (event_time, tx_id) order, or behind the latest event time
-seen by at most ``FeatureParams.max_lateness_ms`` (which only decides how much history is kept).
+seen by at most ``FeatureParams.allowed_lateness_ms`` (which only decides how much history is kept).
 
 Delivery guarantee: none of its own. These are deterministic pure functions; exactly-once results
 follow from the caller replaying the same input against the same checkpointed state.
@@ -86,7 +86,7 @@ class CardState:
 
     One entry per kept transaction (any order): the card key, event time, tx id and amount in cents.
     It keeps the transactions with event time > (latest event time seen) - (longest card window) -
-    ``max_lateness_ms``, the latest taken over everything this state has seen (all its cards), so a
+    ``allowed_lateness_ms``, the latest taken over everything this state has seen (all its cards), so a
     card that goes quiet does not hold history for ever.
     """
 
@@ -130,7 +130,7 @@ class TerminalState:
     """Per-terminal history: transaction times and fraud labels that future transactions may still see.
 
     Transactions (terminal key, event time) are kept while their event time is > (latest transaction
-    event time seen) - (longest window + label delay + ``max_lateness_ms``). Labels (terminal key,
+    event time seen) - (longest window + label delay + ``allowed_lateness_ms``). Labels (terminal key,
     tx id, tx time, known at, is_fraud) are kept, one per tx id (the first known), while their tx time
     is above the same bound; labels that say "not fraud" are kept too, so that a later duplicate for the
     same tx id cannot override them.

@@ -377,7 +377,7 @@ def feature_stream(
         topics=topics,
         query_dir=str(query_location(config.checkpoint)),
         ticker=CardTicks(config.card_buckets),
-        allowed_lateness_ms=config.params.max_lateness_ms,
+        allowed_lateness_ms=config.params.allowed_lateness_ms,
         max_clock_skew_ms=config.max_clock_skew_ms,
         ending_offsets=ending_offsets,
         initial=replace(position.frontier, batch=-1) if position is not None and position.frontier else None,

@@ -181,7 +181,7 @@ def feature_params(
         return FeatureParams(
             window_days=days,
             label_delay_ms=settings.label_delay_ms,
-            max_lateness_ms=round(allowed_lateness_s * 1000),
+            allowed_lateness_ms=round(allowed_lateness_s * 1000),
         )
     except ValidationError as exc:
         reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())

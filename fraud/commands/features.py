@@ -29,7 +29,7 @@ from fraud.options import (
     checkpoint_option,
     feature_params,
 )
-from fraud.streaming import run_streaming_job
+from fraud.streaming import RunOptions, run_streaming_job
 from ingest.files import parse_mapping
 
 app = typer.Typer(
@@ -113,15 +113,5 @@ def run_command(
         params=feature_params(settings_of(ctx), allowed_lateness_s, windows),
         max_records=max_records,
     )
-    run_streaming_job(
-        ctx,
-        JobName.FEATURES,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.FEATURES, build, run)

@@ -30,7 +30,7 @@ from fraud.options import (
     checkpoint_option,
     feature_params,
 )
-from fraud.streaming import run_streaming_job
+from fraud.streaming import RunOptions, run_streaming_job
 from models.registry import CHAMPION
 
 app = typer.Typer(
@@ -69,18 +69,8 @@ def run_command(
         max_records=max_records,
         shadow_alias=shadow,
     )
-    run_streaming_job(
-        ctx,
-        JobName.SCORING,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.SCORING, build, run)
 
 
 @pipeline_app.command("run")
@@ -113,15 +103,5 @@ def pipeline_command(
         max_records=max_records,
         shadow_alias=shadow,
     )
-    run_streaming_job(
-        ctx,
-        JobName.PIPELINE,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.PIPELINE, build, run)

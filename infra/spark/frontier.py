@@ -145,14 +145,14 @@ class FrontierConfig:
             raise ConfigError("max_clock_skew_ms must not be negative")
 
 
-def frontier_of(progress: Mapping[str, int], lagging: Sequence[str], lateness_ms: int) -> int:
+def frontier_of(progress: Mapping[str, int], lagging: Sequence[str], allowed_lateness_ms: int) -> int:
     """Event time below which every record has been read (see the module docstring)."""
     if not progress:
         return NO_FRONTIER
     behind = [progress.get(name, NO_FRONTIER) for name in lagging]
     if behind:
-        return min(behind) - lateness_ms
-    return max(progress.values()) + 1 - lateness_ms
+        return min(behind) - allowed_lateness_ms
+    return max(progress.values()) + 1 - allowed_lateness_ms
 
 
 def next_frontier(
@@ -161,7 +161,7 @@ def next_frontier(
     ends: Mapping[str, int],
     stamps: Mapping[str, int],
     lagging: Sequence[str],
-    lateness_ms: int,
+    allowed_lateness_ms: int,
     *,
     final: bool = False,
 ) -> Frontier | None:
@@ -175,13 +175,13 @@ def next_frontier(
         stamps: the timestamp of the last record read of each partition since ``start`` (the partitions
             that had one).
         lagging: the partitions that hold records past ``ends``.
-        lateness_ms: the allowed lateness.
+        allowed_lateness_ms: the allowed lateness.
         final: the micro-batch is the last of an ``availableNow`` run.
     """
     progress = dict(start.progress)
     for name, stamp in stamps.items():
         progress[name] = max(progress.get(name, NO_FRONTIER), stamp)
-    frontier = max(start.frontier_ms, frontier_of(progress, lagging, lateness_ms))
+    frontier = max(start.frontier_ms, frontier_of(progress, lagging, allowed_lateness_ms))
     if frontier == start.frontier_ms and final == start.final:
         return None
     return Frontier(dict(ends), progress, frontier, final, start.planned + 1, batch)

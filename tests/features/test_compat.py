@@ -27,7 +27,7 @@ def test_the_fingerprint_hashes_names_dtypes_and_windows_only() -> None:
     assert fingerprint == spec_fingerprint(FeatureParams().specs) and len(fingerprint) == 16
     reworded = tuple(dataclasses.replace(spec, meaning="another text") for spec in SPECS)
     assert spec_fingerprint(reworded) == fingerprint, "the meaning is documentation"
-    assert spec_fingerprint(FeatureParams(max_lateness_ms=DAY_MS).specs) == fingerprint
+    assert spec_fingerprint(FeatureParams(allowed_lateness_ms=DAY_MS).specs) == fingerprint
     assert spec_fingerprint(FeatureParams(label_delay_ms=3 * DAY_MS).specs) != fingerprint
     assert spec_fingerprint(FeatureParams(window_days=(1, 7, 28)).specs) != fingerprint
     retyped = (dataclasses.replace(SPECS[0], dtype="float64"), *SPECS[1:])
@@ -37,7 +37,7 @@ def test_the_fingerprint_hashes_names_dtypes_and_windows_only() -> None:
 
 def test_the_record_keeps_how_far_back_the_features_look() -> None:
     assert spec_record(DEFAULT_PARAMS)["span_ms"] == {"card": 30 * DAY_MS, "terminal": 37 * DAY_MS}
-    longer = FeatureParams(window_days=(1, 7, 60), label_delay_ms=DAY_MS, max_lateness_ms=HOUR_MS)
+    longer = FeatureParams(window_days=(1, 7, 60), label_delay_ms=DAY_MS, allowed_lateness_ms=HOUR_MS)
     assert spec_record(longer)["span_ms"] == {"card": 60 * DAY_MS, "terminal": 61 * DAY_MS}
 
 
@@ -75,7 +75,7 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         "terminal_days_since_first_fraud (30 d, 7 d before -> 7 d, 7 d before)",
     ]
     assert check_specs(saved, FeatureParams(label_delay_ms=DAY_MS), "here")  # a shorter delay: served
-    assert check_specs(saved, FeatureParams(max_lateness_ms=DAY_MS), "here") == []  # lateness aside
+    assert check_specs(saved, FeatureParams(allowed_lateness_ms=DAY_MS), "here") == []  # lateness aside
     with pytest.raises(
         FeatureSpecsError,
         match=r"^here holds state built for other features \(features added: card_nb_tx_45d, .*\) and "
@@ -88,7 +88,7 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
 
 
 def test_the_record_gives_back_the_parameters_of_the_job_that_wrote_it(tmp_path: Path) -> None:
-    params = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS, max_lateness_ms=60_000)
+    params = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS, allowed_lateness_ms=60_000)
     assert recorded_params(spec_record(params)) == params
     assert recorded_params(json.loads(json.dumps(spec_record(params)))) == params
     assert recorded_params(None) is None

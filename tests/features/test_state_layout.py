@@ -106,7 +106,7 @@ def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tm
     assert (
         json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
     )
-    late = FeatureParams(max_lateness_ms=5)
+    late = FeatureParams(allowed_lateness_ms=5)
     assert bind(tmp_path, StateSpec(Layout(), late)) == []  # lateness is not in the specs ...
     assert read_specs(tmp_path) == spec_record(late)  # ... but in the parameters recorded
     with pytest.raises(FeatureSpecsError, match=r"checkpoint .* other features \(changed windows: terminal"):

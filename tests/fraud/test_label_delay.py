@@ -24,7 +24,7 @@ class Given(Exception):
         self.delay_ms = delay_ms
 
 
-def _params_of_build(_ctx: Any, _job: Any, build: Any, **_options: Any) -> None:
+def _params_of_build(_ctx: Any, _job: Any, build: Any, _run: Any) -> None:
     raise Given(build.keywords["params"].label_delay_ms)
 
 

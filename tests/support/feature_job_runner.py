@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         topics=Topics().with_prefix(args.prefix),
         checkpoint=args.checkpoint,
         redis=RedisTarget(args.redis, args.prefix, DEFAULT_RETENTION_S),
-        params=FeatureParams(max_lateness_ms=args.allowed_lateness_ms),
+        params=FeatureParams(allowed_lateness_ms=args.allowed_lateness_ms),
         max_event_bytes=MAX_EVENT_BYTES,
         max_records_per_trigger=args.max_records,
     )

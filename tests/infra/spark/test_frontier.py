@@ -46,35 +46,35 @@ KAFKA = {"bootstrap.servers": "127.0.0.1:9092"}
 
 def test_frontier_is_the_slowest_partition_that_still_has_records() -> None:
     progress = {"tx/0": 1_000, "tx/1": 700, "labels/0": 5_000}
-    assert frontier_of(progress, lagging=["tx/0", "tx/1"], lateness_ms=0) == 700
-    assert frontier_of(progress, lagging=["tx/0"], lateness_ms=100) == 900
+    assert frontier_of(progress, lagging=["tx/0", "tx/1"], allowed_lateness_ms=0) == 700
+    assert frontier_of(progress, lagging=["tx/0"], allowed_lateness_ms=100) == 900
 
 
 def test_frontier_passes_everything_once_all_partitions_are_read() -> None:
     progress = {"tx/0": 1_000, "tx/1": 700}
-    assert frontier_of(progress, lagging=[], lateness_ms=0) == 1_001
-    assert frontier_of(progress, lagging=[], lateness_ms=50) == 951
-    assert frontier_of({}, lagging=[], lateness_ms=0) == NO_FRONTIER
+    assert frontier_of(progress, lagging=[], allowed_lateness_ms=0) == 1_001
+    assert frontier_of(progress, lagging=[], allowed_lateness_ms=50) == 951
+    assert frontier_of({}, lagging=[], allowed_lateness_ms=0) == NO_FRONTIER
 
 
 def test_a_partition_never_read_holds_the_frontier_back() -> None:
-    assert frontier_of({"tx/0": 1_000}, lagging=["tx/1"], lateness_ms=0) == NO_FRONTIER
+    assert frontier_of({"tx/0": 1_000}, lagging=["tx/1"], allowed_lateness_ms=0) == NO_FRONTIER
 
 
 def test_a_frontier_moves_with_the_last_records_read_and_never_back() -> None:
     start = Frontier({"tx/0": 10}, {"tx/0": 5_000}, 4_000)
-    moved = next_frontier(start, 3, {"tx/0": 20}, {"tx/0": 6_000}, ["tx/0"], lateness_ms=500)
+    moved = next_frontier(start, 3, {"tx/0": 20}, {"tx/0": 6_000}, ["tx/0"], allowed_lateness_ms=500)
     assert moved == Frontier({"tx/0": 20}, {"tx/0": 6_000}, 5_500, planned=1, batch=3)
     # A last record stamped earlier (disorder) keeps the progress: the frontier stays, no ticks.
-    assert next_frontier(moved, 3, {"tx/0": 30}, {"tx/0": 5_800}, ["tx/0"], lateness_ms=500) is None
+    assert next_frontier(moved, 3, {"tx/0": 30}, {"tx/0": 5_800}, ["tx/0"], allowed_lateness_ms=500) is None
 
 
 def test_a_micro_batch_carries_ticks_only_when_the_frontier_or_its_final_mark_changes() -> None:
     start = Frontier({"tx/0": 3}, {"tx/0": 2_000}, 2_001)
-    assert next_frontier(start, 3, {"tx/0": 3}, {}, [], lateness_ms=0) is None
-    final = next_frontier(start, 3, {"tx/0": 3}, {}, [], lateness_ms=0, final=True)
+    assert next_frontier(start, 3, {"tx/0": 3}, {}, [], allowed_lateness_ms=0) is None
+    final = next_frontier(start, 3, {"tx/0": 3}, {}, [], allowed_lateness_ms=0, final=True)
     assert final is not None and final.final and final.frontier_ms == 2_001
-    assert next_frontier(final, 3, {"tx/0": 3}, {}, [], lateness_ms=0, final=True) is None
+    assert next_frontier(final, 3, {"tx/0": 3}, {}, [], allowed_lateness_ms=0, final=True) is None
 
 
 def test_a_source_moves_its_offset_when_the_connector_may_read_or_a_run_still_needs_its_final_batch() -> None:
