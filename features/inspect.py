@@ -28,6 +28,7 @@ import pandas as pd
 
 from contracts.errors import NotFoundError, StateError
 from contracts.events import TxColumns
+from features.bucket_entries import unpack_cards, unpack_terminals
 from features.buckets import card_bucket, terminal_buckets
 from features.compat import recorded_params
 from features.core import CardState, TerminalState, card_windows, terminal_step
@@ -41,7 +42,7 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from features.entries import Layout, Pages, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages
 from features.entry_store import entry_bytes
 from features.job import CARD_ENTRIES_VAR, CARD_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_STATE_VAR
 from features.rows import KIND, RowKind, empty_events

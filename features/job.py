@@ -29,10 +29,11 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS, JobName, Topics
+from features.bucket_entries import card_entries, terminal_entries, unpack_cards, unpack_terminals
 from features.core import TerminalState
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import Layout, Pages, card_entries, terminal_entries, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages
 from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import Rescale, rekey_cards, rekey_terminals

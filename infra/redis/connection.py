@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from contracts.errors import ServiceUnavailableError
 from contracts.privacy import redact_url
-from contracts.settings import RedisConnection
+from contracts.sections import RedisConnection
 from infra.redis.keys import stats_key
 from infra.retry import wait_out
 

@@ -11,6 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from features.bucket_entries import (
+    card_entries,
+    card_rows,
+    card_state,
+    read_cards,
+    read_terminals,
+    terminal_entries,
+    terminal_rows,
+    terminal_state,
+    unpack_cards,
+    unpack_terminals,
+)
 from features.buckets import card_bucket, terminal_buckets
 from features.core import CardState, TerminalState
 from features.definitions import HOUR_MS
@@ -21,20 +33,10 @@ from features.entries import (
     Rows,
     _sorted_factorize,
     _sorted_rows,
-    card_entries,
-    card_rows,
-    card_state,
     newest_of_entry,
     pack_entries,
-    read_cards,
-    read_terminals,
     route_hashes,
-    terminal_entries,
     terminal_hash,
-    terminal_rows,
-    terminal_state,
-    unpack_cards,
-    unpack_terminals,
 )
 from features.entry_store import (
     LAST_READER_OF_EARLIER_LAYOUTS,

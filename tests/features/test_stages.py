@@ -16,11 +16,12 @@ import pytest
 
 from contracts.records import FeatureRecord
 from contracts.settings import DEFAULT_PAGE_BYTES
+from features.bucket_entries import unpack_cards, unpack_terminals
 from features.buckets import card_bucket
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import Layout, Pages, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages
 from features.entry_store import EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import rekey_cards, rekey_terminals
@@ -482,7 +483,7 @@ def run_stream(
         nonlocal frontier
         lagging = [name for name in ends if read[name] < ends[name]]
         planned = next_frontier(
-            frontier, frontier.batch + 1, read, stamps, lagging, params.max_lateness_ms, **run
+            frontier, frontier.batch + 1, read, stamps, lagging, params.allowed_lateness_ms, **run
         )
         frontier = planned or frontier
         return planned
@@ -586,7 +587,7 @@ def test_shuffled_arrival_within_allowed_lateness_equals_batch(final_reads: bool
     tx, labels = simulated()
     labels = labels[labels["known_at_ms"] <= tx[EVENT_TIME_MS].max()]
     lateness = 3_600_000
-    params = FeatureParams(max_lateness_ms=lateness)
+    params = FeatureParams(allowed_lateness_ms=lateness)
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     rng = np.random.default_rng(5)
     jitter = rng.integers(0, lateness, size=len(when))  # arrival order: time + jitter, each < lateness

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from contracts.settings import RedisConnection
+from contracts.sections import RedisConnection
 from features.job import CardTicks
 from infra.redis.connection import RedisTarget
 from infra.spark.frontier import FrontierConfig
