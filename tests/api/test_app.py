@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from api.app import OPEN_PATHS, create_app
 from contracts.errors import ConfigError
-from tests.api.test_api_state import CARD, States
+from tests.api.test_state import CARD, States
 
 #: Tokens a server may have (visible ASCII, no spaces): a few kinds, each server made once.
 TOKENS = ("s3cret", "x", "Bearer", "a+b/c=", "0123456789abcdef" * 4, "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
