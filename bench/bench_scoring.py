@@ -50,6 +50,7 @@ from infra.clients import Clients
 from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
 from infra.redis.keys import recent_alerts_key
+from infra.spark.session import ONCE, Trigger
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from scoring.job import ScoringJobConfig, start_scoring_job
@@ -248,7 +249,7 @@ def paced_loads(
     interval = args.trigger_interval_s
     if args.paced_jobs == "pipeline":
         start = project_jobs.bound(pipeline_config)
-        queries = [start_pipeline(spark, pipeline_config, start, once=False, trigger_interval_s=interval)]
+        queries = [start_pipeline(spark, pipeline_config, start, Trigger(interval_s=interval))]
         alerts_key = recent_alerts_key("pipeline-")
     else:
         queries = [
@@ -256,10 +257,9 @@ def paced_loads(
                 spark,
                 feature_config,
                 project_jobs.bound(feature_config),
-                once=False,
-                trigger_interval_s=interval,
+                Trigger(interval_s=interval),
             ),
-            start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
+            start_scoring_job(spark, scoring_config, Trigger(interval_s=interval)),
         ]
         alerts_key = recent_alerts_key()
     print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
@@ -355,9 +355,7 @@ def main() -> None:
         runs = [
             (
                 "pipeline",
-                lambda: start_pipeline(
-                    spark, pipeline_config, project_jobs.bound(pipeline_config), once=True
-                ),
+                lambda: start_pipeline(spark, pipeline_config, project_jobs.bound(pipeline_config), ONCE),
             )
         ]
         if not args.pipeline_only:
@@ -365,10 +363,10 @@ def main() -> None:
                 (
                     "feature job",
                     lambda: start_feature_job(
-                        spark, feature_config, project_jobs.bound(feature_config), once=True
+                        spark, feature_config, project_jobs.bound(feature_config), ONCE
                     ),
                 ),
-                ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
+                ("scoring job", lambda: start_scoring_job(spark, scoring_config, ONCE)),
                 *runs,
             ]
         rates_of = {}

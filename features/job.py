@@ -80,7 +80,7 @@ from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_pe
 from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark.offset_log import record_ending
 from infra.spark.schemas import spark_ddl
-from infra.spark.session import observations, start_stream
+from infra.spark.session import Trigger, observations, start_stream
 from infra.spark.stage_counts import (
     COUNTS_DDL,
     OBSERVATION,
@@ -330,15 +330,9 @@ class FeatureJobConfig:
         return self.end_ms is not None and final_in(query_location(self.checkpoint), progress)
 
     def start(
-        self,
-        spark: SparkSession,
-        start: Start,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,  # its counts come with its progress reports
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_feature_job(spark, self, start, once=once, trigger_interval_s=trigger_interval_s)
+        return start_feature_job(spark, self, start, trigger)  # its counts come with its progress reports
 
 
 def feature_stream(
@@ -526,19 +520,14 @@ def feature_sink(config: FeatureJobConfig, after_commit: AfterCommit | None = No
 
 
 def start_feature_job(
-    spark: SparkSession,
-    config: FeatureJobConfig,
-    start: Start,
-    *,
-    once: bool,
-    trigger_interval_s: float = 1.0,
+    spark: SparkSession, config: FeatureJobConfig, start: Start, trigger: Trigger
 ) -> StreamingQuery:
     """Start the streaming feature job in its checkpoint, bound to its state before
-    (``features.state_layout.bind``): ``once`` processes everything available, then stops."""
+    (``features.state_layout.bind``)."""
     register_sink(spark)
     writer = (
         write_stream(feature_stream(spark, config, start), feature_sink(config))
         .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"features-{config.topics.features}")
     )
-    return start_stream(writer, once, trigger_interval_s)
+    return start_stream(writer, trigger)

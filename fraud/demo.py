@@ -62,6 +62,7 @@ from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
@@ -115,6 +116,7 @@ def demo_command(
 ) -> None:
     """Run the pipeline end to end on the embedded stack: simulate, ingest, features, train, score, alerts."""
     from fraud import jobs  # heavy: PySpark and the jobs
+    from infra.spark.session import ONCE, stop_session
 
     settings = settings_of(ctx)
     extra_days = FOLLOW_DAYS if follow else 0
@@ -152,37 +154,42 @@ def demo_command(
         produce_batch(settings, events_from_jsonl(BAD_EVENTS_FILE, settings.max_event_bytes), speedup=None)
 
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
-        checkpoints = (settings.home / "checkpoints" / namespace).resolve()
-        features = jobs.feature_job_config(
-            settings,
-            clients,
-            topics=settings.topics,
-            checkpoint=checkpoints / "features",
-            params=feature_params(settings),
-            scope=scope,
-        )
-        jobs.run_job(settings, clients, features, once=True, trigger_interval_s=0.0, namespace=namespace)
+        with console.status("Starting Spark..."):  # one session for every job of the demo
+            spark = jobs.job_spark_session(settings, "fraud-demo")
+        try:
+            checkpoints = (settings.home / "checkpoints" / namespace).resolve()
+            features = jobs.feature_job_config(
+                settings,
+                clients,
+                topics=settings.topics,
+                checkpoint=checkpoints / "features",
+                params=feature_params(settings),
+                scope=scope,
+            )
+            jobs.run_job(settings, clients, features, ONCE, namespace=namespace, spark=spark)
 
-        console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
-        train_demo_model(settings)
+            console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
+            train_demo_model(settings)
 
-        console.rule(
-            "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
-        )
-        scoring = jobs.scoring_job_config(
-            settings, clients, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
-        )
-        jobs.run_job(settings, clients, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
+            console.rule(
+                "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
+            )
+            scoring = jobs.scoring_job_config(
+                settings, clients, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
+            )
+            jobs.run_job(settings, clients, scoring, ONCE, namespace=namespace, spark=spark)
 
-        console.rule("Summary")
-        console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
-        console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
-        console.print(alerts_table(clients, settings, frame))
-        card = show_card(clients, frame, settings, namespace)
-        if follow:
-            follow_live(settings, live, checkpoints, rate, namespace)
-        else:
-            where_to_look(settings, namespace, card, first_alert(clients, settings), started_here)
+            console.rule("Summary")
+            console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
+            console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
+            console.print(alerts_table(clients, settings, frame))
+            card = show_card(clients, frame, settings, namespace)
+            if follow:
+                follow_live(settings, live, checkpoints, rate, namespace, spark)
+            else:
+                where_to_look(settings, namespace, card, first_alert(clients, settings), started_here)
+        finally:
+            stop_session(spark)
 
 
 #: Days of simulated transactions ``--follow`` streams in after the batch part of the demo.
@@ -263,13 +270,19 @@ def where_to_look(
 
 
 def follow_live(
-    settings: Settings, live: pd.DataFrame, checkpoints: Path, rate: float, namespace: str
+    settings: Settings,
+    live: pd.DataFrame,
+    checkpoints: Path,
+    rate: float,
+    namespace: str,
+    spark: SparkSession,
 ) -> None:
-    """Keep both jobs running on new transactions streamed in at ``rate`` per second, serve the page,
-    until Ctrl-C; then stop what was started here."""
+    """Keep both jobs running in ``spark`` on new transactions streamed in at ``rate`` per second, serve the
+    page, until Ctrl-C; then stop what was started here."""
     import uvicorn
 
     from fraud import jobs  # heavy: PySpark and the jobs
+    from infra.spark.session import Trigger
 
     clients = Clients.from_settings(settings)
     source = "simulator:live"
@@ -297,7 +310,6 @@ def follow_live(
         daemon=True,
     )
     with console.status("Starting the live jobs..."):
-        spark = jobs.job_spark_session(settings, "fraud-demo-live")
         # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
         # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -324,7 +336,7 @@ def follow_live(
             ready = jobs.prepare_run(settings, clients, job)
 
             def start() -> StreamingQuery:
-                query = job.start(spark, ready, once=False, trigger_interval_s=0.5)
+                query = job.start(spark, ready, Trigger(interval_s=0.5))
                 live_jobs.add(job.name, query)
                 return query
 
@@ -357,7 +369,6 @@ def follow_live(
         producer.join(timeout=70)
         jobs.stop_live_jobs(queries)
         server.should_exit = True
-        spark.stop()
 
 
 #: How often ``--follow`` starts a live job again whose query stopped with an error (a Python worker that took

@@ -34,7 +34,13 @@ from infra.metrics.jobs import JobMetrics
 from infra.redis.connection import RedisTarget
 from infra.spark.checkpoint import query_location
 from infra.spark.offset_log import frontier_ms_at
-from infra.spark.session import check_executors, spark_session, stop_between_batches, stop_session
+from infra.spark.session import (
+    Trigger,
+    check_executors,
+    spark_session,
+    stop_between_batches,
+    stop_session,
+)
 from infra.spark.stage_counts import BatchObserver
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
@@ -116,13 +122,7 @@ class Job(Protocol):
         ...
 
     def start(
-        self,
-        spark: SparkSession,
-        start: Start,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
         """Start its query in its checkpoint, made ready by ``fraud.savepoints.plan_start`` (``start``)."""
         ...
@@ -272,16 +272,16 @@ def run_job(
     settings: Settings,
     clients: Clients,
     job: Job,
+    trigger: Trigger,
     *,
-    once: bool,
-    trigger_interval_s: float,
     namespace: str = "",
     from_savepoint: Path | None = None,
+    spark: SparkSession | None = None,
 ) -> QueryReport:
     """Run ``job``, top-down: its services and checkpoint made ready, from ``from_savepoint`` if given
-    (``prepare_run``); Spark started; the job's query started from there (``job.start``). Its progress shows
-    until it stops (``once``: when it has processed what was there; a bar shows how far), then Spark stops
-    and a summary is printed. The job serves its metrics (``FRAUD_METRICS_PORT``, else a free port of
+    (``prepare_run``); Spark started (unless a session is given: ``spark``, left running); the job's query
+    started from there (``job.start``). Its progress shows until it stops (once: when it has processed
+    what was there; a bar shows how far), then Spark stops and a summary is printed. The job serves its metrics (``FRAUD_METRICS_PORT``, else a free port of
     ``FRAUD_METRICS_HOST``) and is listed for ``fraud status`` while it runs."""
     start = prepare_run(settings, clients, job, from_savepoint)
     metrics = job_metrics(job, namespace)
@@ -290,23 +290,27 @@ def run_job(
         url = f"http://{settings.metrics_host}:{port}/metrics"
         entry = this_job(job.name, namespace, url, metrics.watch.group if metrics.watch else "")
         with registered(settings.home, entry):
-            with console.status("Starting Spark..."):
-                spark = job_spark_session(settings, f"fraud-{job.name}", job.preload)
+            session = spark
+            if session is None:
+                with console.status("Starting Spark..."):
+                    session = job_spark_session(settings, f"fraud-{job.name}", job.preload)
             ctrl_c_interrupts_the_command_only()
             try:
                 job.checkpoint.mkdir(parents=True, exist_ok=True)
                 check_executors(
-                    spark, job.preload, (job.checkpoint,), settings.spark_executor_start_timeout_s
+                    session, job.preload, (job.checkpoint,), settings.spark_executor_start_timeout_s
                 )
-                query = job.start(
-                    spark, start, once=once, trigger_interval_s=trigger_interval_s, on_batch=metrics.on_batch
-                )
+                query = job.start(session, start, trigger, metrics.on_batch)
                 console.print(
-                    f"{job.description}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}."
+                    f"{job.description}; {'until done' if trigger.once else 'Ctrl-C stops it'}; "
+                    f"metrics at {url}."
                 )
-                report = watch_query(query, on_progress=metrics.on_progress, bar=once, ended=job.ended)
+                report = watch_query(
+                    query, on_progress=metrics.on_progress, bar=trigger.once, ended=job.ended
+                )
             finally:
-                stop_session(spark)  # also stops the Python workers and their Kafka consumers
+                if spark is None:
+                    stop_session(session)  # also stops the Python workers and their Kafka consumers
     finally:
         metrics.close()
     console.print(

@@ -45,6 +45,7 @@ def run_streaming_job(
     ``fraud.jobs.run_job`` runs it."""
     from fraud import jobs  # heavy: PySpark and the jobs
     from infra.clients import Clients
+    from infra.spark.session import Trigger
 
     settings = settings_of(ctx)
     clients = Clients.from_settings(settings)
@@ -61,8 +62,7 @@ def run_streaming_job(
         settings,
         clients,
         config,
-        once=run.once or end is not None,
-        trigger_interval_s=run.trigger_interval_s,
+        Trigger(run.once or end is not None, run.trigger_interval_s),
         namespace=run.namespace,
         from_savepoint=run.from_savepoint,
     )

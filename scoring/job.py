@@ -40,7 +40,7 @@ from infra.spark.kafka_sink.datasource import write_micro_batch
 from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark.offset_log import record_ending
-from infra.spark.session import observations
+from infra.spark.session import Trigger, observations
 from infra.spark.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.core import Scorer
@@ -95,17 +95,9 @@ class ScoringJobConfig(ScoresWithModels):
         return False
 
     def start(
-        self,
-        spark: SparkSession,
-        start: Start,  # never rescaled: the job keeps no keyed state
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_scoring_job(
-            spark, self, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
-        )
+        return start_scoring_job(spark, self, trigger, on_batch)  # never rescaled: it keeps no keyed state
 
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
@@ -134,17 +126,12 @@ def by_input_partition(records: DataFrame, tasks: int) -> DataFrame:
 
 
 def start_scoring_job(
-    spark: SparkSession,
-    config: ScoringJobConfig,
-    *,
-    once: bool,
-    trigger_interval_s: float = 1.0,
-    on_batch: BatchObserver | None = None,
+    spark: SparkSession, config: ScoringJobConfig, trigger: Trigger, on_batch: BatchObserver | None = None
 ) -> StreamingQuery:
-    """Start the streaming scoring job: ``once`` scores everything available, then stops. ``on_batch`` gets
-    each micro-batch's counts and model versions (``infra.metrics.jobs.JobMetrics.on_batch``). Its write
-    tasks are as many as its checkpoint's first run pinned (``infra.spark.checkpoint.pinned_layout``): a
-    first run takes Spark's cores, so this is decided here, once Spark runs, not before it starts.
+    """Start the streaming scoring job. ``on_batch`` gets each micro-batch's counts and model versions
+    (``infra.metrics.jobs.JobMetrics.on_batch``). Its write tasks are as many as its checkpoint's first run
+    pinned (``infra.spark.checkpoint.pinned_layout``): a first run takes Spark's cores, so this is decided
+    here, once Spark runs, not before it starts.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -180,7 +167,6 @@ def start_scoring_job(
         query_name=f"scoring-{config.topics.scores}",
         stream=lambda: feature_records(spark, config),
         write=score_micro_batch,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
+        trigger=trigger,
         on_batch=on_batch,
     )

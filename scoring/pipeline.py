@@ -38,6 +38,7 @@ from infra.redis.connection import RedisTarget
 from infra.spark.kafka_sink.config import AfterCommitAll
 from infra.spark.kafka_sink.datasource import write_micro_batch
 from infra.spark.kafka_sink.records import SinkRows
+from infra.spark.session import Trigger
 from infra.spark.stage_counts import BatchObserver
 from infra.spark.timing import Timings
 from models.registry import CHAMPION
@@ -112,17 +113,9 @@ class PipelineConfig(ScoresWithModels):
         return self.features.ended(progress)
 
     def start(
-        self,
-        spark: SparkSession,
-        start: Start,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_pipeline(
-            spark, self, start, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
-        )
+        return start_pipeline(spark, self, start, trigger, on_batch)
 
 
 @dataclass(frozen=True)
@@ -181,13 +174,11 @@ def start_pipeline(
     spark: SparkSession,
     config: PipelineConfig,
     start: Start,
-    *,
-    once: bool,
-    trigger_interval_s: float = 1.0,
+    trigger: Trigger,
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start the pipeline in its checkpoint, bound to its state before (``features.state_layout.bind``):
-    ``once`` processes everything available, then stops. ``on_batch`` gets each micro-batch's model versions
+    """Start the pipeline in its checkpoint, bound to its state before (``features.state_layout.bind``).
+    ``on_batch`` gets each micro-batch's model versions
     (its counts come with Spark's progress reports, ``infra.metrics.jobs``).
 
     Raises:
@@ -218,7 +209,6 @@ def start_pipeline(
         query_name=f"pipeline-{config.topics.features}",
         stream=lambda: feature_stream(spark, features, start, hook=scorer),
         write=write_batch,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
+        trigger=trigger,
         on_batch=on_batch,
     )

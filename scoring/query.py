@@ -17,7 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from contracts.settings import JobName
 from infra.spark.checkpoint import PerBatch, query_location
 from infra.spark.kafka_sink.datasource import register as register_sink
-from infra.spark.session import start_stream
+from infra.spark.session import Trigger, start_stream
 from infra.spark.stage_counts import BatchObserver
 from infra.spark.timing import Timings
 from scoring.chooser import batch_versions, model_choosers
@@ -92,12 +92,11 @@ def start_scoring_query(
     query_name: str,
     stream: Callable[[], DataFrame],
     write: BatchWriter,
-    once: bool,
-    trigger_interval_s: float,
+    trigger: Trigger,
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
     """Start ``job``'s scoring query over ``stream()`` (built once the models are found), ``write`` writing
-    each micro-batch. ``once`` processes everything available, then stops.
+    each micro-batch.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -130,4 +129,4 @@ def start_scoring_query(
         .option("checkpointLocation", str(query_location(checkpoint)))
         .queryName(query_name)
     )
-    return start_stream(writer, once, trigger_interval_s)
+    return start_stream(writer, trigger)

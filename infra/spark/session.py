@@ -21,6 +21,7 @@ import threading
 import uuid
 import warnings
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -355,14 +356,24 @@ def collect_within(rows: RDD[T], timeout_s: float) -> list[T]:
     return list(outcome["rows"])
 
 
-def start_stream(writer: DataStreamWriter, once: bool, trigger_interval_s: float) -> StreamingQuery:
-    """Start a query: ``once`` processes everything available then stops, else a micro-batch every interval."""
-    trigger = (
-        writer.trigger(availableNow=True)
-        if once
-        else writer.trigger(processingTime=f"{trigger_interval_s} seconds")
-    )
-    return trigger.start()
+@dataclass(frozen=True)
+class Trigger:
+    """When a query runs its micro-batches: ``once``, over everything available, then it stops; else one
+    every ``interval_s`` (at once when the last took longer) until it is stopped."""
+
+    once: bool = False
+    interval_s: float = 1.0
+
+
+#: Everything available, then stop.
+ONCE = Trigger(once=True)
+
+
+def start_stream(writer: DataStreamWriter, trigger: Trigger) -> StreamingQuery:
+    """Start a query with its ``trigger``."""
+    if trigger.once:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{trigger.interval_s} seconds").start()
 
 
 def stop_between_batches(query: StreamingQuery, timeout_s: float = 60.0) -> None:

@@ -38,6 +38,7 @@ from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key, card_score_key
 from infra.redis.reads import get_alert
+from infra.spark.session import ONCE, Trigger
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
@@ -64,6 +65,8 @@ pytestmark = pytest.mark.minutes(3.5)
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
 MAX_RECORDS = 2_500
+#: The pipeline's: a few micro-batches in each of its two runs (the scoring job needs more: the alias moves).
+PIPELINE_MAX_RECORDS = 10_000
 #: Records that are not feature records, produced to the features topic with the real ones.
 #: A feature record as another producer might write it, for the bad variants below (never scored).
 _FEATURE = {**FEATURE, "tx_id": 10**15, "features": dict.fromkeys(FEATURE_COLUMNS, 1.0)}
@@ -138,7 +141,7 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
         max_records_per_trigger=MAX_RECORDS,
         model_check_interval_s=1.0,
     )
-    query = start_scoring_job(spark, config, once=False, trigger_interval_s=0.5)
+    query = start_scoring_job(spark, config, Trigger(interval_s=0.5))
     try:
         wait_for(lambda: len(query.recentProgress) >= 3 or query.exception() is not None, "3 micro-batches")
         promote(tracking_uri, 2, CHAMPION)
@@ -260,7 +263,7 @@ def run_pipeline(
     shuffle_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     plan = savepoints.plan_start(config, from_savepoint, shuffle_partitions)
     return stopped(
-        start_pipeline(spark, config, plan.start, once=True),
+        start_pipeline(spark, config, plan.start, ONCE),
         "pipeline",
         timeout_s=TIMEOUT_S,
         ended=config.ended,
@@ -278,7 +281,7 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     ensure_topics(clients.admin(), own.all(), clients.settings.partitions, 1)
     topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
     features = replace(
-        job_config(clients, topics, home / "first", MAX_RECORDS),
+        job_config(clients, topics, home / "first", PIPELINE_MAX_RECORDS),
         redis=RedisTarget(clients.endpoints.redis_url, prefix_of(own), DEFAULT_RETENTION_S),
     )
     config = PipelineConfig(

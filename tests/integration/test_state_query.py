@@ -41,7 +41,7 @@ from features.job import start_feature_job
 from features.state_layout import Start, bind
 from fraud.state import StateService
 from infra.clients import Clients
-from infra.spark.session import stop_between_batches
+from infra.spark.session import Trigger, stop_between_batches
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.feature_jobs import Simulated, job_config, simulated
@@ -119,7 +119,7 @@ def test_state_of_cards_equals_the_batch_path_while_the_job_runs_and_in_a_moved_
     assert produce_events(clients.producer(), settings.topics, sim.events).delivery_errors == []
 
     bind(config.checkpoint, config.state)
-    query = start_feature_job(spark, config, Start(), once=False, trigger_interval_s=0.5)
+    query = start_feature_job(spark, config, Start(), Trigger(interval_s=0.5))
     try:
         query.processAllAvailable()
         job = open_job_state(checkpoint)

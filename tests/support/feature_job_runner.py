@@ -32,7 +32,7 @@ from features.state_layout import Start, bind
 from fraud.jobs import SPARK_PRELOAD
 from infra.metrics.jobs import records_read
 from infra.redis.connection import RedisTarget
-from infra.spark.session import spark_session
+from infra.spark.session import Trigger, spark_session
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     bind(config.checkpoint, config.state)  # as `fraud features run` does before Spark's query starts
     started = time.monotonic()
-    query = start_feature_job(
-        spark, config, Start(), once=args.once, trigger_interval_s=args.trigger_interval
-    )
+    query = start_feature_job(spark, config, Start(), Trigger(args.once, args.trigger_interval))
     seen = -1
     while not query.awaitTermination(0.2):
         seen = _log_progress(query.recentProgress, seen, started)

@@ -33,6 +33,7 @@ from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
 from infra.redis.connection import RedisTarget
 from infra.redis.keys import card_features_key
+from infra.spark.session import ONCE
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
@@ -129,7 +130,7 @@ def finished_query(
     if start is None:
         bind(config.checkpoint, config.state)
         start = Start()
-    return stopped(start_feature_job(spark, config, start, once=True), "feature job", ended=config.ended)
+    return stopped(start_feature_job(spark, config, start, ONCE), "feature job", ended=config.ended)
 
 
 def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
