@@ -64,11 +64,11 @@ from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
 from features.definitions import FeatureParams
+from fraud.metrics import ended_at, records_read
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
 from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
-from infra.metrics.jobs import ended_at, records_read
 from infra.spark.timing import PREFIX as TIMING_PREFIX
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate

@@ -41,6 +41,7 @@ from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import TxColumns
+from contracts.redis_keys import recent_alerts_key
 from contracts.settings import Settings, Topics
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
@@ -49,7 +50,6 @@ from fraud.progress import records_read
 from infra.clients import Clients
 from infra.embedded.stack import temporary_stack
 from infra.kafka.admin import ensure_topics
-from infra.redis.keys import recent_alerts_key
 from infra.spark.session import ONCE, Trigger
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate

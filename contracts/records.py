@@ -45,7 +45,7 @@ ModelVersion = Annotated[int, Field(ge=1, description="Registered model version 
 
 #: The Kafka header of an alert record: the record it was scored from, ``topic/partition@offset`` (a
 #: transaction for the pipeline, a feature record for the scoring job). Traceability, and the jobs' alert
-#: latency (``infra.metrics.jobs``).
+#: latency (``fraud.metrics``).
 ALERT_SOURCE_HEADER = "fraud.source"
 
 

@@ -22,15 +22,26 @@ from typing import Any, ClassVar, Protocol
 import orjson
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, GroupedData, SparkSession
+from pyspark.sql import Column, DataFrame, GroupedData, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
+from contracts.redis_keys import card_features_key
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS, JobName, Topics
 from features.bucket_entries import card_entries, terminal_entries, unpack_cards, unpack_terminals
 from features.core import TerminalState
+from features.counts import (
+    ALERT_SOURCES,
+    COUNTS,
+    COUNTS_DDL,
+    OBSERVATION,
+    BatchObserver,
+    alert_sources,
+    batch_counts,
+    counts_row,
+)
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.entries import Layout, Pages
@@ -68,7 +79,6 @@ from features.transport import (
 from infra.arrow_json import newest_rows, read_records, text_arrays
 from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
-from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest_encoded
 from infra.spark.checkpoint import query_location
 from infra.spark.frontier import FrontierConfig, final_in, read_frontier
@@ -80,15 +90,7 @@ from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_pe
 from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark.offset_log import record_ending
 from infra.spark.schemas import spark_ddl
-from infra.spark.session import Trigger, observations, start_stream
-from infra.spark.stage_counts import (
-    COUNTS_DDL,
-    OBSERVATION,
-    BatchObserver,
-    alert_sources,
-    batch_counts,
-    counts_row,
-)
+from infra.spark.session import Trigger, start_stream
 from infra.spark.state_store import StateReader
 from infra.spark.timing import Timings
 
@@ -399,6 +401,15 @@ def feature_stream(
     # Each micro-batch's counts (records, late events, dead letters by reason) in its progress report.
     counted = terminal.observe(OBSERVATION, *observations())
     return counted.select(RECORDS_COLUMN)
+
+
+def observations() -> list[Column]:
+    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``) of a stage's output: the
+    counts summed, the alerts' sources collected (``features.counts``)."""
+    return [
+        *(F.sum(name).alias(name) for name in COUNTS),
+        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
+    ]
 
 
 def initial_states(

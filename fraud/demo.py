@@ -41,6 +41,7 @@ from rich.table import Table
 from api.app import create_app
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
+from contracts.redis_keys import card_features_key
 from contracts.settings import Settings, redis_prefix
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
@@ -51,7 +52,6 @@ from infra.clients import Clients
 from infra.embedded.stack import EmbeddedStack
 from infra.kafka.admin import create_project_topics
 from infra.kafka.log import read_topic, topic_counts
-from infra.redis.keys import card_features_key
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events

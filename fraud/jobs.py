@@ -19,18 +19,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName, Settings, Topics, redis_prefix
+from features.counts import BatchObserver
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig
 from features.state_layout import Start, StateSpec
 from fraud import savepoints
 from fraud.console import console, summary_table
+from fraud.metrics import JobMetrics
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
 from infra.clients import Clients
 from infra.kafka.admin import create_project_topics
 from infra.kafka.input_watch import InputWatch, observer_group
-from infra.metrics.jobs import JobMetrics
 from infra.redis.connection import RedisTarget
 from infra.spark.checkpoint import query_location
 from infra.spark.offset_log import frontier_ms_at
@@ -41,7 +42,6 @@ from infra.spark.session import (
     stop_between_batches,
     stop_session,
 )
-from infra.spark.stage_counts import BatchObserver
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
 from scoring.pipeline import PipelineConfig

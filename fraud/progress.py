@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import FraudError
 from fraud.console import GrowingBar, console
-from infra.metrics.jobs import records_behind, records_read
+from fraud.metrics import records_behind, records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
 _PYTHON_ERROR = re.compile(
@@ -72,7 +72,7 @@ def watch_query(
     ended: Callable[[dict[str, Any]], bool] | None = None,
 ) -> QueryReport:
     """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure.
-    ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics.jobs``). ``bar``: also
+    ``on_progress`` gets each micro-batch's progress report (the metrics, ``fraud.metrics``). ``bar``: also
     show how far the query is toward the end of its input as it was when it started (a bounded run).
     ``ended``: the query is stopped after the micro-batch whose progress report it says is the last (a run
     of a time range)."""

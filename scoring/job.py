@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName, Topics
 from features import job as feature_job
+from features.counts import COUNTS_DDL, OBSERVATION, BatchObserver
 from features.state_layout import Start
 from infra.kafka.log import offsets_for_time
 from infra.redis.connection import RedisTarget
@@ -40,8 +41,7 @@ from infra.spark.kafka_sink.datasource import write_micro_batch
 from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
 from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
 from infra.spark.offset_log import record_ending
-from infra.spark.session import Trigger, observations
-from infra.spark.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
+from infra.spark.session import Trigger
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.core import Scorer
 from scoring.query import ScoredBatch, ScoresWithModels, start_scoring_query
@@ -129,7 +129,7 @@ def start_scoring_job(
     spark: SparkSession, config: ScoringJobConfig, trigger: Trigger, on_batch: BatchObserver | None = None
 ) -> StreamingQuery:
     """Start the streaming scoring job. ``on_batch`` gets each micro-batch's counts and model versions
-    (``infra.metrics.jobs.JobMetrics.on_batch``). Its write tasks are as many as its checkpoint's first run
+    (``fraud.metrics.JobMetrics.on_batch``). Its write tasks are as many as its checkpoint's first run
     pinned (``infra.spark.checkpoint.pinned_layout``): a first run takes Spark's cores, so this is decided
     here, once Spark runs, not before it starts.
 
@@ -157,7 +157,7 @@ def start_scoring_job(
         )
         counted = Observation(OBSERVATION)
         scored = by_input_partition(records, write_tasks).mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
-        observed = scored.observe(counted, *observations())
+        observed = scored.observe(counted, *feature_job.observations())
         write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch.batch_id)
         return counted.get
 

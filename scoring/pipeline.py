@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.records import source_position
 from contracts.settings import JobName, Topics
+from features.counts import BatchObserver
 from features.job import FeatureJobConfig, LatestFeaturesToRedis, feature_sink, feature_stream
 from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from features.state_layout import Start, StateSpec
@@ -39,7 +40,6 @@ from infra.spark.kafka_sink.config import AfterCommitAll
 from infra.spark.kafka_sink.datasource import write_micro_batch
 from infra.spark.kafka_sink.records import SinkRows
 from infra.spark.session import Trigger
-from infra.spark.stage_counts import BatchObserver
 from infra.spark.timing import Timings
 from models.registry import CHAMPION
 from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
@@ -179,7 +179,7 @@ def start_pipeline(
 ) -> StreamingQuery:
     """Start the pipeline in its checkpoint, bound to its state before (``features.state_layout.bind``).
     ``on_batch`` gets each micro-batch's model versions
-    (its counts come with Spark's progress reports, ``infra.metrics.jobs``).
+    (its counts come with Spark's progress reports, ``fraud.metrics``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).

@@ -15,10 +15,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName
+from features.counts import BatchObserver
 from infra.spark.checkpoint import PerBatch, query_location
 from infra.spark.kafka_sink.datasource import register as register_sink
 from infra.spark.session import Trigger, start_stream
-from infra.spark.stage_counts import BatchObserver
 from infra.spark.timing import Timings
 from scoring.chooser import batch_versions, model_choosers
 from scoring.core import now_ms
@@ -40,7 +40,7 @@ class ScoredBatch:
     scored_at_ms: int
 
 
-#: Writes one micro-batch's rows; returns its summed counts (``infra.spark.stage_counts.COUNTS``), or nothing when
+#: Writes one micro-batch's rows; returns its summed counts (``features.counts.COUNTS``), or nothing when
 #: they come with the query's progress reports instead.
 BatchWriter = Callable[[DataFrame, ScoredBatch], Mapping[str, Any]]
 

@@ -18,13 +18,13 @@ from rich.table import Table
 from contracts.settings import Settings
 from fraud.commands.stack import stack_table
 from fraud.console import console, settings_of
+from fraud.metrics import Samples, scrape
 from fraud.running import running_jobs
 from infra.clients import Clients, NotConfiguredError
 from infra.embedded.stack import EmbeddedStack
 from infra.kafka.connection import cluster_metadata
 from infra.kafka.input_watch import OBSERVER_GROUP_PREFIX
 from infra.kafka.log import log_bounds
-from infra.metrics.jobs import Samples, scrape
 
 
 def status(

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from contracts.errors import ServiceUnavailableError
 from contracts.privacy import redact_url
+from contracts.redis_keys import stats_key
 from contracts.sections import RedisConnection
-from infra.redis.keys import stats_key
 from infra.retry import wait_out
 
 T = TypeVar("T")

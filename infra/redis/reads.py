@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from contracts.records import AlertRecord, ScoreRecord
-from infra.redis.keys import (
+from contracts.redis_keys import (
     JSON_FIELDS,
     alert_key,
     card_alerts_key,

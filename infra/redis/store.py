@@ -1,4 +1,4 @@
-"""Idempotent writes of the lookup store (its keys: ``infra.redis.keys``).
+"""Idempotent writes of the lookup store (its keys: ``contracts.redis_keys``).
 
 Every key starts with a prefix chosen by the job (empty for the live pipeline), so isolated runs such as
 A/B replays never touch the live keys. Writes are idempotent: writing the same micro-batch again (a
@@ -21,8 +21,8 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.redis_keys import JSON_FIELDS, alert_key, card_alerts_key, card_score_key, recent_alerts_key
 from infra.arrow_json import newest_rows, read_records, text_arrays
-from infra.redis.keys import JSON_FIELDS, alert_key, card_alerts_key, card_score_key, recent_alerts_key
 
 #: Sets each hash to its fields unless it holds a newer record; records are ordered by (event_time_ms,
 #: tx_id). KEYS = the hashes; ARGV = ttl_s, the fields' names (a JSON array), then per key: event_time_ms,

@@ -29,7 +29,6 @@ import pyspark
 from py4j.protocol import Py4JError
 from pyspark import RDD, InheritableThread, SparkConf
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from contracts.errors import ConfigError
@@ -39,7 +38,6 @@ from infra.spark import daemon
 from infra.spark.daemon import PRELOAD_ENV
 from infra.spark.internals import jvm_started, use_gateway
 from infra.spark.logs import WORKER_LOGS_ENV, launch_logged_gateway
-from infra.spark.stage_counts import ALERT_SOURCES, COUNTS
 
 #: Data source options whose values Spark hides (``spark.sql.redaction.options.regex``; Spark's default is
 #: ``(?i)url``, and ``spark.redaction.regex`` adds passwords, secrets and tokens).
@@ -391,12 +389,3 @@ def stop_between_batches(query: StreamingQuery, timeout_s: float = 60.0) -> None
 def _process_all_available(query: StreamingQuery) -> None:
     with contextlib.suppress(Exception):  # a failed query raises its error here; it is stopped next anyway
         query.processAllAvailable()
-
-
-def observations() -> list[Any]:
-    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``): the counts summed, the
-    alerts' sources collected."""
-    return [
-        *(F.sum(name).alias(name) for name in COUNTS),
-        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
-    ]

@@ -18,8 +18,8 @@ from redis.retry import Retry
 
 from api.app import create_app
 from contracts.records import AlertRecord
+from contracts.redis_keys import card_features_key
 from infra.embedded.stack import StackInfo
-from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest, write_alerts, write_scores
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 

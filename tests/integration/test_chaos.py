@@ -49,11 +49,11 @@ from confluent_kafka.admin import AdminClient
 from contracts.events import TxColumns
 from contracts.provenance import provenance_of
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.redis_keys import alert_key
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
 from infra.clients import Clients
 from infra.kafka.log import read_topic
-from infra.redis.keys import alert_key
 from infra.redis.reads import get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate

@@ -28,10 +28,10 @@ from prometheus_client import CollectorRegistry
 
 from contracts.settings import Settings, known_env_names
 from fraud.cli import app
+from fraud.metrics import JobMetrics
 from infra.embedded.stack import StackInfo, free_port, temporary_stack, valkey_binary
 from infra.maven import KAFKA_VERSION
 from infra.metrics.api import ApiMetrics
-from infra.metrics.jobs import JobMetrics
 from infra.spark.cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
 from infra.spark.session import JIT_OPTIONS
 

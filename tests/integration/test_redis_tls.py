@@ -17,11 +17,11 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from contracts.redis_keys import card_features_key
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
 from infra.embedded.stack import StackInfo
 from infra.redis.connection import RedisTarget
-from infra.redis.keys import card_features_key
 from infra.redis.store import set_latest
 from tests.support.tls import HOST, TlsFront, make_pki
 

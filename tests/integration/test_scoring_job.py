@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import Reason, TxColumns, from_message
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.redis_keys import card_features_key, card_score_key
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
 from fraud import savepoints
@@ -36,7 +37,6 @@ from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic, topic_counts
 from infra.redis.connection import RedisTarget
-from infra.redis.keys import card_features_key, card_score_key
 from infra.redis.reads import get_alert
 from infra.spark.session import ONCE, Trigger
 from ingest.produce import produce_events

@@ -30,7 +30,7 @@ from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from features.state_layout import Start, bind
 from fraud.jobs import SPARK_PRELOAD
-from infra.metrics.jobs import records_read
+from fraud.metrics import records_read
 from infra.redis.connection import RedisTarget
 from infra.spark.session import Trigger, spark_session
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value

@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import SCHEMA_VERSION, TransactionEvent, TxColumns
 from contracts.records import FeatureRecord
+from contracts.redis_keys import card_features_key
 from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
@@ -32,7 +33,6 @@ from infra.embedded.stack import StackInfo
 from infra.kafka.admin import ensure_topics
 from infra.kafka.log import read_topic
 from infra.redis.connection import RedisTarget
-from infra.redis.keys import card_features_key
 from infra.spark.session import ONCE
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table

@@ -3,7 +3,7 @@
 Two feeds. Spark's progress report of each micro-batch (:meth:`JobMetrics.on_progress`): rows in and
 rates, the micro-batch's duration, how far each partition's offsets trail the log's end, the event-time
 frontier's delay, state rows and bytes per stateful operator. And the counts the stages attach to their
-output (``infra.spark.stage_counts``: feature records, late events, scores, alerts, dead letters by reason),
+output (``features.counts``: feature records, late events, scores, alerts, dead letters by reason),
 summed per micro-batch by Spark (``observe``) and handed over with the model versions that served it
 (:meth:`JobMetrics.on_batch`). With the job's input watch (``infra.kafka.input_watch``), the alert latency too.
 
@@ -26,9 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.errors import ConfigError
 from contracts.records import parse_source_position
-from infra.kafka.input_watch import ARRIVALS_KEPT_S, InputWatch
-from infra.spark.offset_log import connector_offsets
-from infra.spark.stage_counts import (
+from features.counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
     DEAD_COUNTS,
@@ -37,6 +35,8 @@ from infra.spark.stage_counts import (
     OBSERVATION,
     SCORE_COUNT,
 )
+from infra.kafka.input_watch import ARRIVALS_KEPT_S, InputWatch
+from infra.spark.offset_log import connector_offsets
 
 #: Micro-batch durations, seconds.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120)
@@ -180,7 +180,7 @@ class JobMetrics:
         self._redis_failures_seen = total
 
     def on_batch(self, counts: Mapping[str, Any], versions: Mapping[str, int | None] | None = None) -> None:
-        """The summed counts of a micro-batch's output (``infra.spark.stage_counts.COUNTS``) and the model versions
+        """The summed counts of a micro-batch's output (``features.counts.COUNTS``) and the model versions
         that served it."""
         job = self.job
         for name, counter in (

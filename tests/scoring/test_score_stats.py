@@ -1,8 +1,8 @@
-"""The per-minute counts of scores behind the live page's charts (``infra.metrics.score_stats``), without Redis."""
+"""The per-minute counts of scores behind the live page's charts (``scoring.score_stats``), without Redis."""
 
 from __future__ import annotations
 
-from infra.metrics.score_stats import MINUTE_MS, SCORE_BINS, score_stats
+from scoring.score_stats import MINUTE_MS, SCORE_BINS, score_stats
 from tests.support.factories import T0_MS, make_score
 
 

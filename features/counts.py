@@ -1,6 +1,6 @@
 """The counts the stages attach to their output: one column each next to the packed records (feature
 records, late events, scores, alerts, dead letters by reason, the alerts' source records), summed per
-micro-batch by Spark (``observe``) for the jobs' metrics (``infra.metrics.jobs``)."""
+micro-batch by Spark (``observe``) for the jobs' metrics (``fraud.metrics``)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,7 @@ from contracts.errors import ConfigError
 from contracts.events import DLQ_REASON_HEADER, Reason
 from contracts.records import ALERT_SOURCE_HEADER, parse_source_position, source_position
 from contracts.settings import Topics
-from infra.kafka.input_watch import Arrivals, observer_group
-from infra.metrics.jobs import JobMetrics, batch_ranges, ended_at, operator_names
-from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE
-from infra.spark.offset_log import Frontier, FrontierPlan
-from infra.spark.stage_counts import (
+from features.counts import (
     ALERT_COUNT,
     ALERT_SOURCES,
     DEAD_COUNTS,
@@ -28,6 +24,10 @@ from infra.spark.stage_counts import (
     batch_counts,
     counts_row,
 )
+from fraud.metrics import JobMetrics, batch_ranges, ended_at, operator_names
+from infra.kafka.input_watch import Arrivals, observer_group
+from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE
+from infra.spark.offset_log import Frontier, FrontierPlan
 
 TOPICS = Topics()
 

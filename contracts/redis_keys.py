@@ -1,5 +1,5 @@
-"""The lookup store's key schema, defined once: every key (each behind the job's prefix) and which fields of a
-stored record are JSON text."""
+"""The Redis keys the jobs write and alert consumers read, defined once: every key (each behind the job's
+prefix, ``contracts.settings.redis_prefix``) and which fields of a stored record are JSON text."""
 
 from __future__ import annotations
 
