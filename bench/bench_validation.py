@@ -2,7 +2,10 @@
 transactions topic records -> event rows and dead rows) and the scoring job's check of feature records
 (``scoring.core.Scorer.valid``), each on Arrow batches of 10,000 records as a Spark task gets them, on
 clean records and with ``--dirty`` of them damaged (a wrong type, an extra field, an unknown schema
-version, malformed JSON); and ``parse_event`` alone, the pydantic validation both stages run per record.
+version, malformed JSON); and ``parse_event`` alone, the pydantic validation both stages run per record,
+beside pydantic's batch validation (``TypeAdapter(list[TransactionEvent]).validate_json`` over a batch's
+records joined into one array, ``parse_event`` per record when the batch holds a bad one). The jobs do not
+use the batch form: a record that is not one JSON value (``{..},{..}``) would shift every record after it.
 
 Simulates transactions (seed 0), builds their wire JSON as ingest does and their feature records as the
 feature job writes them, takes the first ``--records`` and times each variant, best of ``--repeats``
@@ -22,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import report
+from pydantic import TypeAdapter, ValidationError
 
 from contracts.events import TransactionEvent
 from contracts.settings import Topics
@@ -72,6 +76,14 @@ def _damage(values: list[bytes], fraction: float, seed: int) -> list[bytes]:
     return damaged
 
 
+def _batch_json(adapter: TypeAdapter[list[TransactionEvent]], values: Sequence[bytes]) -> object:
+    """pydantic's validation of ``values`` as one JSON array; each record alone when one is not valid."""
+    try:
+        return adapter.validate_json(b"[" + b",".join(values) + b"]")
+    except ValidationError:
+        return [parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in values]
+
+
 def _batches(values: Sequence[bytes], topic: str) -> list[pa.RecordBatch]:
     """``values`` as the records of ``topic``, in Arrow batches of ``BATCH_ROWS`` (the connector's columns)."""
     batches = []
@@ -117,6 +129,7 @@ def main() -> None:
 
     options = DecodeOptions(TOPICS.transactions, TOPICS.labels, 8, MAX_BYTES)
     scorer = Scorer(tracking_uri="unused", version=1, topics=TOPICS, max_event_bytes=MAX_BYTES)
+    adapter = TypeAdapter(list[TransactionEvent])
     runs: dict[str, Callable[[], object]] = {}
     for kind, damage in (("clean", 0.0), (f"{args.dirty:.0%} dirty", args.dirty)):
         tx = _damage(transactions, damage, seed=1)
@@ -124,6 +137,9 @@ def main() -> None:
         feature_batches = _batches(_damage(feature_records, damage, seed=2), TOPICS.features)
         runs[f"parse_event, transactions, {kind}"] = lambda tx=tx: [
             parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in tx
+        ]
+        runs[f"TypeAdapter(list), transactions, {kind}"] = lambda tx=tx: [
+            _batch_json(adapter, tx[start : start + BATCH_ROWS]) for start in range(0, len(tx), BATCH_ROWS)
         ]
         runs[f"feature job decode, {kind}"] = lambda batches=tx_batches: [
             decode(batch, options) for batch in batches
