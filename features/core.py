@@ -245,6 +245,12 @@ def _keys_of(column: pd.Series) -> KeyArray:
     return column.to_numpy()
 
 
+def _batch_rows(batch: pd.DataFrame, key: str) -> tuple[KeyArray, IntArray, IntArray]:
+    """A batch's keys (its ``key`` column), event times and tx ids."""
+    times = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    return _keys_of(batch[key]), times, batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+
+
 def concat_keys(first: KeyArray, second: KeyArray) -> KeyArray:
     """The keys of both, as a categorical when either is one (its categories: the distinct keys of both)."""
     if len(first) == 0:
@@ -382,9 +388,7 @@ def card_step(
         The pruned new state, and a frame with tx_id and ``params.card_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    batch_cards = _keys_of(batch[TxColumns.CARD_ID])
-    batch_time = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    batch_tx_id = batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_cards, batch_time, batch_tx_id = _batch_rows(batch, TxColumns.CARD_ID)
     batch_cents = amount_to_cents(batch[TxColumns.AMOUNT].to_numpy(dtype=np.float64))
 
     (batch_codes, state_codes), n_keys = _factorize(batch_cards, state.card_id)
@@ -630,9 +634,7 @@ def terminal_step(
         The pruned new state, and a frame with tx_id and ``params.terminal_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    batch_terminals = _keys_of(tx_batch[TxColumns.TERMINAL_ID])
-    batch_time = tx_batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    batch_tx_id = tx_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_terminals, batch_time, batch_tx_id = _batch_rows(tx_batch, TxColumns.TERMINAL_ID)
     delay = params.label_delay_ms
 
     labels = (

@@ -10,18 +10,7 @@ import pyarrow as pa
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.rows import (
-    DETAIL,
-    KIND,
-    LATE,
-    RAW,
-    REASON,
-    SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
-    RowKind,
-    output_fields,
-)
+from features.rows import DEAD_FIELDS, KIND, LATE, SOURCE_FIELDS, RowKind, output_fields
 from infra.arrow_json import json_objects
 from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows
 
@@ -63,10 +52,7 @@ def kafka_records(
             batches += more.to_batches()
     letters = SinkRows()
     for raw, reason, detail, topic, partition, offset in zip(
-        *(
-            dead[name].tolist()
-            for name in (RAW, REASON, DETAIL, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET)
-        ),
+        *(dead[name].tolist() for name in (*DEAD_FIELDS, *SOURCE_FIELDS)),
         strict=True,
     ):
         letter = DeadLetter(

@@ -37,9 +37,8 @@ from features.rows import (
     LATE,
     RAW,
     REASON,
+    SOURCE_FIELDS,
     SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
     TERMINAL_BUCKET,
     RowKind,
     card_stage_fields,
@@ -283,4 +282,4 @@ def in_source_order(rows: pd.DataFrame) -> pd.DataFrame:
     """
     if len(rows) < 2:
         return rows
-    return rows.sort_values([SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET], kind="stable", ignore_index=True)
+    return rows.sort_values(list(SOURCE_FIELDS), kind="stable", ignore_index=True)

@@ -46,7 +46,7 @@ from contracts.settings import Settings, redis_prefix
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
-from fraud.options import feature_params
+from fraud.options import DEFAULT_MAX_RECORDS, feature_params
 from fraud.progress import JobFailedError
 from infra.clients import Clients
 from infra.embedded.stack import EmbeddedStack
@@ -64,6 +64,9 @@ from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from features.job import FeatureJobConfig
+    from scoring.job import ScoringJobConfig
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
@@ -130,7 +133,6 @@ def demo_command(
     with stack_for_run(settings) as started_here:
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         settings = isolated(settings, namespace)
-        scope = jobs.Scope(namespace)
         console.print(
             f"This demo runs in namespace [bold]{namespace}[/bold]: topics {namespace}.*, Redis keys "
             f"{redis_prefix(namespace)}*, a model registry of its own ({settings.mlflow_tracking_uri})."
@@ -158,14 +160,7 @@ def demo_command(
             spark = jobs.job_spark_session(settings, "fraud-demo")
         try:
             checkpoints = (settings.home / "checkpoints" / namespace).resolve()
-            features = jobs.feature_job_config(
-                settings,
-                clients,
-                topics=settings.topics,
-                checkpoint=checkpoints / "features",
-                params=feature_params(settings),
-                scope=scope,
-            )
+            features, scoring = demo_jobs(settings, clients, checkpoints, namespace, DEFAULT_MAX_RECORDS)
             jobs.run_job(settings, clients, features, ONCE, namespace=namespace, spark=spark)
 
             console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
@@ -173,9 +168,6 @@ def demo_command(
 
             console.rule(
                 "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
-            )
-            scoring = jobs.scoring_job_config(
-                settings, clients, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
             )
             jobs.run_job(settings, clients, scoring, ONCE, namespace=namespace, spark=spark)
 
@@ -194,6 +186,35 @@ def demo_command(
 
 #: Days of simulated transactions ``--follow`` streams in after the batch part of the demo.
 FOLLOW_DAYS = 7
+#: Records per micro-batch of the live jobs (``--follow``).
+LIVE_MAX_RECORDS = 20_000
+
+
+def demo_jobs(
+    settings: Settings, clients: Clients, checkpoints: Path, namespace: str, max_records: int
+) -> tuple[FeatureJobConfig, ScoringJobConfig]:
+    """The demo's feature job and scoring job, in its namespace, checkpointed under ``checkpoints``."""
+    from fraud import jobs  # heavy: PySpark and the jobs
+
+    scope = jobs.Scope(namespace)
+    features = jobs.feature_job_config(
+        settings,
+        clients,
+        topics=settings.topics,
+        checkpoint=checkpoints / "features",
+        params=feature_params(settings),
+        max_records=max_records,
+        scope=scope,
+    )
+    scoring = jobs.scoring_job_config(
+        settings,
+        clients,
+        topics=settings.topics,
+        checkpoint=checkpoints / "scoring",
+        max_records=max_records,
+        scope=scope,
+    )
+    return features, scoring
 
 
 def alerts_table(clients: Clients, settings: Settings, frame: pd.DataFrame) -> Table:
@@ -313,24 +334,7 @@ def follow_live(
         # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
         # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        scope = jobs.Scope(namespace)
-        features = jobs.feature_job_config(
-            settings,
-            clients,
-            topics=settings.topics,
-            checkpoint=checkpoints / "features",
-            params=feature_params(settings),
-            max_records=20_000,
-            scope=scope,
-        )
-        scoring = jobs.scoring_job_config(
-            settings,
-            clients,
-            topics=settings.topics,
-            checkpoint=checkpoints / "scoring",
-            max_records=20_000,
-            scope=scope,
-        )
+        features, scoring = demo_jobs(settings, clients, checkpoints, namespace, LIVE_MAX_RECORDS)
 
         def starter(job: jobs.Job) -> Callable[[], StreamingQuery]:
             ready = jobs.prepare_run(settings, clients, job)
