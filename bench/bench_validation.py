@@ -27,7 +27,7 @@ import pyarrow as pa
 import report
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.events import TransactionEvent
+from contracts.events import TransactionEvent, TxColumns
 from contracts.settings import Topics
 from features.batch import transactions_features
 from features.decode import DecodeOptions, decode
@@ -38,6 +38,7 @@ from infra.spark.kafka_sink.records import SinkRows
 from ingest.files import clean_table
 from ingest.produce import events_from_table
 from ingest.simulator import SimulatorConfig, simulate
+from ingest.tokens import card_token
 from scoring.core import Scorer
 from validation.parse import parse_event
 
@@ -116,8 +117,12 @@ def main() -> None:
     frame = simulate(SIMULATION)
     wire = events_from_table(clean_table(frame, "bench"), "bench", b"bench", params.label_delay_ms, MAX_BYTES)
     transactions = wire.tx_values[: args.records]
-    features = transactions_features(frame, "bench", params, MAX_BYTES).features.iloc[: args.records]
-    records = feature_record_values(features.assign(**{LATE: False}).reset_index(drop=True), params)
+    computed = transactions_features(frame, "bench", params, MAX_BYTES)
+    rows = computed.transactions.merge(computed.features, on=TxColumns.TX_ID).iloc[: args.records]
+    rows[TxColumns.CARD_ID] = [
+        card_token(card, b"bench") for card in rows[TxColumns.CARD_ID]
+    ]  # as ingest does
+    records = feature_record_values(rows.assign(**{LATE: False}).reset_index(drop=True), params)
     feature_records = records.to_pylist()
     if min(len(transactions), len(feature_records)) < args.records:
         raise SystemExit(f"the simulation gave only {len(transactions):,} transactions")
