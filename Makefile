@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	$(BIN)/python -m infra.maven fetch
-	$(BIN)/python -m infra.pyspark_zip
-	$(BIN)/python -m infra.class_archive
+	$(BIN)/python -m infra.spark.pyspark_zip
+	$(BIN)/python -m infra.spark.class_archive
 	@touch $(STAMP)
 
 install: $(STAMP)  ## virtualenv with the project and its dev tools

@@ -1,6 +1,6 @@
 """The alert lookup API and the live page (``fraud serve``), read-only over the Redis store.
 
-JSON endpoints serve the lookups of ``infra.redis_store`` (OpenAPI spec at ``/openapi.json``, docs at
+JSON endpoints serve the lookups of ``infra.redis.store`` (OpenAPI spec at ``/openapi.json``, docs at
 ``/docs``); ``GET /`` serves a static page that polls ``/alerts/recent`` every second and looks cards up,
 with a status strip and charts fed by the routes of ``api.live``.
 The API only reads Redis, so it sees what the scoring job has written: idempotent upserts keyed by tx id,
@@ -32,8 +32,8 @@ from api.state import JobStates, add_state_routes
 from contracts.errors import ConfigError
 from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import check_bearer_token
-from infra.api_metrics import ApiMetrics
-from infra.redis_reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
+from infra.metrics.api import ApiMetrics
+from infra.redis.reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
 
 
 class CardFeatures(BaseModel):

@@ -3,7 +3,7 @@
 ``/live/status`` (the status strip: each running job's rate, lag and last micro-batch, and the model
 version scoring, since when), ``/live/alerts`` (alerts and scores per minute) and ``/live/scores`` (the
 distribution of the scores against the model's threshold). Minutes are of scoring time (a score record's
-``scored_at_ms``, wall clock), counted by the scoring job in Redis (``infra.score_stats``); the jobs are
+``scored_at_ms``, wall clock), counted by the scoring job in Redis (``scoring.score_stats``); the jobs are
 seen through what the server is given (:class:`JobsView`: the app passes the jobs registered under
 ``FRAUD_HOME``, or the demo's own). Read-only, like the rest of the API.
 """
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import FastAPI, Query
 from pydantic import BaseModel, Field
 
-from infra.score_stats import MINUTE_MS, SCORE_BINS, Counts, ScoredModel, read_minutes, read_models
+from scoring.score_stats import MINUTE_MS, SCORE_BINS, Counts, ScoredModel, read_minutes, read_models
 
 #: The minutes a chart covers by default, and at most.
 DEFAULT_MINUTES, MAX_MINUTES = 30, 1440

@@ -1,7 +1,7 @@
 """The embedded broker itself: how long Apache Kafka takes to start, and the memory and CPU it takes idle and
 under the project's kind of load.
 
-1. Starts the embedded stack's broker (``infra.embedded``) in a new home: the first start formats its log
+1. Starts the embedded stack's broker (``infra.embedded.stack``) in a new home: the first start formats its log
    directory; then stops and starts it ``--restarts`` times on the same log directory (as ``fraud down`` /
    ``fraud up`` do). Each start is timed from launch to the first answered metadata request.
 2. With the broker up and idle for ``--idle-s``: its resident memory (RSS) and proportional set size (PSS).
@@ -28,7 +28,7 @@ from measure import TreeSampler, process_memory_bytes, resident_bytes
 
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
-from infra.embedded import (
+from infra.embedded.stack import (
     BROKER_HEAP,
     BROKER_STOP_TIMEOUT_S,
     HOST,
@@ -37,9 +37,9 @@ from infra.embedded import (
     free_port,
     terminate,
 )
-from infra.kafka_log import topic_counts
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import topic_counts
 from infra.maven import KAFKA_VERSION
-from infra.topic_admin import ensure_topics
 
 MIB = 2**20
 

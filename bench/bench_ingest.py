@@ -15,15 +15,14 @@ from pathlib import Path
 
 import report
 
+from contracts.events import DAY_MS
 from infra.clients import Clients
-from infra.embedded import temporary_stack
-from infra.kafka_log import topic_counts
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import temporary_stack
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import topic_counts
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
-
-DAY_MS = 86_400_000
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ other. For each size:
    (``ingest.produce``).
 2. Starts the real command, ``fraud pipeline run``, as a subprocess on an embedded stack of its own, with
    Spark's event log on (``SPARK_CONF_DIR``) and ``--log-level debug`` (the project's timing lines,
-   ``infra.timing``); reads its feature records from the beginning (read_committed) and waits until the
+   ``infra.spark.timing``); reads its feature records from the beginning (read_committed) and waits until the
    backlog is through: the first output's time after launch is reported.
 3. Streams ``--warmup-s`` then ``--paced-s`` of new transactions at ``--rate``/s (longer when the backlog's
    micro-batches took longer: as long as three of them, up to ``--max-paced-s``, so that micro-batches as
@@ -22,7 +22,7 @@ other. For each size:
      log), and the stateful operators' commit and update times;
    - the event log's jobs, stages and tasks inside addBatch: each stage's wall time, its tasks' run time,
      JVM GC, shuffle;
-   - the project's timing lines from the Python workers (``infra.timing``): the records the connector
+   - the project's timing lines from the Python workers (``infra.spark.timing``): the records the connector
      read reaching Python and their decoding, each stateful stage's state reads and writes and its core,
      scoring, and the sink's transaction (begin and marker, produce, commit) and Redis writes.
 
@@ -64,12 +64,12 @@ from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
 from features.definitions import FeatureParams
+from fraud.metrics import ended_at, records_read
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import temporary_stack
-from infra.metrics import ended_at, records_read
-from infra.timing import PREFIX as TIMING_PREFIX
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import temporary_stack
+from infra.kafka.admin import ensure_topics
+from infra.spark.timing import PREFIX as TIMING_PREFIX
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
@@ -157,7 +157,7 @@ def read_event_log(path: Path) -> EventLog:
 
 
 def timing_lines(log: Path) -> Iterator[tuple[str, dict[str, int], dict[str, float]]]:
-    """(what, context, phases in ms) of each timing line (``infra.timing``) in the command's log."""
+    """(what, context, phases in ms) of each timing line (``infra.spark.timing``) in the command's log."""
     for line in log.read_text(errors="replace").splitlines():
         at = line.find(f"{TIMING_PREFIX} ")
         if at < 0:
@@ -516,7 +516,7 @@ def summary(runs: list[Run], rate: float) -> report.Table:
             "peak memory, and the cores it used from the pipeline's launch to its stop, beside it.",
             "In the phase tables below, phases nest (a leading dash per level). Stages run their 2 tasks side "
             "by side: a stage's wall time is the event log's; the phases under it are the project's timing "
-            "lines (`infra.timing`) summed over a task's calls, averaged over its tasks. The sink's wait for "
+            "lines (`infra.spark.timing`) summed over a task's calls, averaged over its tasks. The sink's wait for "
             "the stage's rows is the terminal stage's work seen from the writer, which runs in the same task.",
         ],
     )

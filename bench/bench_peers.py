@@ -65,7 +65,7 @@ import pandas as pd
 import project_jobs
 import report
 from measure import Latency, OutputReader, TreeSampler, pace, steady_rate, stop_tree
-from project_jobs import LABEL_DELAY_MS, MAX_EVENT_BYTES, TX_PER_CUSTOMER_DAY, events_of
+from project_jobs import MAX_EVENT_BYTES, TX_PER_CUSTOMER_DAY, events_of
 
 from contracts.events import TxColumns
 from contracts.settings import Topics
@@ -74,8 +74,8 @@ from features.definitions import FeatureParams, card_avg_amount_column, card_nb_
 from features.job import FeatureJobConfig
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import StackInfo, temporary_stack
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import StackInfo, temporary_stack
+from infra.kafka.admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
@@ -629,7 +629,7 @@ def reference_features(frame: pd.DataFrame, cards: np.ndarray) -> dict[int, dict
     """The batch path's card counts and means of every transaction of ``cards`` (a card's card features
     depend on its own transactions only), by tx id."""
     rows = frame[frame[TxColumns.CARD_ID].isin(cards)]
-    features = transactions_features(rows, "bench", FeatureParams(), LABEL_DELAY_MS, MAX_EVENT_BYTES).features
+    features = transactions_features(rows, "bench", FeatureParams(), MAX_EVENT_BYTES).features
     columns = [TxColumns.TX_ID, *COUNTS, *MEANS]
     return {
         int(row[0]): {name: value for name, value in zip(columns[1:], row[1:], strict=True)}

@@ -5,7 +5,7 @@ Each run is ``fraud features run --once`` over a simulation produced to an embed
 user runs it (Spark's start-up included in the wall time, not in the rate):
 
 1. **Masters**: one simulation (``--customers``, ``--days``) on ``local[1]``, ``local[2]`` and a standalone
-   cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark_cluster``).
+   cluster (a master and one worker with 2 cores from the pyspark wheel, ``infra.spark.cluster``).
 2. **Cards**: ``--cards`` cards (10k, 100k, 1M) over ``--card-days`` days (1) each: the state holds every card's
    transactions of the last 30 days, so it should grow with the cards.
 3. **Events**: ``--event-cards`` cards (5,000) over ``--event-days`` (45 and 90 days): twice the events,
@@ -35,15 +35,15 @@ import report
 from measure import TreeSampler
 from project_jobs import fraud_env
 
+from contracts.events import DAY_MS
 from infra.clients import Clients
-from infra.embedded import temporary_stack
-from infra.spark_cluster import SPARK_ENV, standalone_cluster
-from infra.topic_admin import create_project_topics
+from infra.embedded.stack import temporary_stack
+from infra.kafka.admin import create_project_topics
+from infra.spark.cluster import SPARK_ENV, standalone_cluster
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 
-DAY_MS = 86_400_000
 FRAUD = Path(sys.executable).parent / "fraud"
 #: The command's last line: ``Done: 1,234 records in 5 micro-batches, 6.7 s (184 records/s).``
 DONE = re.compile(r"Done: ([\d,]+) records in ([\d,]+) micro-batches, ([\d,.]+) s \(([\d,]+) records/s\)")

@@ -41,15 +41,16 @@ from project_jobs import TX_PER_CUSTOMER_DAY, events_of
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import TxColumns
+from contracts.redis_keys import recent_alerts_key
 from contracts.settings import Settings, Topics
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import job_spark_session, redis_target
 from fraud.progress import records_read
 from infra.clients import Clients
-from infra.embedded import temporary_stack
-from infra.redis_keys import recent_alerts_key
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import temporary_stack
+from infra.kafka.admin import ensure_topics
+from infra.spark.session import ONCE, Trigger
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from scoring.job import ScoringJobConfig, start_scoring_job
@@ -113,7 +114,7 @@ def process_cpu_s() -> dict[int, tuple[float, str]]:
 #: Process groups of the CPU report, by a part of the command line.
 CPU_GROUPS = (
     ("Spark JVM", "org.apache.spark"),
-    ("Python workers", "spark_daemon"),
+    ("Python workers", "infra.spark.daemon"),
     ("Kafka broker", "kafka.Kafka"),
     ("Valkey", "valkey"),
     ("bench (producer, Spark driver)", "bench_scoring"),
@@ -247,12 +248,18 @@ def paced_loads(
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
     interval = args.trigger_interval_s
     if args.paced_jobs == "pipeline":
-        queries = [start_pipeline(spark, pipeline_config, once=False, trigger_interval_s=interval)]
+        start = project_jobs.bound(pipeline_config)
+        queries = [start_pipeline(spark, pipeline_config, start, Trigger(interval_s=interval))]
         alerts_key = recent_alerts_key("pipeline-")
     else:
         queries = [
-            start_feature_job(spark, feature_config, once=False, trigger_interval_s=interval),
-            start_scoring_job(spark, scoring_config, once=False, trigger_interval_s=interval),
+            start_feature_job(
+                spark,
+                feature_config,
+                project_jobs.bound(feature_config),
+                Trigger(interval_s=interval),
+            ),
+            start_scoring_job(spark, scoring_config, Trigger(interval_s=interval)),
         ]
         alerts_key = recent_alerts_key()
     print(f"paced: {args.paced_jobs} running, trigger interval {interval} s")
@@ -345,11 +352,21 @@ def main() -> None:
         pipeline_config = project_jobs.pipeline_config(
             clients, info, feature_config, piped, Path(home) / "pipeline", "pipeline-"
         )
-        runs = [("pipeline", lambda: start_pipeline(spark, pipeline_config, once=True))]
+        runs = [
+            (
+                "pipeline",
+                lambda: start_pipeline(spark, pipeline_config, project_jobs.bound(pipeline_config), ONCE),
+            )
+        ]
         if not args.pipeline_only:
             runs = [
-                ("feature job", lambda: start_feature_job(spark, feature_config, once=True)),
-                ("scoring job", lambda: start_scoring_job(spark, scoring_config, once=True)),
+                (
+                    "feature job",
+                    lambda: start_feature_job(
+                        spark, feature_config, project_jobs.bound(feature_config), ONCE
+                    ),
+                ),
+                ("scoring job", lambda: start_scoring_job(spark, scoring_config, ONCE)),
                 *runs,
             ]
         rates_of = {}

@@ -81,10 +81,10 @@ from project_jobs import TOKEN_KEY, TX_PER_CUSTOMER_DAY, events_of
 from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
+from fraud.metrics import Samples, scrape
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo, free_port, temporary_stack
-from infra.metrics import Samples, scrape
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import HOST, StackInfo, free_port, temporary_stack
+from infra.kafka.admin import ensure_topics
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 

@@ -9,7 +9,7 @@ earlier versions).
 
    - **pages**: ``card_call`` and ``terminal_call`` with their state in dictionaries that stand for Spark's
      state variables, counting the requests to the JVM's state server the job would send and the round
-     trips they go in (``infra.spark_state``);
+     trips they go in (``infra.spark.internals.PipelinedMap``);
    - **one value per bucket**: each bucket's history and waiting events decoded from Arrow IPC blobs,
      ``card_stage`` and ``terminal_stage`` over the whole bucket, the blobs encoded again (what the job did
      before entries: two state calls per bucket and stage).
@@ -59,7 +59,7 @@ from features.rows import (
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.timing import Timings
+from infra.spark.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 
@@ -67,7 +67,7 @@ from ingest.tokens import tokenise
 @dataclass
 class Counted:
     """A state variable as a dictionary, counting what the job would send Spark's state server: requests,
-    exchanges (round trips: a batched call's requests go in one, ``infra.spark_state``) and bytes."""
+    exchanges (round trips: a batched call's requests go in one, ``infra.spark.internals.PipelinedMap``) and bytes."""
 
     calls: Counter[str] = field(default_factory=Counter)
     data: dict[Any, Any] = field(default_factory=dict)
@@ -318,7 +318,7 @@ def main() -> None:
         rows,
         caption=f"*Both stateful stages on micro-batches of {args.batch:,} transactions of the last simulated day, the state holding the days before*",
         notes=[
-            "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark_state.py`); MiB moved: the bytes they carry."
+            "CPU: this process's CPU time for the two stages' calls of a micro-batch (decoding the state, the core, encoding it), median over the micro-batches measured. State requests: the gets, puts and removes the job sends Spark's state server (whose side is not in the CPU figure); round trips: the exchanges they go in (a batched call's requests go together, `infra/spark/internals.py`); MiB moved: the bytes they carry."
         ],
     )
     report.write_unless_skipped(

@@ -31,9 +31,9 @@ from project_jobs import fraud_env
 from features.compat import check_specs, spec_record
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
 from infra.clients import Clients
-from infra.embedded import temporary_stack
-from infra.kafka_log import read_topic
-from infra.topic_admin import create_project_topics
+from infra.embedded.stack import temporary_stack
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate

@@ -1,17 +1,17 @@
-"""Validation throughput: ``validate_many`` (columnar fast path) against ``parse_event`` record by record.
+"""Validation in the stream jobs, end to end: the feature job's first stage (``features.decode.decode``:
+transactions topic records -> event rows and dead rows) and the scoring job's check of feature records
+(``scoring.core.Scorer.valid``), each on Arrow batches of 10,000 records as a Spark task gets them, on
+clean records and with ``--dirty`` of them damaged (a wrong type, an extra field, an unknown schema
+version, malformed JSON); and ``parse_event`` alone, the pydantic validation both stages run per record,
+beside pydantic's batch validation (``TypeAdapter(list[TransactionEvent]).validate_json`` over a batch's
+records joined into one array, ``parse_event`` per record when the batch holds a bad one). The jobs do not
+use the batch form: a record that is not one JSON value (``{..},{..}``) would shift every record after it.
 
-Simulates transactions (seed 0), builds their wire JSON as ingest does (``events_from_table``), takes the
-first ``--records`` of them and times, best of ``--repeats`` rounds:
-
-- ``parse_event`` on each record (what the stream jobs do today);
-- ``validate_many`` on a Python list of the values, and on a ``pa.BinaryArray`` (as a Spark worker gets
-  them), plus ``parse_event`` on whatever it leaves slow, which is the whole cost for a caller;
-- the same with ``--dirty`` of the records damaged (a wrong type, an extra field, a bad token), to show
-  the cost of records that go slow.
-
-It prints records per CPU-second and the speed-up, and writes them to the ``validation`` section of
-docs/benchmarks.md; nothing is asserted. CPU time of this process is measured, and the variants take
-turns, because a shared machine's load moves wall-clock times a lot.
+Simulates transactions (seed 0), builds their wire JSON as ingest does and their feature records as the
+feature job writes them, takes the first ``--records`` and times each variant, best of ``--repeats``
+rounds (the variants take turns, and CPU time of this process is measured: a shared machine's load moves
+wall-clock times a lot). Prints CPU microseconds per record and writes them to the ``validation`` section
+of docs/benchmarks.md; nothing is asserted.
 
 Run: .venv/bin/python bench/bench_validation.py [--records 100000] [--repeats 3] [--dirty 0.01] [--no-report]
 """
@@ -25,18 +25,36 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import report
+from pydantic import TypeAdapter, ValidationError
 
-from contracts.events import DeadLetter, TransactionEvent
+from contracts.events import TransactionEvent, TxColumns
+from contracts.settings import Topics
+from features.batch import transactions_features
+from features.decode import DecodeOptions, decode
+from features.definitions import FeatureParams
+from features.records import feature_record_values
+from features.rows import LATE
+from infra.spark.kafka_sink.records import SinkRows
 from ingest.files import clean_table
 from ingest.produce import events_from_table
 from ingest.simulator import SimulatorConfig, simulate
-from validation.columnar import validate_many
+from ingest.tokens import card_token
+from scoring.core import Scorer
 from validation.parse import parse_event
 
-DAY_MS = 86_400_000
 MAX_BYTES = 16_384
+#: Records in one Arrow batch, as a Spark task hands them to Python.
+BATCH_ROWS = 10_000
 #: The simulation the records come from.
 SIMULATION = SimulatorConfig(customers=2000, terminals=4000, days=60, seed=0)
+TOPICS = Topics()
+#: Damage done to a record: (what, replaced by), one picked at random per damaged record.
+EDITS = [
+    (b'"tx_id":', b'"tx_id":"'),  # malformed
+    (b'"amount":', b'"amount":"1",  "x":'),  # wrong type, extra field
+    (b'"schema_version":1', b'"schema_version":2'),
+    (b'"card_id":', b'"card_id":1,"y":'),
+]
 
 
 def _best(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -50,92 +68,112 @@ def _best(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, floa
     return best
 
 
-def _per_record(values: Sequence[bytes]) -> list[TransactionEvent | DeadLetter]:
-    """What the stream jobs do today; the results are kept, as they keep them (which costs GC time)."""
-    return [parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in values]
-
-
-def _columnar(
-    values: Sequence[bytes] | pa.BinaryArray, raws: Sequence[bytes]
-) -> tuple[pa.Table, list[TransactionEvent | DeadLetter]]:
-    """The fast path and ``parse_event`` on what it leaves slow, as a caller would use them."""
-    result = validate_many(TransactionEvent, values, MAX_BYTES)
-    slow = [
-        parse_event(TransactionEvent, raws[i], "kafka:bench", MAX_BYTES, 0, 0) for i in result.slow.tolist()
-    ]
-    return result.table, slow
-
-
 def _damage(values: list[bytes], fraction: float, seed: int) -> list[bytes]:
     rng = random.Random(seed)
     damaged = list(values)
-    edits = [
-        (b'"tx_id":', b'"tx_id":"'),  # malformed
-        (b'"amount":', b'"amount":"1",  "x":'),  # wrong type, extra field
-        (b'"schema_version":1', b'"schema_version":2'),
-        (b'"card_id":', b'"card_id":1,"y":'),
-    ]
     for i in rng.sample(range(len(values)), int(len(values) * fraction)):
-        old, new = rng.choice(edits)
+        old, new = rng.choice(EDITS)
         damaged[i] = values[i].replace(old, new, 1)
     return damaged
+
+
+def _batch_json(adapter: TypeAdapter[list[TransactionEvent]], values: Sequence[bytes]) -> object:
+    """pydantic's validation of ``values`` as one JSON array; each record alone when one is not valid."""
+    try:
+        return adapter.validate_json(b"[" + b",".join(values) + b"]")
+    except ValidationError:
+        return [parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in values]
+
+
+def _batches(values: Sequence[bytes], topic: str) -> list[pa.RecordBatch]:
+    """``values`` as the records of ``topic``, in Arrow batches of ``BATCH_ROWS`` (the connector's columns)."""
+    batches = []
+    for start in range(0, len(values), BATCH_ROWS):
+        chunk = values[start : start + BATCH_ROWS]
+        batches.append(
+            pa.RecordBatch.from_pydict(
+                {
+                    "topic": pa.array([topic] * len(chunk)),
+                    "partition": pa.array([0] * len(chunk), pa.int32()),
+                    "offset": pa.array(range(start, start + len(chunk)), pa.int64()),
+                    "value": pa.array(chunk, pa.binary()),
+                }
+            )
+        )
+    return batches
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--records", type=int, default=100_000, help="transactions to validate")
+    parser.add_argument("--records", type=int, default=100_000, help="records of each kind to validate")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each variant (best is shown)")
-    parser.add_argument("--dirty", type=float, default=0.01, help="fraction damaged in the dirty run")
+    parser.add_argument("--dirty", type=float, default=0.01, help="fraction damaged in the dirty runs")
     report.add_flag(parser)
     args = parser.parse_args()
 
+    params = FeatureParams()
     frame = simulate(SIMULATION)
-    batch = events_from_table(clean_table(frame, "bench"), "bench", b"bench", 7 * DAY_MS, MAX_BYTES)
-    values = batch.tx_values[: args.records]
-    if len(values) < args.records:
-        raise SystemExit(f"the simulation gave only {len(values):,} transactions")
-    size = sum(map(len, values))
-    print(f"{len(values):,} simulated transactions, {size / len(values):.0f} bytes each on average")
-
-    array = pa.array(values, pa.binary())
-    dirty = _damage(values, args.dirty, seed=1)
-    dirty_array = pa.array(dirty, pa.binary())
-    slow = len(_columnar(values, values)[1])
-    dirty_slow = len(_columnar(dirty_array, dirty)[1])
-    results = _best(
-        {
-            "parse_event per record": lambda: _per_record(values),
-            "validate_many, list input": lambda: _columnar(values, values),
-            "validate_many, BinaryArray": lambda: _columnar(array, values),
-            f"parse_event, {args.dirty:.2%} dirty": lambda: _per_record(dirty),
-            f"validate_many, {args.dirty:.2%} dirty": lambda: _columnar(dirty_array, dirty),
-        },
-        args.repeats,
-    )
-    print(f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run")
-    baseline = {
-        "clean": results["parse_event per record"],
-        "dirty": results[f"parse_event, {args.dirty:.2%} dirty"],
+    wire = events_from_table(clean_table(frame, "bench"), "bench", b"bench", params.label_delay_ms, MAX_BYTES)
+    transactions = wire.tx_values[: args.records]
+    computed = transactions_features(frame, "bench", params, MAX_BYTES)
+    rows = computed.transactions.merge(computed.features, on=TxColumns.TX_ID).iloc[: args.records]
+    rows[TxColumns.CARD_ID] = [
+        card_token(card, b"bench") for card in rows[TxColumns.CARD_ID]
+    ]  # as ingest does
+    records = feature_record_values(rows.assign(**{LATE: False}).reset_index(drop=True), params)
+    feature_records = records.to_pylist()
+    if min(len(transactions), len(feature_records)) < args.records:
+        raise SystemExit(f"the simulation gave only {len(transactions):,} transactions")
+    sizes = {
+        "transactions": sum(map(len, transactions)) / len(transactions),
+        "feature records": sum(map(len, feature_records)) / len(feature_records),
     }
+    print(", ".join(f"{kind}: {size:.0f} bytes each on average" for kind, size in sizes.items()))
+
+    options = DecodeOptions(TOPICS.transactions, TOPICS.labels, 8, MAX_BYTES)
+    scorer = Scorer(tracking_uri="unused", version=1, topics=TOPICS, max_event_bytes=MAX_BYTES)
+    adapter = TypeAdapter(list[TransactionEvent])
+    runs: dict[str, Callable[[], object]] = {}
+    for kind, damage in (("clean", 0.0), (f"{args.dirty:.0%} dirty", args.dirty)):
+        tx = _damage(transactions, damage, seed=1)
+        tx_batches = _batches(tx, TOPICS.transactions)
+        feature_batches = _batches(_damage(feature_records, damage, seed=2), TOPICS.features)
+        runs[f"parse_event, transactions, {kind}"] = lambda tx=tx: [
+            parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in tx
+        ]
+        runs[f"TypeAdapter(list), transactions, {kind}"] = lambda tx=tx: [
+            _batch_json(adapter, tx[start : start + BATCH_ROWS]) for start in range(0, len(tx), BATCH_ROWS)
+        ]
+        runs[f"feature job decode, {kind}"] = lambda batches=tx_batches: [
+            decode(batch, options) for batch in batches
+        ]
+        runs[f"scoring job check, {kind}"] = lambda batches=feature_batches: [
+            list(scorer.valid(batch, SinkRows())) for batch in batches
+        ]
+    results = _best(runs, args.repeats)
+
+    header = ["variant (CPU time, best of the rounds)", "seconds", "records/s", "µs a record"]
     rows = [
-        (name, seconds, len(values) / seconds, baseline["dirty" if "dirty" in name else "clean"] / seconds)
+        [name, seconds, args.records / seconds, seconds / args.records * 1e6]
         for name, seconds in results.items()
     ]
-    print(f"{'variant (CPU time, best of the rounds)':40} {'seconds':>8} {'records/s':>12} {'speed-up':>9}")
-    for name, seconds, rate, speedup in rows:
-        print(f"{name:40} {seconds:8.3f} {rate:12,.0f} {speedup:8.1f}x")
+    print(f"{header[0]:44} {header[1]:>8} {header[2]:>12} {header[3]:>12}")
+    for name, seconds, rate, micros in rows:
+        print(f"{name:44} {seconds:8.3f} {rate:12,.0f} {micros:12.2f}")
     table = report.Table(
-        ["variant (CPU time, best of the rounds)", "seconds", "records/s", "speed-up"],
-        [[n, f"{s:.3f}", f"{r:,.0f}", f"{x:.1f}x"] for n, s, r, x in rows],
+        header,
+        [[name, f"{seconds:.3f}", f"{rate:,.0f}", f"{micros:.2f}"] for name, seconds, rate, micros in rows],
         notes=[
-            f"{len(values):,} transactions, {size / len(values):.0f} bytes each on average; "
-            f"left slow by validate_many: {slow:,} clean, {dirty_slow:,} of the dirty run."
+            f"{args.records:,} records of each kind, in batches of {BATCH_ROWS:,}; "
+            + ", ".join(f"{kind} {size:.0f} bytes each on average" for kind, size in sizes.items())
+            + "."
         ],
     )
     settings = {
-        "records": len(values),
+        "records": args.records,
+        "batch_rows": BATCH_ROWS,
         "repeats": args.repeats,
         "dirty": args.dirty,
         **{f"simulation.{k}": v for k, v in SIMULATION.model_dump(mode="json").items()},

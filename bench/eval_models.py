@@ -68,7 +68,7 @@ METRICS = ("roc_auc", "average_precision", CP)
 #: The handbook's split: first test day, delay, test days; 4 prequential folds counted forward from it.
 TEST_START = dt.date(2018, 8, 8)
 VALIDATION_START = dt.date(2018, 7, 4)
-DELAY_DAYS = 7
+GAP_DAYS = 7
 TEST_DAYS = 7
 FOLDS = 4
 LABEL_DELAY_MS = 7 * DAY_MS
@@ -168,7 +168,7 @@ def dataset_of(seed: int, cache: Path | None) -> tuple[Dataset, pd.Series]:
         frame[TxColumns.FRAUD_SCENARIO].to_numpy(), index=frame[TxColumns.TX_ID].to_numpy(), name=SCENARIO
     )
     started = time.monotonic()
-    dataset = file_dataset(frame, f"simulator seed {seed}", DEFAULT_PARAMS, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    dataset = file_dataset(frame, f"simulator seed {seed}", DEFAULT_PARAMS, MAX_EVENT_BYTES)
     print(f"features in {time.monotonic() - started:.0f} s")
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
@@ -180,9 +180,7 @@ def dataset_of(seed: int, cache: Path | None) -> tuple[Dataset, pd.Series]:
 
 def plans(first_test: dt.date, train_days: int, folds: int) -> list[SplitPlan]:
     """``folds`` plans whose test weeks start at ``first_test`` and follow each other."""
-    first = SplitPlan(
-        first_test - dt.timedelta(days=train_days + DELAY_DAYS), train_days, DELAY_DAYS, TEST_DAYS
-    )
+    first = SplitPlan(first_test - dt.timedelta(days=train_days + GAP_DAYS), train_days, GAP_DAYS, TEST_DAYS)
     return fold_plans(first.shifted((folds - 1) * TEST_DAYS), folds)
 
 

@@ -24,7 +24,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
 
 from infra.clients import Clients
-from infra.kafka_log import partitions_of
+from infra.kafka.log import partitions_of
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -17,10 +17,11 @@ from contracts.events import TxColumns
 from contracts.settings import Topics
 from features.definitions import DAY_MS, FeatureParams
 from features.job import FeatureJobConfig
+from features.state_layout import Start, bind
 from fraud.jobs import redis_target
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo
+from infra.embedded.stack import HOST, StackInfo
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
@@ -38,11 +39,11 @@ MAX_EVENT_BYTES = 16_384
 TOKEN_KEY = b"bench"
 #: How the champion is trained on the latest days of the input: a week of training, 3 days of delay, 3 of
 #: test.
-CHAMPION_TRAIN_DAYS, CHAMPION_DELAY_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
+CHAMPION_TRAIN_DAYS, CHAMPION_GAP_DAYS, CHAMPION_TEST_DAYS = 7, 3, 3
 #: The fewest days of input the champion learns from: a week of training, its delay and test days. On fewer,
 #: the training days' frauds are not known yet (their labels come ``LABEL_DELAY_MS`` late): a model of no
 #: fraud puts its threshold at zero and alerts on every transaction.
-CHAMPION_MIN_DAYS = CHAMPION_TRAIN_DAYS + CHAMPION_DELAY_DAYS + CHAMPION_TEST_DAYS
+CHAMPION_MIN_DAYS = CHAMPION_TRAIN_DAYS + CHAMPION_GAP_DAYS + CHAMPION_TEST_DAYS
 #: The world the champion learns from when the input is shorter (a large world's few days): the features
 #: describe one card or terminal, so a model of this world scores another world's transactions as it would
 #: its own.
@@ -61,13 +62,13 @@ def train_champion(first: pd.DataFrame, info: StackInfo, params: FeatureParams) 
     first_day, last_day = first[TxColumns.EVENT_TIME].min(), first[TxColumns.EVENT_TIME].max()
     if (last_day.normalize() - first_day.normalize()).days + 1 < CHAMPION_MIN_DAYS:
         first = simulate(CHAMPION_WORLD)
-    dataset = file_dataset(first, "bench", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    dataset = file_dataset(first, "bench", params, MAX_EVENT_BYTES)
     options = TrainOptions(
         DEFAULT_SPEC,
         "all",
         params,
         Periods(
-            train_days=CHAMPION_TRAIN_DAYS, delay_days=CHAMPION_DELAY_DAYS, test_days=CHAMPION_TEST_DAYS
+            train_days=CHAMPION_TRAIN_DAYS, gap_days=CHAMPION_GAP_DAYS, test_days=CHAMPION_TEST_DAYS
         ).plans(dataset.last_ms),
         DEFAULT_ALERTS_PER_DAY,
     )
@@ -124,6 +125,13 @@ def pipeline_config(
         tracking_uri=info.mlflow_tracking_uri,
         model_check_interval_s=clients.settings.model_check_interval_s,
     )
+
+
+def bound(job: FeatureJobConfig | PipelineConfig) -> Start:
+    """The start of ``job``'s query that ``fraud features|pipeline run`` makes without a savepoint: its
+    checkpoint bound to its state first (``features.state_layout.bind``)."""
+    bind(job.checkpoint, job.state)
+    return Start()
 
 
 def fraud_env(info: StackInfo, home: Path, token_key: str, **settings: str) -> dict[str, str]:

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.embedded import BROKER_HEAP
+from infra.embedded.stack import BROKER_HEAP
 from infra.maven import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,6 +23,10 @@ from contracts.privacy import mask_card_numbers, mask_card_numbers_bytes
 
 SCHEMA_VERSION: Literal[1] = 1
 
+#: Milliseconds in an hour and in a day (event times are UTC milliseconds).
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+
 #: Event times outside this range (2000-01-01 .. 2100-01-01 UTC) are absurd, not transactions.
 MIN_EVENT_TIME_MS = 946_684_800_000
 MAX_EVENT_TIME_MS = 4_102_444_800_000

@@ -4,7 +4,7 @@ The feature job writes one :class:`FeatureRecord` per transaction to the feature
 :class:`AlertRecord` for every transaction scored at or above the model's threshold to the alerts topic.
 Both are JSON (``model_dump_json``), keyed by ``card_id``, with an explicit ``schema_version``; event and
 scoring times are UTC milliseconds. Consumers parse them with ``model_validate_json``. The same alert
-fields are stored in Redis (``infra.redis_store``) for lookups.
+fields are stored in Redis (``infra.redis.store``) for lookups.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ ModelVersion = Annotated[int, Field(ge=1, description="Registered model version 
 
 #: The Kafka header of an alert record: the record it was scored from, ``topic/partition@offset`` (a
 #: transaction for the pipeline, a feature record for the scoring job). Traceability, and the jobs' alert
-#: latency (``infra.metrics``).
+#: latency (``fraud.metrics``).
 ALERT_SOURCE_HEADER = "fraud.source"
 
 

@@ -12,7 +12,7 @@ import os
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -28,8 +28,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from contracts.errors import ConfigError
-from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS
+from contracts.events import DAY_MS, DEFAULT_MAX_CLOCK_SKEW_MS
 from contracts.privacy import redact_url
+from contracts.sections import (
+    KafkaConnection,
+    RedisConnection,
+    SaslMechanism,
+    SecurityProtocol,
+    SparkSettings,
+)
 
 ENV_PREFIX = "FRAUD_"
 NESTED_DELIMITER = "__"
@@ -70,6 +77,12 @@ SECRETS = ("token_key", "api_token", "redis_password", "sasl_password")
 PLACEHOLDER_SECRET = r"(?i)^change[-_ ]?me"  # noqa: S105 - a pattern that refuses secrets
 #: Spark's notation of a JVM heap: a whole number and a unit (512m, 2g).
 SPARK_MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)?$"
+
+
+#: The longest label delay the settings and the commands accept (days).
+LABEL_DELAY_DAYS_MAX = 7.0
+#: Days until a fraud label becomes known (``FRAUD_LABEL_DELAY_DAYS``, or a command's ``--label-delay-days``).
+LabelDelayDays = Annotated[float, Field(gt=0, le=LABEL_DELAY_DAYS_MAX)]
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -175,115 +188,6 @@ class TopicRetention(BaseModel):
     dead_letter: int = Field(KEEP_FOREVER, ge=-1, description="Rejected records and why.")
 
 
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-
-
-def _revealed(value: object) -> object:
-    """A setting's value as a client library takes it: a secret's text, a path's string."""
-    if isinstance(value, SecretStr):
-        return value.get_secret_value()
-    return str(value) if isinstance(value, Path) else value
-
-
-class KafkaConnection(BaseModel):
-    """How the Kafka clients log in (``FRAUD_SECURITY_PROTOCOL``, ``FRAUD_SASL_*``, ``FRAUD_SSL_*``). Where the
-    brokers are is an endpoint (``FRAUD_BOOTSTRAP_SERVERS``, else the embedded stack's) given to
-    :meth:`client_config`. Each field is named as librdkafka's option with ``_`` for ``.``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    security_protocol: SecurityProtocol = "PLAINTEXT"
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_ca_location: Path | None = None
-    ssl_certificate_location: Path | None = None
-    ssl_key_location: Path | None = None
-    ssl_key_password: SecretStr | None = None
-
-    def client_config(self, bootstrap_servers: str) -> dict[str, Any]:
-        """The connection and security options every confluent-kafka client of ``bootstrap_servers`` takes:
-        the fields that are set, under librdkafka's names (``sasl_username`` -> ``sasl.username``), secrets
-        revealed (the dict is for the client only: never show it)."""
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if value is not None:
-                config[name.replace("_", ".")] = _revealed(value)
-        return config
-
-
-#: redis-py's keyword argument of each TLS file of :class:`RedisConnection`.
-REDIS_TLS_FILES = {"ca_file": "ssl_ca_certs", "cert_file": "ssl_certfile", "key_file": "ssl_keyfile"}
-
-
-class RedisConnection(BaseModel):
-    """How to log in to Redis beyond its URL (``FRAUD_REDIS_URL``, else the embedded stack's): an ACL user and
-    password, TLS with the CA that signs the server's certificate and a client certificate (mutual TLS)
-    (``FRAUD_REDIS_*``). Unset fields leave the URL's own. Hashable: a process keeps one client per URL and
-    connection, and Spark workers receive it with the jobs' Redis target."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    username: str | None = None
-    password: SecretStr | None = None
-    tls: bool = False
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``redis.Redis.from_url`` that apply these options, the password revealed
-        (for the client only: never show them)."""
-        import redis  # redis-py only where a client is made: the settings load without it
-
-        kwargs: dict[str, Any] = {}
-        if self.username is not None:
-            kwargs["username"] = self.username
-        if self.password is not None:
-            kwargs["password"] = self.password.get_secret_value()
-        if self.tls:
-            kwargs["connection_class"] = redis.SSLConnection
-        for name, argument in REDIS_TLS_FILES.items():
-            value = getattr(self, name)
-            if value is not None:
-                kwargs[argument] = _revealed(value)
-        return kwargs
-
-
-class SparkSettings(BaseModel):
-    """Where the jobs' Spark runs and with what (``FRAUD_SPARK_*``), as Spark configuration entries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    master: str
-    driver_host: str | None
-    shuffle_partitions: int
-    driver_memory: str
-    executor_memory: str
-    executor_start_timeout_s: float
-    ui_port: int | None
-
-    def conf(self) -> dict[str, str]:
-        """Spark's configuration entries of these settings. The Spark UI is off unless a port is set; a driver
-        host is the name executors reach the driver at, and the driver listens on every interface (inside a
-        container)."""
-        conf = {
-            "spark.master": self.master,
-            "spark.ui.enabled": "false" if self.ui_port is None else "true",
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
-            "spark.driver.memory": self.driver_memory,
-            "spark.executor.memory": self.executor_memory,
-        }
-        if self.ui_port is not None:
-            conf["spark.ui.port"] = str(self.ui_port)
-        if self.driver_host is not None:
-            conf["spark.driver.host"] = self.driver_host
-            conf["spark.driver.bindAddress"] = "0.0.0.0"  # noqa: S104 - inside a container; the host is the name
-        return conf
-
-
 #: A section of the settings (:meth:`Settings._section`).
 Section = TypeVar("Section", KafkaConnection, RedisConnection, SparkSettings)
 
@@ -385,7 +289,11 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".fraud"), description="Directory for local state (embedded stack, checkpoints).")
 
     # Events.
-    label_delay_days: float = Field(7.0, gt=0, le=7, description="Days until a fraud label becomes known.")
+    label_delay_days: LabelDelayDays = Field(
+        7.0,
+        description="Days until a fraud label becomes known: ingest stamps a label this long after its "
+        "transaction, and the terminal features' windows end this long before each transaction.",
+    )
     max_event_bytes: int = Field(16_384, ge=256, le=900_000, description="Larger records are dead-lettered.")
     max_clock_skew_s: float = Field(
         DEFAULT_MAX_CLOCK_SKEW_MS / 1000,
@@ -549,6 +457,11 @@ class Settings(BaseSettings):
                 "FRAUD_REDIS_CA_FILE / FRAUD_REDIS_CERT_FILE need TLS: set FRAUD_REDIS_TLS=true or use a rediss:// URL"
             )
         return self
+
+    @property
+    def label_delay_ms(self) -> int:
+        """The label delay in milliseconds, as every stage uses it."""
+        return round(self.label_delay_days * DAY_MS)
 
     @property
     def kafka(self) -> KafkaConnection:

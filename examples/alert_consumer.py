@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message
 
 from contracts.records import AlertRecord
 from contracts.settings import load_settings
-from infra.embedded import EmbeddedStack
+from infra.embedded.stack import EmbeddedStack
 
 
 def handle(alert: AlertRecord) -> None:

@@ -31,32 +31,32 @@ class BatchFeatures:
 
 
 def transactions_features(
-    table: pd.DataFrame, source: str, params: FeatureParams, label_delay_ms: int, max_event_bytes: int
+    table: pd.DataFrame, source: str, params: FeatureParams, max_event_bytes: int
 ) -> BatchFeatures:
     """Features of a canonical transaction table (simulator output or a file read with a mapping).
 
     Args:
         table: canonical columns (``TxColumns``), an optional ``is_fraud`` column giving the labels.
         source: where the rows come from, for rejected rows.
-        params: feature windows and the label delay d of the terminal features.
-        label_delay_ms: when each fraud label becomes known after its transaction (as on ingest).
+        params: feature windows and the label delay d: when each fraud label becomes known after its
+            transaction (as on ingest), and how long before each transaction the terminal windows end.
         max_event_bytes: the size limit of one event, as on ingest.
     """
     clean = clean_table(table, source)
     # The token key does not matter here: tokens map one to one to card references.
-    accepted = events_from_table(clean, source, b"batch", label_delay_ms, max_event_bytes)
+    accepted = events_from_table(clean, source, b"batch", params.label_delay_ms, max_event_bytes)
     transactions = clean.frame.iloc[accepted.accepted].rename(columns={C.EVENT_TIME: EVENT_TIME_MS})
     transactions = transactions.reset_index(drop=True)
     labels = (
-        labels_from_fraud_flags(transactions, label_delay_ms) if C.IS_FRAUD in transactions.columns else None
+        labels_from_fraud_flags(transactions, params.label_delay_ms)
+        if C.IS_FRAUD in transactions.columns
+        else None
     )
     return BatchFeatures(compute_features(transactions, labels, params), transactions, accepted.dead_letters)
 
 
 def file_features(
-    path: Path, mapping: dict[str, str], params: FeatureParams, label_delay_ms: int, max_event_bytes: int
+    path: Path, mapping: dict[str, str], params: FeatureParams, max_event_bytes: int
 ) -> BatchFeatures:
     """Features of a CSV or Parquet file of (optionally labelled) transactions."""
-    return transactions_features(
-        read_table(path, mapping), f"file:{path}", params, label_delay_ms, max_event_bytes
-    )
+    return transactions_features(read_table(path, mapping), f"file:{path}", params, max_event_bytes)

@@ -10,9 +10,9 @@ computes them all from the events kept. A version whose features look further ba
 naming them: the history they need was never kept, and only a replay of it can give it.
 
 Each checkpoint records the specs its state was built for (:data:`SPECS_FILE`: each feature's name, dtype
-and window, their fingerprint, the spans, and the parameters they come from), savepoints carry that record,
-and a job that takes the state over with other specs records its own (the state it leaves behind is pruned
-to its spans). What reads the state (``fraud state``, the API) computes the features it shows with the
+and window, their fingerprint, the spans, and the parameters they come from; ``features.state_layout`` writes
+it), savepoints carry that record, and a job that takes the state over with other specs records its own (the
+state it leaves behind is pruned to its spans). What reads the state (``fraud state``, the API) computes the features it shows with the
 recorded parameters.
 """
 
@@ -69,11 +69,8 @@ def spec_record(params: FeatureParams) -> SpecRecord:
 
 
 def recorded_params(record: SpecRecord | None) -> FeatureParams | None:
-    """The feature parameters a spec record was written with (None: no record, or one written before
-    records kept them)."""
-    if record is None or "params" not in record:
-        return None
-    return FeatureParams.model_validate(record["params"])
+    """The feature parameters a spec record was written with (None: no record)."""
+    return None if record is None else FeatureParams.model_validate(record["params"])
 
 
 def spec_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -110,19 +107,12 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
     record is ``saved``: what differs (empty: nothing), when it can.
 
     Raises:
-        FeatureSpecsError: its features look further back than the state keeps events (or the record,
-            written before spans were kept, is not of the same features), naming what differs.
+        FeatureSpecsError: its features look further back than the state keeps events, naming what differs.
     """
     changes = spec_changes(saved, spec_record(params))
     if not changes:
         return []
-    kept = saved.get("span_ms")
-    if kept is None:
-        raise FeatureSpecsError(
-            f"{where} holds state built for other features ({'; '.join(changes)}) and does not say how far "
-            "back it keeps events: run the job with the feature options its state was built for, or with "
-            "a new checkpoint (a replay of the history)"
-        )
+    kept = saved["span_ms"]
     short = [
         f"the {state} features look back {_days(need)}, the state keeps {_days(kept[state])}"
         for state, need in spans(params).items()
@@ -134,30 +124,6 @@ def check_specs(saved: Mapping[str, Any], params: FeatureParams, where: str) -> 
             f"they need ({'; '.join(short)}): replay that history into a new checkpoint (--from as far "
             "back before the point to take over, in a namespace of its own), or keep the features' spans"
         )
-    return changes
-
-
-def bind_specs(checkpoint: Path, params: FeatureParams) -> list[str]:
-    """Record the specs of ``params`` in a checkpoint: one that has no record yet (a new one, or one written
-    before records were kept), or whose state they can take over (:func:`check_specs`); what differs from
-    the record it had (empty: nothing). A record that differs in anything (its parameters, or none kept,
-    as in records of earlier versions) is rewritten.
-
-    Raises:
-        FeatureSpecsError: the checkpoint's state cannot serve these features.
-    """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    path = checkpoint / SPECS_FILE
-    record = spec_record(params)
-    changes = []
-    if path.exists():
-        saved = json.loads(path.read_text())
-        changes = check_specs(saved, params, f"checkpoint {checkpoint}")
-        if saved == record:
-            return changes
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record, indent=1) + "\n")
-    temporary.replace(path)
     return changes
 
 

@@ -10,7 +10,7 @@ Exactness: counts are ints, amounts are summed in integer cents (``round(amount 
 float feature comes from one final float operation on ints. The results are therefore bit-for-bit the
 same whether a stream is processed in one call or in any sequence of chunks with the state carried
 between them, as long as events arrive in (event_time, tx_id) order, or behind the latest event time
-seen by at most ``FeatureParams.max_lateness_ms`` (which only decides how much history is kept).
+seen by at most ``FeatureParams.allowed_lateness_ms`` (which only decides how much history is kept).
 
 Delivery guarantee: none of its own. These are deterministic pure functions; exactly-once results
 follow from the caller replaying the same input against the same checkpointed state.
@@ -86,7 +86,7 @@ class CardState:
 
     One entry per kept transaction (any order): the card key, event time, tx id and amount in cents.
     It keeps the transactions with event time > (latest event time seen) - (longest card window) -
-    ``max_lateness_ms``, the latest taken over everything this state has seen (all its cards), so a
+    ``allowed_lateness_ms``, the latest taken over everything this state has seen (all its cards), so a
     card that goes quiet does not hold history for ever.
     """
 
@@ -130,7 +130,7 @@ class TerminalState:
     """Per-terminal history: transaction times and fraud labels that future transactions may still see.
 
     Transactions (terminal key, event time) are kept while their event time is > (latest transaction
-    event time seen) - (longest window + label delay + ``max_lateness_ms``). Labels (terminal key,
+    event time seen) - (longest window + label delay + ``allowed_lateness_ms``). Labels (terminal key,
     tx id, tx time, known at, is_fraud) are kept, one per tx id (the first known), while their tx time
     is above the same bound; labels that say "not fraud" are kept too, so that a later duplicate for the
     same tx id cannot override them.
@@ -243,6 +243,12 @@ class _Keyspace:
 
 def _keys_of(column: pd.Series) -> KeyArray:
     return column.to_numpy()
+
+
+def _batch_rows(batch: pd.DataFrame, key: str) -> tuple[KeyArray, IntArray, IntArray]:
+    """A batch's keys (its ``key`` column), event times and tx ids."""
+    times = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
+    return _keys_of(batch[key]), times, batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
 
 
 def concat_keys(first: KeyArray, second: KeyArray) -> KeyArray:
@@ -382,9 +388,7 @@ def card_step(
         The pruned new state, and a frame with tx_id and ``params.card_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    batch_cards = _keys_of(batch[TxColumns.CARD_ID])
-    batch_time = batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    batch_tx_id = batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_cards, batch_time, batch_tx_id = _batch_rows(batch, TxColumns.CARD_ID)
     batch_cents = amount_to_cents(batch[TxColumns.AMOUNT].to_numpy(dtype=np.float64))
 
     (batch_codes, state_codes), n_keys = _factorize(batch_cards, state.card_id)
@@ -630,9 +634,7 @@ def terminal_step(
         The pruned new state, and a frame with tx_id and ``params.terminal_feature_columns``, one row per
         batch row in the batch's row order (index 0..n-1).
     """
-    batch_terminals = _keys_of(tx_batch[TxColumns.TERMINAL_ID])
-    batch_time = tx_batch[EVENT_TIME_MS].to_numpy(dtype=np.int64)
-    batch_tx_id = tx_batch[TxColumns.TX_ID].to_numpy(dtype=np.int64)
+    batch_terminals, batch_time, batch_tx_id = _batch_rows(tx_batch, TxColumns.TERMINAL_ID)
     delay = params.label_delay_ms
 
     labels = (

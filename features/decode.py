@@ -27,7 +27,6 @@ from features.rows import (
     decoded_batch,
     one_batch,
 )
-from validation.columnar import validate_many
 from validation.parse import parse_event
 
 C = TxColumns
@@ -46,9 +45,8 @@ class DecodeOptions:
 def decode(records: pa.RecordBatch, options: DecodeOptions, clock_ms: int | None = None) -> pa.RecordBatch:
     """Validate raw records of the transactions or labels topic into event rows (bad ones: dead rows).
 
-    Records are validated in bulk (``validation.columnar.validate_many``); the few it cannot decide go
-    through ``parse_event`` one by one, which also gives the dead letters their reasons. Rows keep the
-    records' order, one per record. With ``clock_ms`` (the micro-batch's clock: Spark's batch timestamp) and
+    Each record is validated by ``validation.parse.parse_event`` (pydantic), which also gives the dead
+    letters their reasons. Rows keep the records' order, one per record. With ``clock_ms`` (the micro-batch's clock: Spark's batch timestamp) and
     ``options.max_clock_skew_ms``, transactions dated too far ahead of it are dead rows
     (``future_event_time``): their time would move their card bucket's frontier and make every later
     event of its cards late.
@@ -57,33 +55,6 @@ def decode(records: pa.RecordBatch, options: DecodeOptions, clock_ms: int | None
     if clock_ms is None or options.max_clock_skew_ms is None or not decoded.num_rows:
         return decoded
     return _future_as_dead(decoded, records, clock_ms, options.max_clock_skew_ms)
-
-
-def _decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
-    topics = records.column("topic").to_numpy(zero_copy_only=False)
-    parts: list[tuple[np.ndarray, pa.RecordBatch]] = []
-    for topic, model in ((options.transactions_topic, TransactionEvent), (options.labels_topic, LabelEvent)):
-        rows = np.flatnonzero(topics == topic)
-        if not len(rows):
-            continue
-        found = validate_many(model, records.column("value").take(pa.array(rows)), options.max_event_bytes)
-        if found.table.num_rows:
-            columns = {name: found.table.column(name).combine_chunks() for name in found.table.column_names}
-            parts.append(
-                (rows[found.positions], _event_batch(model, columns, records, rows[found.positions], options))
-            )
-        if len(found.slow):
-            parts.append(_decode_one_by_one(records, rows[found.slow], options))
-    others = np.flatnonzero((topics != options.transactions_topic) & (topics != options.labels_topic))
-    if len(others):
-        parts.append(_decode_one_by_one(records, others, options))
-    if not parts:
-        return decoded_batch(0, {})
-    if len(parts) == 1:
-        return parts[0][1]
-    order = np.argsort(np.concatenate([positions for positions, _ in parts]), kind="stable")
-    combined = one_batch([batch for _, batch in parts])
-    return combined.take(pa.array(order))
 
 
 def _future_as_dead(
@@ -115,17 +86,14 @@ def _future_as_dead(
 
 def _event_batch(
     model: type[TransactionEvent] | type[LabelEvent],
-    columns: dict[str, pa.Array | list[object]],
+    columns: dict[str, list[object]],
     records: pa.RecordBatch,
     rows: np.ndarray,
     options: DecodeOptions,
 ) -> pa.RecordBatch:
     """Event rows of valid transactions or labels, given as columns named like the model's fields."""
     n = len(rows)
-    cards = columns[C.CARD_ID]
-    codes, distinct = pd.factorize(
-        np.asarray(cards if isinstance(cards, list) else cards.to_pylist(), dtype=object)
-    )
+    codes, distinct = pd.factorize(np.asarray(columns[C.CARD_ID], dtype=object))
     buckets = np.asarray([card_bucket(card, options.card_buckets) for card in distinct], dtype=np.int32)
     where = {
         SOURCE_TOPIC: records.column("topic").take(pa.array(rows)),
@@ -163,19 +131,14 @@ def _event_batch(
     )
 
 
-def _decode_one_by_one(
-    records: pa.RecordBatch, rows: np.ndarray, options: DecodeOptions
-) -> tuple[np.ndarray, pa.RecordBatch]:
-    """``parse_event`` per record: event rows and dead rows of ``rows``, in their order."""
-    kinds: list[list[int]] = [[], [], []]
+def _decode(records: pa.RecordBatch, options: DecodeOptions) -> pa.RecordBatch:
+    """``parse_event`` per record: event rows and dead rows, in the records' order."""
+    if not records.num_rows:
+        return decoded_batch(0, {})
+    rows: list[list[int]] = [[], [], []]  # of the transactions, the labels, the dead
     events: tuple[list[TransactionEvent], list[LabelEvent], list[DeadLetter]] = ([], [], [])
-    topics = records.column("topic").take(pa.array(rows)).to_pylist()
-    partitions = records.column("partition").take(pa.array(rows)).to_pylist()
-    offsets = records.column("offset").take(pa.array(rows)).to_pylist()
-    values = records.column("value").take(pa.array(rows)).to_pylist()
-    for row, topic, partition, offset, raw in zip(
-        rows.tolist(), topics, partitions, offsets, values, strict=True
-    ):
+    columns = (records.column(name).to_pylist() for name in ("topic", "partition", "offset", "value"))
+    for row, (topic, partition, offset, raw) in enumerate(zip(*columns, strict=True)):
         source = f"kafka:{topic}"
         if topic == options.transactions_topic:
             event: TransactionEvent | LabelEvent | DeadLetter = parse_event(
@@ -193,14 +156,14 @@ def _decode_one_by_one(
                 offset=offset,
             )
         kind = 0 if isinstance(event, TransactionEvent) else 1 if isinstance(event, LabelEvent) else 2
-        kinds[kind].append(row)
+        rows[kind].append(row)
         events[kind].append(event)  # type: ignore[arg-type]
     batches = []
     for kind, model in ((0, TransactionEvent), (1, LabelEvent)):
         if events[kind]:
             fields = model.model_fields
-            columns = {name: [getattr(e, name) for e in events[kind]] for name in fields}
-            batches.append(_event_batch(model, columns, records, np.asarray(kinds[kind]), options))
+            columns_of = {name: [getattr(e, name) for e in events[kind]] for name in fields}
+            batches.append(_event_batch(model, columns_of, records, np.asarray(rows[kind]), options))
     dead = events[2]
     if dead:
         batches.append(
@@ -218,13 +181,16 @@ def _decode_one_by_one(
                 },
             )
         )
-    positions = np.concatenate([np.asarray(k, dtype=np.int64) for k in kinds if k])
-    return positions, one_batch(batches)
+    decoded = one_batch(batches)
+    positions = np.concatenate([np.asarray(k, dtype=np.int64) for k in rows if k])
+    if bool(np.all(positions[1:] > positions[:-1])):
+        return decoded  # in order already (one kind of record, say)
+    return decoded.take(pa.array(np.argsort(positions, kind="stable")))
 
 
 def ticks(frontier_ms: int, card_buckets: int, final: bool = False) -> pa.RecordBatch:
     """One tick per card bucket carrying the micro-batch's frontier; ``final``: the micro-batch is the last
-    of an availableNow run (``infra.kafka_frontier``), and the buckets release every event."""
+    of an availableNow run (``infra.spark.frontier``), and the buckets release every event."""
     n = card_buckets
     kind = RowKind.FINAL_TICK if final else RowKind.TICK
     return decoded_batch(n, {CARD_BUCKET: list(range(n)), KIND: [kind] * n, EVENT_TIME_MS: [frontier_ms] * n})

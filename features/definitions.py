@@ -17,11 +17,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from contracts.events import TxColumns
+from contracts.events import DAY_MS, HOUR_MS, TxColumns
 
 SECOND_MS = 1_000
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
 
 # --- Input columns of the feature core besides ``TxColumns`` (names as in the wire events) -------------
 
@@ -160,7 +158,7 @@ class FeatureParams(BaseModel):
     label_delay_ms: NonNegativeInt = Field(
         default=7 * DAY_MS, description="Delay d: terminal windows end d before the transaction."
     )
-    max_lateness_ms: NonNegativeInt = Field(
+    allowed_lateness_ms: NonNegativeInt = Field(
         default=0,
         description="How far behind the latest event time seen an event may still arrive; only decides "
         "how much history the state keeps.",
@@ -214,12 +212,12 @@ class FeatureParams(BaseModel):
     @property
     def card_history_ms(self) -> int:
         """How far behind the latest event time the card state must keep transactions."""
-        return self.card_span_ms + self.max_lateness_ms
+        return self.card_span_ms + self.allowed_lateness_ms
 
     @property
     def terminal_history_ms(self) -> int:
         """How far behind the latest event time the terminal state must keep transactions and labels."""
-        return self.terminal_span_ms + self.max_lateness_ms
+        return self.terminal_span_ms + self.allowed_lateness_ms
 
     @property
     def specs(self) -> tuple[FeatureSpec, ...]:

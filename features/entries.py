@@ -35,32 +35,10 @@ import pandas as pd
 
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.buckets import card_hash, terminal_hash
-from features.core import CardState, KeyArray, TerminalState, concat_keys
-from features.entry_store import Written
+from features.core import KeyArray
+from features.entry_store import ENTRY_FORMAT, Written
 
 IntArray = npt.NDArray[np.int64]
-
-
-def is_entry_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its state in entries (earlier versions kept one value per bucket and
-    recorded no slots)."""
-    return "card_slots" in layout
-
-
-def is_paged_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its entries in pages (earlier versions kept an entry per slot and
-    recorded no page size)."""
-    return "page_bytes" in layout
-
-
-#: How this version stores an entry: 2, as text (``features.entry_store``); 1 (a layout that records no
-#: format), as bytes.
-ENTRY_FORMAT = 2
-
-
-def is_current_layout(layout: Mapping[str, int]) -> bool:
-    """Whether a recorded layout keeps its state as this version does: pages, stored as text."""
-    return is_paged_layout(layout) and layout.get("entry_format") == ENTRY_FORMAT
 
 
 def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:
@@ -77,7 +55,7 @@ def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int
 class Layout:
     """What routes events to state: the buckets (Spark keys) of each stage, the slots in each bucket, and the
     size past which a page of slots is cut (:class:`Pages`); and how entries are stored (:data:`ENTRY_FORMAT`).
-    The buckets, slots and format are fixed for the life of a checkpoint (``infra.checkpoints``); a
+    The buckets, slots and format are fixed for the life of a checkpoint (``features.state_layout``); a
     savepoint moves state between them (``features.rescale``). The page size may change from one run to the
     next (:attr:`TUNABLE`): it only decides where pages are cut from then on, never where a card's history
     is found, and pages are never merged."""
@@ -114,7 +92,7 @@ CARD_ROW = np.dtype([("time", "<i8"), ("tx_id", "<i8"), ("cents", "<i8")])
 TERMINAL_TX_ROW = np.dtype([("time", "<i8")])
 #: A terminal label row: tx id, tx time, known at, is fraud.
 LABEL_ROW = np.dtype([("tx_id", "<i8"), ("tx_time", "<i8"), ("known_at", "<i8"), ("is_fraud", "u1")])
-_NO_ROW = np.dtype([("time", "<i8")])
+NO_ROW = np.dtype([("time", "<i8")])
 _STARTS = np.dtype("<i8")
 
 
@@ -137,12 +115,12 @@ class Rows:
     @classmethod
     def none(cls) -> Rows:
         empty = np.empty(0, dtype=np.int64)
-        return cls(empty, empty, np.empty(0, dtype=object), np.empty(0, dtype=_NO_ROW), "time")
+        return cls(empty, empty, np.empty(0, dtype=object), np.empty(0, dtype=NO_ROW), "time")
 
     @classmethod
     def keyed(cls, keys: KeyArray, rows: npt.NDArray[np.void], time_field: str, slots_of: SlotsOf) -> Rows:
         """Rows whose key is given per row (``keys``), routed by ``slots_of`` (distinct keys -> slots)."""
-        return cls(*_coded(keys, slots_of), rows, time_field)
+        return cls(*coded(keys, slots_of), rows, time_field)
 
     def where(self, mine: npt.NDArray[np.bool_]) -> Rows:
         return Rows(self.slots[mine], self.codes[mine], self.keys, _rows_at(self.rows, mine), self.time_field)
@@ -185,7 +163,7 @@ def _rows_at(rows: npt.NDArray[np.void], at: npt.NDArray[Any]) -> npt.NDArray[np
     return np.take(as_bytes, positions, axis=0).reshape(-1).view(rows.dtype)
 
 
-def _coded(keys: KeyArray, slots_of: SlotsOf) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
+def coded(keys: KeyArray, slots_of: SlotsOf) -> tuple[IntArray, IntArray, npt.NDArray[Any]]:
     """Per key of ``keys``: its slot and its code in the distinct keys; and the distinct keys, each routed
     once by ``slots_of`` (of a categorical's keys, those that occur)."""
     if isinstance(keys, pd.Categorical) and not (keys.codes < 0).any():  # the keys' table is there
@@ -536,123 +514,3 @@ def unpack_entries(
 def newest_of_entry(blob: bytes) -> int:
     """The newest time of one entry (from its header)."""
     return int(_HEADER.unpack_from(blob)[3])
-
-
-# --- card entries -------------------------------------------------------------------------------------
-
-
-def card_rows(state: CardState, slots_of: SlotsOf) -> Rows:
-    rows = np.empty(len(state), dtype=CARD_ROW)
-    rows["time"], rows["tx_id"], rows["cents"] = state.event_time_ms, state.tx_id, state.amount_cents
-    return Rows.keyed(state.card_id, rows, "time", slots_of)
-
-
-def read_cards(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
-    """The card rows of many entries, and each entry's newest event time."""
-    return unpack_entries(blobs, CARD_ROW, _NO_ROW)
-
-
-def card_state(held: Held) -> CardState:
-    """Held card rows as a card history, its card ids a categorical of the held keys (no string per row)."""
-    return CardState(
-        card_id=held.first_keys(),
-        event_time_ms=held.first["time"].astype(np.int64),
-        tx_id=held.first["tx_id"].astype(np.int64),
-        amount_cents=held.first["cents"].astype(np.int64),
-    )
-
-
-def unpack_cards(blobs: Iterable[bytes]) -> tuple[CardState, list[int]]:
-    """The card history of many entries as one state, and each entry's newest event time."""
-    held, newest_times = read_cards(blobs)
-    history = card_state(held)
-    return replace(history, card_id=np.asarray(history.card_id, dtype=object)), newest_times
-
-
-# --- terminal entries ---------------------------------------------------------------------------------
-
-
-def terminal_rows(state: TerminalState, slots_of: SlotsOf) -> tuple[Rows, Rows]:
-    tx = np.empty(len(state.event_time_ms), dtype=TERMINAL_TX_ROW)
-    tx["time"] = state.event_time_ms
-    labels = np.empty(len(state.label_tx_id), dtype=LABEL_ROW)
-    labels["tx_id"] = state.label_tx_id
-    labels["tx_time"] = state.label_tx_time_ms
-    labels["known_at"] = state.label_known_at_ms
-    labels["is_fraud"] = state.label_is_fraud
-    # One table of both kinds' keys, routed once.
-    n_tx = len(state.terminal_id)
-    slots, codes, keys = _coded(concat_keys(state.terminal_id, state.label_terminal_id), slots_of)
-    return (
-        Rows(slots[:n_tx], codes[:n_tx], keys, tx, "time"),
-        Rows(slots[n_tx:], codes[n_tx:], keys, labels, "tx_time"),
-    )
-
-
-def read_terminals(blobs: Iterable[bytes]) -> tuple[Held, list[int]]:
-    """The terminal rows (transactions, labels) of many entries, and each entry's newest time (of its
-    transactions and its labels' transactions)."""
-    return unpack_entries(blobs, TERMINAL_TX_ROW, LABEL_ROW)
-
-
-def terminal_state(held: Held) -> TerminalState:
-    """Held terminal rows as a terminal state, its terminal ids categoricals of the held keys."""
-    labels = held.second
-    return TerminalState(
-        terminal_id=held.first_keys(),
-        event_time_ms=held.first["time"].astype(np.int64),
-        label_terminal_id=held.second_keys(),
-        label_tx_id=labels["tx_id"].astype(np.int64),
-        label_tx_time_ms=labels["tx_time"].astype(np.int64),
-        label_known_at_ms=labels["known_at"].astype(np.int64),
-        label_is_fraud=labels["is_fraud"].astype(bool),
-    )
-
-
-def unpack_terminals(blobs: Iterable[bytes]) -> tuple[TerminalState, list[int]]:
-    """The terminal state of many entries as one, and each entry's newest time."""
-    held, newest_times = read_terminals(blobs)
-    state = terminal_state(held)
-    return replace(
-        state,
-        terminal_id=np.asarray(state.terminal_id, dtype=object),
-        label_terminal_id=np.asarray(state.label_terminal_id, dtype=object),
-    ), newest_times
-
-
-# --- what a call writes -------------------------------------------------------------------------------
-
-
-def card_entries(
-    history: CardState,
-    layout: Layout,
-    pages: Pages,
-    horizon: int | None,
-    read: Mapping[int, bytes],
-    others: Held | None = None,
-) -> tuple[Written, Pages]:
-    """The entries of a card history after a call (:func:`paged_entries`), with the rows read for cards the
-    call had no events for (``others``, carried as read): the rows newer than ``horizon`` (None: all)."""
-    rows = card_rows(history, layout.card_slots_of)
-    if others is not None:
-        rows = rows.plus(others.first_rows(layout.card_slots_of(others.keys), "time"))
-    return paged_entries(rows.newer_than(horizon), Rows.none(), pages, layout.page_bytes, read)
-
-
-def terminal_entries(
-    state: TerminalState,
-    layout: Layout,
-    pages: Pages,
-    horizon: int | None,
-    read: Mapping[int, bytes],
-    others: Held | None = None,
-) -> tuple[Written, Pages]:
-    """The entries of a terminal state after a call (:func:`paged_entries`), with the rows read for
-    terminals the call had no events for (``others``): its transactions and labels (by their transaction's
-    time) newer than ``horizon`` (None: all)."""
-    tx, labels = terminal_rows(state, layout.terminal_slots_of)
-    if others is not None:
-        slots = layout.terminal_slots_of(others.keys)
-        tx = tx.plus(others.first_rows(slots, "time"))
-        labels = labels.plus(others.second_rows(slots, "tx_time"))
-    return paged_entries(tx.newer_than(horizon), labels.newer_than(horizon), pages, layout.page_bytes, read)

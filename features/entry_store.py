@@ -10,20 +10,20 @@ old holds nothing a future event can see: it is removed, with the hour's index. 
 terminals leave the state by event time, as a replay of the same events removes them.
 
 The store is Spark's ``MapState`` behind a protocol of batched gets, puts and removes: a call's requests to
-the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark_state``).
+the JVM's state server go in a few exchanges, not a round trip per entry (``infra.spark.internals.PipelinedMap``).
 
 Entries are stored as ASCII text. The state server sends each value it reads to Python pickled by Pyrolite,
 which turns a binary value into a string one byte at a time: a 32 KiB page cost the JVM 450-700 µs to send,
 an ASCII string of the same bytes 40-90 µs, and a micro-batch reads thousands of pages
 (``docs/architecture.md``, state layout). The text holds seven bits a character (:func:`entry_text`), which
 NumPy turns to and from bytes in a few operations on whole words: 30-35 µs each way for a 32 KiB page,
-where base64 (what the previous version wrote) took 70-100 µs to encode and 150-200 µs to decode.
-:func:`entry_bytes` reads that base64 too, and the bytes stored by versions older still.
+where base64 took 70-100 µs to encode and 150-200 µs to decode. That is this version's entry format
+(:data:`ENTRY_FORMAT`), the one it reads: an entry stored otherwise, by an earlier version, is refused
+(:class:`EarlierLayoutError`), as a checkpoint of an earlier layout is (``features.state_layout``).
 """
 
 from __future__ import annotations
 
-import binascii
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +32,27 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from contracts.errors import StateError
 from features.definitions import HOUR_MS
+
+#: How this version stores an entry, as a layout records it (``features.entries.Layout.entry_format``):
+#: seven-bit text (:func:`entry_text`).
+ENTRY_FORMAT = 2
+#: The last version of kappa-fraud that reads the earlier layouts (a value per bucket, an entry per slot,
+#: pages stored as bytes or as base64) as well as this one: a commit of its repository.
+LAST_READER_OF_EARLIER_LAYOUTS = "b398346"
+#: How state kept in an earlier layout moves into this version's: the end of each refusal of it.
+MOVE_EARLIER_STATE = (
+    f"take a savepoint with kappa-fraud at commit {LAST_READER_OF_EARLIER_LAYOUTS} (the last version that "
+    "reads both layouts: `fraud savepoint create features`, then `fraud features run --from-savepoint PATH "
+    "--checkpoint NEW` there), or replay into a new checkpoint with `--from TIME`"
+)
+
+
+class EarlierLayoutError(StateError):
+    """State kept in a layout of an earlier version (a checkpoint's, a savepoint's, an entry's): this version
+    reads its own layout only."""
+
 
 #: Schemas of the two maps (Spark DDL): slot -> packed entry (as text: :func:`entry_text`), hour -> the slots
 #: listed under it.
@@ -43,7 +63,7 @@ _SLOTS = np.dtype("<i8")
 
 class MapLike(Protocol):
     """What the store uses of a map state: gets, puts and removes of many keys at once
-    (``infra.spark_state.PipelinedMap`` for Spark's ``MapState``)."""
+    (``infra.spark.internals.PipelinedMap`` for Spark's ``MapState``)."""
 
     def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]: ...
 
@@ -167,7 +187,7 @@ class EntryStore:
 # An entry's text: its bytes padded with zeros to whole groups of 56 (seven little-endian words), each group
 # 64 characters: the low seven bits of its 56 bytes, one character each, then 8 characters holding their
 # high bits (character k's bit j: the high bit of byte k of word j). A first character gives the padding.
-# So a text is 1 + 64n characters long, and base64 a multiple of 4.
+# So a text is 1 + 64n characters long (base64, which an earlier version wrote, is a multiple of 4).
 
 _WORD = np.dtype("<u8")
 _GROUP_BYTES = 56
@@ -189,12 +209,16 @@ def entry_text(value: bytes) -> str:
 
 
 def entry_bytes(stored: str | bytes) -> bytes:
-    """An entry's packed bytes from what the store keeps: text (:func:`entry_text`), the previous version's
-    base64, or the bytes themselves in checkpoints older still."""
-    if not isinstance(stored, str):
-        return bytes(stored)
-    if len(stored) % 4 == 0:
-        return binascii.a2b_base64(stored)
+    """An entry's packed bytes from the text the store keeps (:func:`entry_text`).
+
+    Raises:
+        EarlierLayoutError: the entry is stored otherwise (bytes, or base64 text), as earlier versions did.
+    """
+    if not isinstance(stored, str) or len(stored) % 64 != 1:
+        raise EarlierLayoutError(
+            f"a state entry is not stored as seven-bit text: the state was kept by an earlier version; "
+            f"{MOVE_EARLIER_STATE}"
+        )
     groups = np.frombuffer(stored[1:].encode("ascii"), _WORD).reshape(-1, 8)
     words = ((groups[:, 7:] >> _WORD_OF_GROUP) & _HIGH_BIT) << _SEVEN
     words |= groups[:, :7]

@@ -12,12 +12,11 @@ and the events still waiting for the frontier, whole; it keeps no terminal of a 
 terminal state keeps transaction times and fraud labels per terminal, no card.
 
 Delivery guarantee: read-only. Everything shown is the state of the last micro-batch the job committed
-(``infra.state_store``), read beside the running job without stopping it; a later batch is not shown.
+(``infra.spark.state_store``), read beside the running job without stopping it; a later batch is not shown.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,9 @@ import pandas as pd
 
 from contracts.errors import NotFoundError, StateError
 from contracts.events import TxColumns
+from features.bucket_entries import unpack_cards, unpack_terminals
 from features.buckets import card_bucket, terminal_buckets
-from features.compat import read_specs, recorded_params
+from features.compat import recorded_params
 from features.core import CardState, TerminalState, card_windows, terminal_step
 from features.definitions import (
     DAY_MS,
@@ -42,31 +42,23 @@ from features.definitions import (
     terminal_nb_tx_column,
     terminal_risk_column,
 )
-from features.entries import Layout, Pages, is_entry_layout, is_paged_layout, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages
 from features.entry_store import entry_bytes
-from features.job import (
-    CARD_ENTRIES_VAR,
-    CARD_STATE_VAR,
-    LEGACY_CARD_STATE_VAR,
-    LEGACY_TERMINAL_STATE_VAR,
-    TERMINAL_ENTRIES_VAR,
-    TERMINAL_STATE_VAR,
-)
+from features.job import CARD_ENTRIES_VAR, CARD_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_STATE_VAR
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket
-from features.transport import KEY, card_bucket_of, from_blob, terminal_state_of
-from infra.checkpoints import LAYOUT_FILE, check_intact
-from infra.kafka_offsets import NO_FRONTIER
-from infra.offset_log import Frontier, frontier_after
-from infra.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
+from features.state_layout import LAYOUT_FILE, check_current, recorded
+from features.transport import KEY, from_blob
+from infra.kafka.offsets import NO_FRONTIER
+from infra.spark.checkpoint import check_intact, query_location
+from infra.spark.offset_log import Frontier, frontier_after
+from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch, StateReader, committed_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 C = TxColumns
 
-#: Where a job keeps its Spark query's checkpoint, inside its checkpoint directory (``features.job``).
-QUERY_DIR = "query"
 #: Columns of the events shown for a card.
 WAITING = "waiting"
 EVENT_COLUMNS = [KIND, C.TX_ID, EVENT_TIME_MS, C.AMOUNT, C.TERMINAL_ID, KNOWN_AT_MS, WAITING]
@@ -80,7 +72,7 @@ class NothingHeldError(NotFoundError):
 class JobState:
     """A feature job's checkpoint (or a savepoint: a copy of one) as found on disk: its layout, its last
     committed micro-batch, with its sources' end offsets, and the feature parameters its job records
-    (``features.compat``; None when its record predates them)."""
+    (``features.compat``; None when it records none)."""
 
     checkpoint: Path
     layout: dict[str, int]
@@ -89,7 +81,7 @@ class JobState:
 
     @property
     def entry_layout(self) -> Layout:
-        """The layout as ``features.entries`` routes by it (entry layouts only)."""
+        """The layout as ``features.entries`` routes by it."""
         return Layout(**{name: int(count) for name, count in self.layout.items()})
 
     def params_or(self, default: FeatureParams) -> FeatureParams:
@@ -98,7 +90,7 @@ class JobState:
 
     @property
     def query_dir(self) -> Path:
-        return self.checkpoint / QUERY_DIR
+        return query_location(self.checkpoint)
 
     @property
     def _frontier(self) -> Frontier | None:
@@ -106,7 +98,7 @@ class JobState:
 
     @property
     def frontier_ms(self) -> int | None:
-        """The batch's event-time frontier (``infra.kafka_frontier``): every record stamped before it was
+        """The batch's event-time frontier (``infra.spark.frontier``): every record stamped before it was
         read. None before the job has seen a record."""
         frontier = self._frontier
         return None if frontier is None or frontier.frontier_ms <= NO_FRONTIER else frontier.frontier_ms
@@ -132,19 +124,19 @@ def open_job_state(checkpoint: Path) -> JobState:
 
     Raises:
         CheckpointNotFoundError: no checkpoint there, or nothing committed yet.
-        StateError: the directory is a checkpoint of another kind of job, or it is damaged
-            (``infra.checkpoints.check_intact``).
+        StateError: the directory is a checkpoint of another kind of job, it is damaged
+            (``infra.spark.checkpoint.check_intact``), or it keeps its state in an earlier layout.
     """
     if not checkpoint.is_dir():
         raise CheckpointNotFoundError(f"no checkpoint at {checkpoint}: no job has run with it")
     check_intact(checkpoint)
-    batch = committed_batch(checkpoint / QUERY_DIR)
-    layout_file = checkpoint / LAYOUT_FILE
-    if not layout_file.is_file():
+    batch = committed_batch(query_location(checkpoint))
+    record = recorded(checkpoint)
+    if record is None or not record.layout:
         raise StateError(f"{checkpoint} has no {LAYOUT_FILE}: it is not the checkpoint of a feature job")
-    layout = json.loads(layout_file.read_text())
-    params = recorded_params(read_specs(checkpoint))
-    return JobState(checkpoint, {name: int(value) for name, value in layout.items()}, batch, params)
+    check_current(record.layout, f"checkpoint {checkpoint}")
+    layout = {name: int(value) for name, value in record.layout.items()}
+    return JobState(checkpoint, layout, batch, recorded_params(record.specs))
 
 
 def window_name(window_ms: int) -> str:
@@ -259,45 +251,35 @@ def card_view(
     return CardView(card_id, job, bucket, frontier, events, windows)
 
 
-def page_of(job: JobState, stored: Mapping[str, Any] | None, slot: int) -> int:
-    """The entry that holds ``slot`` in a bucket whose value is ``stored``: its page (an entry per slot in
-    checkpoints of earlier versions)."""
-    if not is_paged_layout(job.layout):
-        return slot
+def page_of(stored: Mapping[str, Any] | None, slot: int) -> int:
+    """The entry that holds ``slot`` in a bucket whose value is ``stored``: its page."""
     pages = Pages.of_bytes(None if stored is None else stored["pages"])
     return int(pages.page_of(np.asarray([slot]))[0])
 
 
 @dataclass(frozen=True)
 class StateVars:
-    """Where the job keeps the state of one kind of key (cards or terminals): the bucket's value state of a
-    checkpoint without entries; the bucket's value state and its entries' map state of one with them, and
-    how a key is routed to its slot."""
+    """Where the job keeps the state of one kind of key (cards or terminals): the bucket's value state and its
+    entries' map state, and how a key is routed to its slot."""
 
-    legacy: str
     bucket: str
     entries: str
     slots_of: Callable[[Layout, npt.NDArray[Any]], npt.NDArray[np.int64]]
 
 
-CARD_VARS = StateVars(LEGACY_CARD_STATE_VAR, CARD_STATE_VAR, CARD_ENTRIES_VAR, Layout.card_slots_of)
-TERMINAL_VARS = StateVars(
-    LEGACY_TERMINAL_STATE_VAR, TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, Layout.terminal_slots_of
-)
+CARD_VARS = StateVars(CARD_STATE_VAR, CARD_ENTRIES_VAR, Layout.card_slots_of)
+TERMINAL_VARS = StateVars(TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, Layout.terminal_slots_of)
 
 
 def read_state(
     spark: SparkSession, job: JobState, variables: StateVars, bucket: int, key: str
 ) -> tuple[dict[str, Any] | None, tuple[Any, ...] | None]:
     """What the job's last committed micro-batch holds for ``key`` (Spark's state data source): its bucket's
-    value (None: nothing held) and, in a layout with entries, the entry of its slot (None: none held;
-    always None in a layout without entries, whose bucket's value holds everything)."""
+    value (None: nothing held) and the entry of its slot's page (None: none held)."""
     with StateReader(spark, job.query_dir, job.batch.batch_id) as reader:
-        if not is_entry_layout(job.layout):
-            return reader.value_state(variables.legacy, KEY, [bucket]).get(bucket), None
         stored = reader.value_state(variables.bucket, KEY, [bucket]).get(bucket)
         slot = int(variables.slots_of(job.entry_layout, np.asarray([key], dtype=object))[0])
-        return stored, reader.map_value(variables.entries, KEY, bucket, page_of(job, stored, slot))
+        return stored, reader.map_value(variables.entries, KEY, bucket, page_of(stored, slot))
 
 
 def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureParams) -> CardView:
@@ -305,9 +287,6 @@ def read_card(spark: SparkSession, job: JobState, card_id: str, params: FeatureP
     frontier, and the card's entry."""
     bucket = card_bucket(card_id, job.layout["card_buckets"])
     stored, entry = read_state(spark, job, CARD_VARS, bucket, card_id)
-    if not is_entry_layout(job.layout):
-        held = None if stored is None else card_bucket_of(*stored.values())
-        return card_view(card_id, job, bucket, held, params)
     history, _ = unpack_cards([] if entry is None else [entry_bytes(entry[0])])
     if stored is None and entry is None:
         return card_view(card_id, job, bucket, None, params)
@@ -423,9 +402,6 @@ def read_terminal(
 ) -> TerminalView:
     """What the job holds for ``terminal_id``, read from its terminal bucket's state."""
     bucket = int(terminal_buckets(pd.Series([terminal_id]), job.layout["terminal_buckets"])[0])
-    stored, entry = read_state(spark, job, TERMINAL_VARS, bucket, terminal_id)
-    if not is_entry_layout(job.layout):
-        held = None if stored is None else terminal_state_of(*stored.values())
-        return terminal_view(terminal_id, job, bucket, held, params)
+    _, entry = read_state(spark, job, TERMINAL_VARS, bucket, terminal_id)
     held = None if entry is None else unpack_terminals([entry_bytes(entry[0])])[0]
     return terminal_view(terminal_id, job, bucket, held, params)

@@ -14,9 +14,7 @@ once. Redis holds the latest features per card, written idempotently after each 
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -24,28 +22,29 @@ from typing import Any, ClassVar, Protocol
 import orjson
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, GroupedData, SparkSession
+from pyspark.sql import Column, DataFrame, GroupedData, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from contracts.events import DEFAULT_MAX_CLOCK_SKEW_MS, TxColumns
+from contracts.redis_keys import card_features_key
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS, JobName, Topics
-from features.compat import bind_specs
+from features.bucket_entries import card_entries, terminal_entries, unpack_cards, unpack_terminals
 from features.core import TerminalState
+from features.counts import (
+    ALERT_SOURCES,
+    COUNTS,
+    COUNTS_DDL,
+    OBSERVATION,
+    BatchObserver,
+    alert_sources,
+    batch_counts,
+    counts_row,
+)
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import (
-    Layout,
-    Pages,
-    card_entries,
-    is_current_layout,
-    is_entry_layout,
-    is_paged_layout,
-    terminal_entries,
-    unpack_cards,
-    unpack_terminals,
-)
+from features.entries import Layout, Pages
 from features.entry_store import ENTRY_KEY, ENTRY_VALUE, INDEX_KEY, INDEX_VALUE, EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import Rescale, rekey_cards, rekey_terminals
@@ -58,6 +57,7 @@ from features.rows import (
     card_stage_fields,
 )
 from features.stages import CardBucket
+from features.state_layout import Start, StateSpec
 from features.stateful import (
     CARD_BUCKET_STATE,
     TERMINAL_BUCKET_STATE,
@@ -70,43 +70,31 @@ from features.stateful import (
 from features.transport import (
     KEY,
     PACKED_FIELDS,
-    card_bucket_of,
     from_blob,
     pack,
     pack_frame,
-    terminal_state_of,
     to_blob,
     unpack,
 )
 from infra.arrow_json import newest_rows, read_records, text_arrays
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError, bind_layout, query_location
-from infra.kafka_frontier import FrontierConfig, final_in, read_frontier
-from infra.kafka_log import offsets_for_time
-from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
-from infra.kafka_sink.datasource import register as register_sink
-from infra.kafka_sink.datasource import write_stream
-from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
-from infra.offset_log import record_ending
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest_encoded
-from infra.schemas import spark_ddl
-from infra.spark import observations, start_stream
-from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
-from infra.spark_state import PipelinedMap
-from infra.stage_counts import (
-    COUNTS_DDL,
-    OBSERVATION,
-    BatchObserver,
-    alert_sources,
-    batch_counts,
-    counts_row,
-)
-from infra.state_store import StateReader
-from infra.timing import Timings
+from infra.kafka.log import offsets_for_time
+from infra.redis.connection import RedisTarget
+from infra.redis.store import set_latest_encoded
+from infra.spark.checkpoint import query_location
+from infra.spark.frontier import FrontierConfig, final_in, read_frontier
+from infra.spark.internals import PipelinedMap
+from infra.spark.kafka_sink.config import AfterCommit, KafkaSinkConfig, checkpoint_sink_id
+from infra.spark.kafka_sink.datasource import register as register_sink
+from infra.spark.kafka_sink.datasource import write_stream
+from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN, newest_per_key, pack_records
+from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
+from infra.spark.offset_log import record_ending
+from infra.spark.schemas import spark_ddl
+from infra.spark.session import Trigger, start_stream
+from infra.spark.state_store import StateReader
+from infra.spark.timing import Timings
 
 C = TxColumns
-_log = logging.getLogger(__name__)
 
 
 #: The column of each Kafka record's micro-batch clock (Spark's batch timestamp, epoch ms): a re-run sees the
@@ -136,7 +124,7 @@ class DecodeRecords:
 
 @dataclass(frozen=True)
 class CardTicks:
-    """The frontier source's ticker (``infra.kafka_frontier.Ticker``): one tick per card bucket, packed."""
+    """The frontier source's ticker (``infra.spark.frontier.Ticker``): one tick per card bucket, packed."""
 
     card_buckets: int
     schema: str = spark_ddl(PACKED_FIELDS)
@@ -153,9 +141,6 @@ TERMINAL_STATE_VAR, TERMINAL_ENTRIES_VAR, TERMINAL_INDEX_VAR = (
     "terminal_entries",
     "terminal_expiry",
 )
-#: The state variables of checkpoints of earlier versions (a value per bucket), read to move them into
-#: entries (:func:`read_layout_state`).
-LEGACY_CARD_STATE_VAR, LEGACY_TERMINAL_STATE_VAR = "bucket", "terminals"
 #: The initial state of a rescaled start (:func:`initial_states`): per card bucket, a row with its waiting
 #: events and frontier (slot -1) and a row per entry; per terminal bucket, a row per entry.
 INITIAL_CARD_STATE = f"{KEY} int, slot bigint, value binary, pending binary, frontier bigint"
@@ -179,7 +164,7 @@ def bucket_state(
 class FeatureRowsHook(Protocol):
     """More sink records made from the feature rows of one state call: ``hook(rows, values)`` gets the
     feature rows (event columns, late flag, features) and their feature records' JSON, and returns a table
-    of ``infra.kafka_sink.records.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
+    of ``infra.spark.kafka_sink.records.COLUMNS`` or None. The pipeline scores here (``scoring.pipeline``)."""
 
     def __call__(self, rows: pd.DataFrame, values: pa.Array) -> pa.Table | None: ...
 
@@ -187,7 +172,7 @@ class FeatureRowsHook(Protocol):
 class BucketStage(StatefulProcessor):
     """The shell of a stateful stage around its pure call (``features.stateful``): per bucket, its events
     unpacked, the stage's call on the bucket's state variables, its output packed into one frame; each
-    phase timed (``infra.timing``: ``<stage>.input``, the call's phases, ``<stage>.<output phase>``)."""
+    phase timed (``infra.spark.timing``: ``<stage>.input``, the call's phases, ``<stage>.<output phase>``)."""
 
     #: The stage's name in the timings, the phase its output is made in, and its state variables: the
     #: bucket's value (name, schema), its entries and their expiry index.
@@ -302,7 +287,7 @@ class FeatureJobConfig:
     end_ms: int | None = None
     #: Keys of the two stateful stages. Every state call costs tens of ms whatever its size, so few large
     #: buckets are faster; Spark hashes keys 0-5 three to each of the 2 shuffle partitions (16 keys split
-    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``infra.checkpoints``).
+    #: 7/9, 8 keys 3/5). Fixed for the life of a checkpoint (``features.state_layout``).
     card_buckets: int = DEFAULT_BUCKETS
     terminal_buckets: int = DEFAULT_BUCKETS
     #: State entries per bucket of each stage (``features.entries``): a micro-batch reads and writes the
@@ -311,18 +296,12 @@ class FeatureJobConfig:
     terminal_slots: int = DEFAULT_SLOTS
     #: The size past which a page of state is cut: may change on any restart (``Layout.TUNABLE``).
     page_bytes: int = DEFAULT_PAGE_BYTES
-    #: More records made from the feature rows, written with them (the pipeline's scoring).
-    hook: FeatureRowsHook | None = None
     #: Transactions dated further ahead of the planner's clock than this are dead letters
     #: (``future_event_time``) and move no frontier (None: no check).
     max_clock_skew_ms: int | None = DEFAULT_MAX_CLOCK_SKEW_MS
-    #: Start a new checkpoint from another layout's state and input position (a savepoint's): its first
-    #: micro-batch re-keys that state into this layout (:func:`initial_states`). Only until that batch
-    #: commits: later runs resume the checkpoint.
-    rescale: Rescale | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``).
+    #: first task (``infra.spark.daemon``).
     name: ClassVar[JobName] = JobName.FEATURES
     preload: ClassVar[tuple[str, ...]] = (__name__,)
     #: Where alerts come from: the feature job writes none.
@@ -336,6 +315,11 @@ class FeatureJobConfig:
         )
 
     @property
+    def state(self) -> StateSpec:
+        """What the job keeps its state for (``features.state_layout``): its layout and features."""
+        return StateSpec(self.layout, self.params)
+
+    @property
     def description(self) -> str:
         return f"Feature job running (checkpoint {self.checkpoint})"
 
@@ -343,40 +327,31 @@ class FeatureJobConfig:
     def inputs(self) -> tuple[str, ...]:
         return (self.topics.transactions, self.topics.labels)
 
-    @property
-    def feature_part(self) -> FeatureJobConfig:
-        """The part of the job that keeps the features' state: all of it."""
-        return self
-
-    def with_rescale(self, rescale: Rescale | None) -> FeatureJobConfig:
-        return replace(self, rescale=rescale)
-
     def ended(self, progress: dict[str, Any]) -> bool:
-        """A run of a range ends with its final micro-batch (``infra.kafka_frontier``)."""
+        """A run of a range ends with its final micro-batch (``infra.spark.frontier``)."""
         return self.end_ms is not None and final_in(query_location(self.checkpoint), progress)
 
     def start(
-        self,
-        spark: SparkSession,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,  # its counts come with its progress reports
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_feature_job(spark, self, once=once, trigger_interval_s=trigger_interval_s)
+        return start_feature_job(spark, self, start, trigger)  # its counts come with its progress reports
 
 
-def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
-    """The streaming job's output: feature records and dead letters, packed for the Kafka sink. Finds first
-    where a run of a range ends (and settles what an earlier one left: ``infra.offset_log.record_ending``),
-    and checks that its checkpoint's input is still in the topics' logs."""
+def feature_stream(
+    spark: SparkSession, config: FeatureJobConfig, start: Start, hook: FeatureRowsHook | None = None
+) -> DataFrame:
+    """The streaming job's output: feature records and dead letters, packed for the Kafka sink (``hook``:
+    more records made from the feature rows, written with them: the pipeline's scoring). Finds first where a
+    run of a range ends (and settles what an earlier one left: ``infra.spark.offset_log.record_ending``),
+    and checks that its checkpoint's input is still in the topics' logs. A rescaled ``start`` reads from
+    where the savepoint's state stood, its first micro-batch re-keying that state (:func:`initial_states`)."""
     topics = config.inputs
     ending_offsets = None
     if config.end_ms is not None:
         ending_offsets = offsets_for_time(new_admin(config.kafka_config), topics, config.end_ms)
     record_ending(config.checkpoint, ending_offsets)
     check_resume(config.kafka_config, query_location(config.checkpoint))
-    position = config.rescale.position if config.rescale is not None else None
+    position = start.rescale.position if start.rescale is not None else None
     source = KafkaInput(
         kafka_config=config.kafka_config,
         topics=topics,
@@ -399,12 +374,12 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         topics=topics,
         query_dir=str(query_location(config.checkpoint)),
         ticker=CardTicks(config.card_buckets),
-        allowed_lateness_ms=config.params.max_lateness_ms,
+        allowed_lateness_ms=config.params.allowed_lateness_ms,
         max_clock_skew_ms=config.max_clock_skew_ms,
         ending_offsets=ending_offsets,
         initial=replace(position.frontier, batch=-1) if position is not None and position.frontier else None,
     )
-    card_state, terminal_state = initial_states(spark, config)
+    card_state, terminal_state = initial_states(spark, config, start.rescale)
     card = (
         events.union(read_frontier(spark, frontier))
         .groupBy(KEY)
@@ -417,7 +392,7 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
         )
     )
     terminal = card.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=TerminalStage(config.params, config.layout, config.topics, config.hook),
+        statefulProcessor=TerminalStage(config.params, config.layout, config.topics, hook),
         outputStructType=f"{PACKED_DDL}, {COUNTS_DDL}",
         outputMode="Append",
         timeMode="None",
@@ -428,17 +403,26 @@ def feature_stream(spark: SparkSession, config: FeatureJobConfig) -> DataFrame:
     return counted.select(RECORDS_COLUMN)
 
 
+def observations() -> list[Column]:
+    """The aggregates of a micro-batch's observed metrics (``DataFrame.observe``) of a stage's output: the
+    counts summed, the alerts' sources collected (``features.counts``)."""
+    return [
+        *(F.sum(name).alias(name) for name in COUNTS),
+        F.flatten(F.collect_list(ALERT_SOURCES)).alias(ALERT_SOURCES),
+    ]
+
+
 def initial_states(
-    spark: SparkSession, config: FeatureJobConfig
+    spark: SparkSession, config: FeatureJobConfig, rescale: Rescale | None
 ) -> tuple[GroupedData | None, GroupedData | None]:
-    """The two stages' initial state for a rescaled start (``config.rescale``), else none: the state the
-    other layout's query committed, read with Spark's state data source (every bucket, in the driver), and
-    re-keyed into this layout's buckets and entries (``features.rescale``). Spark hands it to the stages in
-    the new query's first micro-batch only (``handleInitialState``), before that batch's rows."""
-    if config.rescale is None:
+    """The two stages' initial state for a rescaled start, else none: the state the other layout's query
+    committed, read with Spark's state data source (every bucket, in the driver), and re-keyed into this
+    layout's buckets and entries (``features.rescale``). Spark hands it to the stages in the new query's
+    first micro-batch only (``handleInitialState``), before that batch's rows."""
+    if rescale is None:
         return None, None
-    with StateReader(spark, config.rescale.query_dir, config.rescale.batch) as reader:
-        cards, terminals = read_layout_state(reader, config.rescale.layout)
+    with StateReader(spark, rescale.query_dir, rescale.batch) as reader:
+        cards, terminals = committed_state(reader)
     card_rows = [
         row
         for key, bucket in rekey_cards(cards, config.card_buckets).items()
@@ -455,16 +439,9 @@ def initial_states(
     )
 
 
-def read_layout_state(
-    reader: StateReader, layout: Mapping[str, int]
-) -> tuple[list[CardBucket], list[TerminalState]]:
-    """Every card bucket and terminal state a committed query holds, in its ``layout``: entries (a page each,
-    or, in a checkpoint of an earlier version, a slot each), or (earlier still: a layout that names no
-    slots) one value per bucket."""
-    if not is_entry_layout(layout):
-        cards = [card_bucket_of(*value) for value in reader.all_values(LEGACY_CARD_STATE_VAR)]
-        terminals = [terminal_state_of(*value) for value in reader.all_values(LEGACY_TERMINAL_STATE_VAR)]
-        return cards, terminals
+def committed_state(reader: StateReader) -> tuple[list[CardBucket], list[TerminalState]]:
+    """Every card bucket and terminal state a committed query holds: each bucket's value (a card bucket's
+    waiting events and frontier) and its entries, a page each, whatever the bucket and slot counts."""
     entries = reader.all_map_values(CARD_ENTRIES_VAR, KEY)
     cards = []
     for key, (pending, frontier, *_) in reader.values_by_key(CARD_STATE_VAR, KEY).items():
@@ -499,7 +476,7 @@ def terminal_state_rows(key: int, state: TerminalState, layout: Layout) -> list[
 @dataclass(frozen=True)
 class LatestFeaturesToRedis:
     """The sink's after-commit hook: ``card:{card_id}:features`` gets each card's newest feature record (its
-    terminal, amount, late flag and features, as ``infra.redis_store.set_latest`` stores them).
+    terminal, amount, late flag and features, as ``infra.redis.store.set_latest`` stores them).
 
     The records are read and their fields written out column by column (Arrow), not record by record: with
     many cards a micro-batch holds a record for almost every transaction (a million cards: about 95,000 of
@@ -542,56 +519,26 @@ def _feature_table(records: list[bytes]) -> pa.Table:
     return read_records(records, schema)
 
 
-def layout_of(config: FeatureJobConfig) -> dict[str, int]:
-    """What routes the job's events to its state: its bucket and entry counts (``infra.checkpoints``)."""
-    return config.layout.as_record()
-
-
-def prepare_checkpoint(config: FeatureJobConfig) -> None:
-    """Bind the checkpoint to the job's bucket counts (refuses one made with others) and feature specs
-    (refuses one whose state lacks the history they need; logs how they differ from its state's)."""
-    layout_file = config.checkpoint / LAYOUT_FILE
-    recorded = json.loads(layout_file.read_text()) if layout_file.exists() else None
-    if recorded is None and config.checkpoint.is_dir() and any(config.checkpoint.iterdir()):
-        recorded = {}  # written before layouts were recorded: one value per bucket
-    if recorded is not None and not is_current_layout(recorded):
-        raise CheckpointLayoutError(
-            f"checkpoint {config.checkpoint} keeps its state in {_kept_as(recorded)}, as earlier versions of "
-            "the job did: move it into this version's state through a savepoint (`fraud savepoint create`, "
-            "then run with `--from-savepoint` into a new checkpoint)"
-        )
-    bind_layout(config.checkpoint, layout_of(config), tunable=Layout.TUNABLE)
-    changes = bind_specs(config.checkpoint, config.params)
-    if changes:
-        _log.warning("The job takes over state built for other features (%s)", "; ".join(changes))
-
-
-def _kept_as(layout: Mapping[str, int]) -> str:
-    """How a recorded layout of an earlier version keeps its state."""
-    if is_paged_layout(layout):
-        return "pages stored as bytes"
-    return "an entry per slot" if is_entry_layout(layout) else "one value per bucket"
-
-
-def feature_sink(config: FeatureJobConfig) -> KafkaSinkConfig:
-    """The exactly-once Kafka sink of the feature records, with the latest features to Redis after commit."""
+def feature_sink(config: FeatureJobConfig, after_commit: AfterCommit | None = None) -> KafkaSinkConfig:
+    """The exactly-once Kafka sink of the feature records, ``after_commit`` after each commit (default: the
+    latest features to Redis)."""
     return KafkaSinkConfig(
         kafka_config=config.kafka_config,
         sink_id=checkpoint_sink_id(config.checkpoint, "features"),
         marker_topic=config.topics.features,
-        after_commit=LatestFeaturesToRedis(config.redis, config.topics.features),
+        after_commit=after_commit or LatestFeaturesToRedis(config.redis, config.topics.features),
     )
 
 
 def start_feature_job(
-    spark: SparkSession, config: FeatureJobConfig, once: bool, trigger_interval_s: float = 1.0
+    spark: SparkSession, config: FeatureJobConfig, start: Start, trigger: Trigger
 ) -> StreamingQuery:
-    """Start the streaming feature job: ``once`` processes everything available, then stops."""
+    """Start the streaming feature job in its checkpoint, bound to its state before
+    (``features.state_layout.bind``)."""
     register_sink(spark)
-    prepare_checkpoint(config)
     writer = (
-        write_stream(feature_stream(spark, config), feature_sink(config))
+        write_stream(feature_stream(spark, config, start), feature_sink(config))
         .option("checkpointLocation", str(query_location(config.checkpoint)))
         .queryName(f"features-{config.topics.features}")
     )
-    return start_stream(writer, once, trigger_interval_s)
+    return start_stream(writer, trigger)

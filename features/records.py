@@ -1,5 +1,5 @@
 """The feature job's output as Kafka records: feature records (JSON built column by column in Arrow) and
-dead letters, in the sink's columns (``infra.kafka_sink.records.COLUMNS``)."""
+dead letters, in the sink's columns (``infra.spark.kafka_sink.records.COLUMNS``)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,9 @@ import pyarrow as pa
 
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.rows import (
-    DETAIL,
-    KIND,
-    LATE,
-    RAW,
-    REASON,
-    SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
-    RowKind,
-    output_fields,
-)
+from features.rows import DEAD_FIELDS, KIND, LATE, SOURCE_FIELDS, RowKind, output_fields
 from infra.arrow_json import json_objects
-from infra.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows
+from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE, SinkRows
 
 C = TxColumns
 
@@ -35,7 +24,7 @@ def kafka_records(
     params: FeatureParams,
     hook: Callable[[pd.DataFrame, pa.Array], pa.Table | None] | None = None,
 ) -> pa.Table:
-    """The sink's records of terminal-stage rows (``infra.kafka_sink.records.COLUMNS``).
+    """The sink's records of terminal-stage rows (``infra.spark.kafka_sink.records.COLUMNS``).
 
     Feature rows become ``FeatureRecord`` JSON keyed by card, with the event time as Kafka timestamp;
     dead rows become dead-letter records (original bytes, the reason in ``dlq.*`` headers). ``hook``
@@ -63,10 +52,7 @@ def kafka_records(
             batches += more.to_batches()
     letters = SinkRows()
     for raw, reason, detail, topic, partition, offset in zip(
-        *(
-            dead[name].tolist()
-            for name in (RAW, REASON, DETAIL, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET)
-        ),
+        *(dead[name].tolist() for name in (*DEAD_FIELDS, *SOURCE_FIELDS)),
         strict=True,
     ):
         letter = DeadLetter(

@@ -34,8 +34,8 @@ from features.buckets import card_buckets, terminal_buckets
 from features.core import CardState, TerminalState
 from features.rows import CARD_BUCKET, concat_frames, empty_events
 from features.stages import CardBucket
-from infra.kafka_offsets import NO_FRONTIER
-from infra.offset_log import Position
+from infra.kafka.offsets import NO_FRONTIER
+from infra.spark.offset_log import Position
 
 C = TxColumns
 
@@ -52,9 +52,6 @@ class Rescale:
     #: Where that batch left the job's input (the connector's offsets and the frontier): where the new
     #: query's input starts.
     position: Position
-    #: The layout the query's state was written in (``layout.json``: buckets and, since state is kept in
-    #: entries, slots), which says how to read it.
-    layout: dict[str, int]
 
 
 def rekey_cards(buckets: Iterable[CardBucket], count: int) -> dict[int, CardBucket]:

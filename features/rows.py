@@ -40,7 +40,11 @@ CARD_BUCKET = "card_bucket"
 TERMINAL_BUCKET = "terminal_bucket"
 LATE = "late"
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "source_topic", "source_partition", "source_offset"
+#: Where a row's record stands in Kafka, in the order of a sort by position.
+SOURCE_FIELDS = (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET)
 RAW, REASON, DETAIL = "raw", "reason", "detail"
+#: A dead row's record and why it was rejected.
+DEAD_FIELDS = (RAW, REASON, DETAIL)
 
 #: Columns shared by every stage: the event, where it came from, and (dead rows) why it was rejected.
 EVENT_FIELDS: list[tuple[str, pa.DataType]] = [

@@ -6,7 +6,7 @@ Three stages, each a thin Spark shell (``features.job``) around a pure function:
    fail validation become dead rows with the reason. Each event is routed to a card bucket (cards hashed
    into a few buckets per Spark key, so one state call serves many cards).
 2. ``card_stage``: per card bucket, events wait until the input's event-time frontier
-   (``infra.kafka_frontier``) passes them, then go through ``features.core.card_step`` in event-time order. The final micro-batch of an
+   (``infra.spark.frontier``) passes them, then go through ``features.core.card_step`` in event-time order. The final micro-batch of an
    ``availableNow`` run moves each bucket's frontier past every event it holds, which releases them all.
    An event that arrives behind the bucket's frontier already passed is *late*: processed at once against
    the state as it is, and marked.
@@ -37,9 +37,8 @@ from features.rows import (
     LATE,
     RAW,
     REASON,
+    SOURCE_FIELDS,
     SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
     TERMINAL_BUCKET,
     RowKind,
     card_stage_fields,
@@ -283,4 +282,4 @@ def in_source_order(rows: pd.DataFrame) -> pd.DataFrame:
     """
     if len(rows) < 2:
         return rows
-    return rows.sort_values([SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET], kind="stable", ignore_index=True)
+    return rows.sort_values(list(SOURCE_FIELDS), kind="stable", ignore_index=True)

@@ -23,25 +23,23 @@ import numpy as np
 import pandas as pd
 
 from contracts.events import TxColumns
-from features.core import TerminalState
-from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import (
-    Layout,
-    Pages,
+from features.bucket_entries import (
     card_entries,
     card_state,
-    newest_of_entry,
     read_cards,
     read_terminals,
     terminal_entries,
     terminal_state,
 )
+from features.core import TerminalState
+from features.definitions import EVENT_TIME_MS, FeatureParams
+from features.entries import Layout, Pages, newest_of_entry
 from features.entry_store import Clock, EntryStore
 from features.rows import KIND, RowKind, empty_events
 from features.stages import CardBucket, Waiting, card_features, release, terminal_stage
 from features.transport import from_blob, to_blob
-from infra.kafka_offsets import NO_FRONTIER
-from infra.timing import Timings
+from infra.kafka.offsets import NO_FRONTIER
+from infra.spark.timing import Timings
 
 C = TxColumns
 

@@ -15,10 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.events import TxColumns
-from features.core import CardState, TerminalState
 from features.rows import empty_events
-from features.stages import CardBucket
-from infra.kafka_sink.records import pack_records
+from infra.spark.kafka_sink.records import pack_records
 
 C = TxColumns
 
@@ -78,19 +76,3 @@ def unpack(rows: Iterator[pd.DataFrame]) -> pd.DataFrame:
     if not tables:
         return empty_events()
     return pa.concat_tables(tables).to_pandas() if len(tables) > 1 else tables[0].to_pandas()
-
-
-# --- state values of earlier versions ---------------------------------------------------------------
-# Earlier versions of the job kept one value per bucket: a card bucket's history and waiting events as blobs
-# with its frontier; a terminal bucket's transactions and labels as blobs. They are read to move such a state
-# into entries (``features.job.read_layout_state``).
-
-
-def card_bucket_of(history: bytes, pending: bytes, frontier: int) -> CardBucket:
-    """The card bucket of an earlier version's stored value (history and pending blobs, frontier)."""
-    return CardBucket(CardState.from_frame(from_blob(history)), from_blob(pending), int(frontier))
-
-
-def terminal_state_of(transactions: bytes, labels: bytes) -> TerminalState:
-    """The terminal state of an earlier version's stored value (transactions and labels blobs)."""
-    return TerminalState.from_frames(from_blob(transactions), from_blob(labels))

@@ -27,7 +27,7 @@ from fraud.console import console
 from fraud.jobs import job_spark_session
 from fraud.options import FeatureSource, feature_params
 from infra.clients import Clients, mlflow_store
-from infra.kafka_log import read_topic
+from infra.kafka.log import read_topic
 from models.ab_report import render_html
 from models.comparison import Comparison, Decision, compare, decide
 from models.registry import (
@@ -105,7 +105,7 @@ def run_ab(settings: Settings, request: ABRequest) -> ABResult:
         pairs, thresholds = _replay(clients, settings, request, tracking_uri, (version_a, version_b))
     with console.status(f"Reading the labels of {settings.topics.labels!r}..."):
         labels = replay_labels(clients, settings.topics.labels, settings.max_event_bytes)
-    protocol = EvalProtocol(request.known_frauds, round(settings.label_delay_days * DAY_MS))
+    protocol = EvalProtocol(request.known_frauds, settings.label_delay_ms)
     frame = evaluation_frame(pairs, labels, request.start_ms, request.end_ms, protocol)
     if frame.empty:
         raise NotFoundError(
@@ -187,7 +187,7 @@ def _replay(
             return recomputed_pairs(
                 models,
                 events,
-                feature_params(settings.label_delay_days),
+                feature_params(settings),
                 start_ms=request.start_ms,
                 end_ms=request.end_ms,
             ), thresholds

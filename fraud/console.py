@@ -106,7 +106,7 @@ def counts_table(title: str, counts: Mapping[str, int]) -> Table:
 
 
 def summary_table(totals: Mapping[str, int]) -> Table:
-    """A job's counts at its end (``infra.metrics.JobMetrics.totals``): what it read and wrote, and the dead
+    """A job's counts at its end (``fraud.metrics.JobMetrics.totals``): what it read and wrote, and the dead
     letters by reason (those it wrote)."""
     table = Table(title="Summary", title_justify="left")
     table.add_column("")

@@ -41,17 +41,17 @@ from rich.table import Table
 from api.app import create_app
 from contracts.events import TxColumns
 from contracts.records import AlertRecord
+from contracts.redis_keys import card_features_key
 from contracts.settings import Settings, redis_prefix
-from features.definitions import DAY_MS, FeatureParams
 from fraud.commands.ingest import print_simulation, produce_batch, table_batch
 from fraud.console import console, counts_table, dead_letter_table, settings_of
 from fraud.live import QueryJobs
+from fraud.options import DEFAULT_MAX_RECORDS, feature_params
 from fraud.progress import JobFailedError
 from infra.clients import Clients
-from infra.embedded import EmbeddedStack
-from infra.kafka_log import read_topic, topic_counts
-from infra.redis_keys import card_features_key
-from infra.topic_admin import create_project_topics
+from infra.embedded.stack import EmbeddedStack
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic, topic_counts
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_jsonl, produce_events
@@ -62,7 +62,11 @@ from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.splits import DEFAULT_KNOWN_FRAUDS, EvalProtocol
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from features.job import FeatureJobConfig
+    from scoring.job import ScoringJobConfig
 
 #: Broken events of every kind the validation rejects, next to a few good ones.
 BAD_EVENTS_FILE = Path(__file__).resolve().parent / "data" / "bad_events.jsonl"
@@ -115,6 +119,7 @@ def demo_command(
 ) -> None:
     """Run the pipeline end to end on the embedded stack: simulate, ingest, features, train, score, alerts."""
     from fraud import jobs  # heavy: PySpark and the jobs
+    from infra.spark.session import ONCE, stop_session
 
     settings = settings_of(ctx)
     extra_days = FOLLOW_DAYS if follow else 0
@@ -128,7 +133,6 @@ def demo_command(
     with stack_for_run(settings) as started_here:
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         settings = isolated(settings, namespace)
-        scope = jobs.Scope(namespace)
         console.print(
             f"This demo runs in namespace [bold]{namespace}[/bold]: topics {namespace}.*, Redis keys "
             f"{redis_prefix(namespace)}*, a model registry of its own ({settings.mlflow_tracking_uri})."
@@ -146,46 +150,71 @@ def demo_command(
 
         console.rule("2. Ingest transactions and delayed labels")
         source = f"simulator:seed={seed}"
-        produce_batch(settings, table_batch(settings, clean_table(frame, source), source, None), speedup=None)
+        produce_batch(settings, table_batch(settings, clean_table(frame, source), source), speedup=None)
 
         console.rule(f"3. Ingest {BAD_EVENTS_FILE.name}: broken events go to the dead-letter topic")
         produce_batch(settings, events_from_jsonl(BAD_EVENTS_FILE, settings.max_event_bytes), speedup=None)
 
         console.rule("4. Streaming feature job (Spark): per-card and per-terminal features")
-        checkpoints = (settings.home / "checkpoints" / namespace).resolve()
-        features = jobs.feature_job_config(
-            settings,
-            topics=settings.topics,
-            checkpoint=checkpoints / "features",
-            params=FeatureParams(),
-            scope=scope,
-        )
-        jobs.run_job(settings, features, once=True, trigger_interval_s=0.0, namespace=namespace)
+        with console.status("Starting Spark..."):  # one session for every job of the demo
+            spark = jobs.job_spark_session(settings, "fraud-demo")
+        try:
+            checkpoints = (settings.home / "checkpoints" / namespace).resolve()
+            features, scoring = demo_jobs(settings, clients, checkpoints, namespace, DEFAULT_MAX_RECORDS)
+            jobs.run_job(settings, clients, features, ONCE, namespace=namespace, spark=spark)
 
-        console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
-        train_demo_model(settings)
+            console.rule("5. Train a model: replay the topics, honest split, MLflow registry")
+            train_demo_model(settings)
 
-        console.rule(
-            "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
-        )
-        scoring = jobs.scoring_job_config(
-            settings, topics=settings.topics, checkpoint=checkpoints / "scoring", scope=scope
-        )
-        jobs.run_job(settings, scoring, once=True, trigger_interval_s=0.0, namespace=namespace)
+            console.rule(
+                "6. Scoring job (Spark): the champion scores every transaction; alerts to Kafka and Redis"
+            )
+            jobs.run_job(settings, clients, scoring, ONCE, namespace=namespace, spark=spark)
 
-        console.rule("Summary")
-        console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
-        console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
-        console.print(alerts_table(clients, settings, frame))
-        card = show_card(clients, frame, settings, namespace)
-        if follow:
-            follow_live(settings, live, checkpoints, rate, namespace)
-        else:
-            where_to_look(settings, namespace, card, first_alert(clients, settings), started_here)
+            console.rule("Summary")
+            console.print(counts_table("Topics", topic_counts(clients, settings.topics.all())))
+            console.print(dead_letter_table(summarise_topic(clients, settings.topics.dead_letter)))
+            console.print(alerts_table(clients, settings, frame))
+            card = show_card(clients, frame, settings, namespace)
+            if follow:
+                follow_live(settings, live, checkpoints, rate, namespace, spark)
+            else:
+                where_to_look(settings, namespace, card, first_alert(clients, settings), started_here)
+        finally:
+            stop_session(spark)
 
 
 #: Days of simulated transactions ``--follow`` streams in after the batch part of the demo.
 FOLLOW_DAYS = 7
+#: Records per micro-batch of the live jobs (``--follow``).
+LIVE_MAX_RECORDS = 20_000
+
+
+def demo_jobs(
+    settings: Settings, clients: Clients, checkpoints: Path, namespace: str, max_records: int
+) -> tuple[FeatureJobConfig, ScoringJobConfig]:
+    """The demo's feature job and scoring job, in its namespace, checkpointed under ``checkpoints``."""
+    from fraud import jobs  # heavy: PySpark and the jobs
+
+    scope = jobs.Scope(namespace)
+    features = jobs.feature_job_config(
+        settings,
+        clients,
+        topics=settings.topics,
+        checkpoint=checkpoints / "features",
+        params=feature_params(settings),
+        max_records=max_records,
+        scope=scope,
+    )
+    scoring = jobs.scoring_job_config(
+        settings,
+        clients,
+        topics=settings.topics,
+        checkpoint=checkpoints / "scoring",
+        max_records=max_records,
+        scope=scope,
+    )
+    return features, scoring
 
 
 def alerts_table(clients: Clients, settings: Settings, frame: pd.DataFrame) -> Table:
@@ -262,17 +291,23 @@ def where_to_look(
 
 
 def follow_live(
-    settings: Settings, live: pd.DataFrame, checkpoints: Path, rate: float, namespace: str
+    settings: Settings,
+    live: pd.DataFrame,
+    checkpoints: Path,
+    rate: float,
+    namespace: str,
+    spark: SparkSession,
 ) -> None:
-    """Keep both jobs running on new transactions streamed in at ``rate`` per second, serve the page,
-    until Ctrl-C; then stop what was started here."""
+    """Keep both jobs running in ``spark`` on new transactions streamed in at ``rate`` per second, serve the
+    page, until Ctrl-C; then stop what was started here."""
     import uvicorn
 
     from fraud import jobs  # heavy: PySpark and the jobs
+    from infra.spark.session import Trigger
 
     clients = Clients.from_settings(settings)
     source = "simulator:live"
-    batch = table_batch(settings, clean_table(live, source), source, None)
+    batch = table_batch(settings, clean_table(live, source), source)
     span_s = max(1.0, (live[TxColumns.EVENT_TIME].max() - live[TxColumns.EVENT_TIME].min()).total_seconds())
     speedup = rate * span_s / max(1, len(live))
     live_jobs = QueryJobs()  # the page's status strip: the two jobs below, as they start
@@ -296,32 +331,16 @@ def follow_live(
         daemon=True,
     )
     with console.status("Starting the live jobs..."):
-        spark = jobs.job_spark_session(settings, "fraud-demo-live")
         # PySpark's own Ctrl-C handler cancels every running Spark job at once, aborting micro-batches
         # mid-write; with Python's, Ctrl-C only interrupts this thread, which stops the jobs between batches.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        scope = jobs.Scope(namespace)
-        features = jobs.feature_job_config(
-            settings,
-            topics=settings.topics,
-            checkpoint=checkpoints / "features",
-            params=FeatureParams(),
-            max_records=20_000,
-            scope=scope,
-        )
-        scoring = jobs.scoring_job_config(
-            settings,
-            topics=settings.topics,
-            checkpoint=checkpoints / "scoring",
-            max_records=20_000,
-            scope=scope,
-        )
-        jobs.prepare_services(settings, features)
-        jobs.prepare_services(settings, scoring)
+        features, scoring = demo_jobs(settings, clients, checkpoints, namespace, LIVE_MAX_RECORDS)
 
         def starter(job: jobs.Job) -> Callable[[], StreamingQuery]:
+            ready = jobs.prepare_run(settings, clients, job)
+
             def start() -> StreamingQuery:
-                query = job.start(spark, once=False, trigger_interval_s=0.5)
+                query = job.start(spark, ready, Trigger(interval_s=0.5))
                 live_jobs.add(job.name, query)
                 return query
 
@@ -354,7 +373,6 @@ def follow_live(
         producer.join(timeout=70)
         jobs.stop_live_jobs(queries)
         server.should_exit = True
-        spark.stop()
 
 
 #: How often ``--follow`` starts a live job again whose query stopped with an error (a Python worker that took
@@ -389,10 +407,12 @@ def train_demo_model(settings: Settings) -> None:
     from fraud import training  # heavy: scikit-learn and MLflow
 
     started = time.monotonic()
-    params = FeatureParams()
+    params = feature_params(settings)
     tracking_uri, artifacts = training.tracking_target(settings)
-    dataset, plans = training.topics_training_set(settings, params, training.Periods())
-    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, round(settings.label_delay_days * DAY_MS))
+    dataset, plans = training.topics_training_set(
+        settings, params, training.Periods(gap_days=training.gap_days(settings))
+    )
+    protocol = EvalProtocol(DEFAULT_KNOWN_FRAUDS, settings.label_delay_ms)
     options = training.TrainOptions(DEFAULT_SPEC, "all", params, plans, DEFAULT_ALERTS_PER_DAY, protocol)
     result, logged = training.run_training(dataset, options, tracking_uri, artifacts, register=True)
     training.print_result(result, logged, tracking_uri)

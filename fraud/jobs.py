@@ -19,24 +19,29 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName, Settings, Topics, redis_prefix
-from features import job as feature_job
+from features.counts import BatchObserver
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig
-from features.rescale import Rescale
+from features.state_layout import Start, StateSpec
 from fraud import savepoints
 from fraud.console import console, summary_table
+from fraud.metrics import JobMetrics
 from fraud.options import DEFAULT_MAX_RECORDS
 from fraud.progress import QueryReport, ctrl_c_interrupts_the_command_only, watch_query
 from fraud.running import registered, this_job
-from infra.checkpoints import check_intact, query_location
 from infra.clients import Clients
-from infra.input_watch import InputWatch, observer_group
-from infra.metrics import JobMetrics
-from infra.offset_log import frontier_ms_at
-from infra.redis_connection import RedisTarget
-from infra.spark import check_executors, spark_session, stop_between_batches, stop_session
-from infra.stage_counts import BatchObserver
-from infra.topic_admin import create_project_topics
+from infra.kafka.admin import create_project_topics
+from infra.kafka.input_watch import InputWatch, observer_group
+from infra.redis.connection import RedisTarget
+from infra.spark.checkpoint import query_location
+from infra.spark.offset_log import frontier_ms_at
+from infra.spark.session import (
+    Trigger,
+    check_executors,
+    spark_session,
+    stop_between_batches,
+    stop_session,
+)
 from models.registry import CHAMPION
 from scoring.job import ScoringJobConfig
 from scoring.pipeline import PipelineConfig
@@ -80,7 +85,7 @@ class Job(Protocol):
 
     #: Its name (``contracts.settings.JobName``): its run command's, metrics' label, Spark application's.
     name: ClassVar[JobName]
-    #: What its Python workers import before their first task (``infra.spark_daemon``).
+    #: What its Python workers import before their first task (``infra.spark.daemon``).
     preload: ClassVar[tuple[str, ...]]
 
     @property
@@ -107,12 +112,8 @@ class Job(Protocol):
         ...
 
     @property
-    def feature_part(self) -> FeatureJobConfig | None:
-        """The part of it that keeps the features' state (None: it keeps none)."""
-        ...
-
-    def with_rescale(self, rescale: Rescale | None) -> Job:
-        """The same job, its first micro-batch re-keying another layout's state (``features.rescale``)."""
+    def state(self) -> StateSpec | None:
+        """What it keeps the features' state for (``features.state_layout``; None: it keeps none)."""
         ...
 
     def ended(self, progress: dict[str, Any]) -> bool:
@@ -121,13 +122,10 @@ class Job(Protocol):
         ...
 
     def start(
-        self,
-        spark: SparkSession,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
-    ) -> StreamingQuery: ...
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
+    ) -> StreamingQuery:
+        """Start its query in its checkpoint, made ready by ``fraud.savepoints.plan_start`` (``start``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -149,6 +147,7 @@ def redis_target(settings: Settings, clients: Clients, *, prefix: str = "", writ
 
 def feature_job_config(
     settings: Settings,
+    clients: Clients,
     *,
     topics: Topics,
     checkpoint: Path,
@@ -157,8 +156,7 @@ def feature_job_config(
     scope: Scope = Scope(),
     writer: str = JobName.FEATURES,
 ) -> FeatureJobConfig:
-    """The feature job over ``topics`` with the connections of ``settings`` (no I/O: ``prepare_services``)."""
-    clients = Clients.from_settings(settings)
+    """The feature job over ``topics`` with the connections of ``clients`` (no I/O: ``prepare_services``)."""
     return FeatureJobConfig(
         kafka_config=clients.kafka_config(),
         topics=topics,
@@ -180,6 +178,7 @@ def feature_job_config(
 
 def scoring_job_config(
     settings: Settings,
+    clients: Clients,
     *,
     topics: Topics,
     checkpoint: Path,
@@ -189,8 +188,7 @@ def scoring_job_config(
     scope: Scope = Scope(),
     shadow_alias: str | None = None,
 ) -> ScoringJobConfig:
-    """The scoring job over ``topics`` with the connections of ``settings`` (no I/O: ``prepare_services``)."""
-    clients = Clients.from_settings(settings)
+    """The scoring job over ``topics`` with the connections of ``clients`` (no I/O: ``prepare_services``)."""
     return ScoringJobConfig(
         kafka_config=clients.kafka_config(),
         topics=topics,
@@ -209,6 +207,7 @@ def scoring_job_config(
 
 def pipeline_config(
     settings: Settings,
+    clients: Clients,
     *,
     topics: Topics,
     checkpoint: Path,
@@ -219,9 +218,10 @@ def pipeline_config(
     scope: Scope = Scope(),
     shadow_alias: str | None = None,
 ) -> PipelineConfig:
-    """The one-query pipeline over ``topics`` with the connections of ``settings`` (no I/O)."""
+    """The one-query pipeline over ``topics`` with the connections of ``clients`` (no I/O)."""
     features = feature_job_config(
         settings,
+        clients,
         topics=topics,
         checkpoint=checkpoint,
         params=params,
@@ -231,113 +231,86 @@ def pipeline_config(
     )
     return PipelineConfig(
         features=features,
-        tracking_uri=Clients.from_settings(settings).endpoints.mlflow_tracking_uri,
+        tracking_uri=clients.endpoints.mlflow_tracking_uri,
         model_check_interval_s=model_check_interval_s or settings.model_check_interval_s,
         alias=alias,
         shadow_alias=shadow_alias,
     )
 
 
-def prepare_services(settings: Settings, job: Job) -> None:
+def prepare_services(settings: Settings, clients: Clients, job: Job) -> None:
     """What a job needs of the services before Spark starts: its topics (created if missing), and a Redis
     that takes its credentials (a refusal stops it here: ``RedisAccessError``)."""
-    create_project_topics(Clients.from_settings(settings).admin(), settings, job.topics)
+    create_project_topics(clients.admin(), settings, job.topics)
     job.redis.check_access()
 
 
 def job_metrics(job: Job, namespace: str) -> JobMetrics:
     """The metrics of a job, with its watch on its input topic and its Redis writes."""
     watch = InputWatch(job.kafka_config, list(job.alert_inputs), observer_group(job.name, namespace))
-    part = job.feature_part
-    frontier = None if part is None else partial(frontier_ms_at, query_location(part.checkpoint))
+    frontier = None if job.state is None else partial(frontier_ms_at, query_location(job.checkpoint))
     return JobMetrics(job.name, watch=watch, redis_failures=job.redis.write_failures, frontier_ms=frontier)
 
 
-def start_from_savepoint(settings: Settings, job: Job, path: Path) -> Job:
-    """Start the job's checkpoint (new and empty) from the savepoint at ``path`` once it is found to fit the
-    job (``fraud.savepoints.start_from``): a copy in the savepoint's layout, a rescale into another
-    (``FRAUD_CARD_BUCKETS``, ``FRAUD_TERMINAL_BUCKETS``, ``FRAUD_SPARK_SHUFFLE_PARTITIONS``), or the
-    checkpoint an earlier start from it made. The job, with the rescale's first state and source position
-    while the rescaled checkpoint's first micro-batch has not committed.
-
-    Raises:
-        StateError: the savepoint does not fit the job, or the checkpoint holds another state.
-    """
-    features = job.feature_part
-    layout, params = (None, None) if features is None else (feature_job.layout_of(features), features.params)
-    start = savepoints.start_from(
-        path, job.checkpoint, job.name, layout, params, job.inputs, settings.spark_shuffle_partitions
-    )
-    savepoint = start.savepoint
-    where = f"savepoint {path} (batch {savepoint.batch}, frontier {savepoints.iso_ms(savepoint.frontier_ms)})"
-    if start.how == "copied":
-        console.print(f"Starting from {where} in checkpoint {job.checkpoint}.")
-    elif start.how == "resumed":
-        console.print(f"Resuming checkpoint {job.checkpoint}, started from {where}.")
-    else:
-        console.print(
-            f"Starting from {where} in checkpoint {job.checkpoint}, rescaled ({start.change}): the first "
-            "micro-batch re-keys the savepoint's state."
-        )
-    return job if start.rescale is None else job.with_rescale(start.rescale)
-
-
-def prepare_start(settings: Settings, job: Job, from_savepoint: Path | None) -> Job:
-    """Before Spark starts: start the job's checkpoint from ``from_savepoint``, or from the savepoint it was
-    rescaled from while its first micro-batch has not committed (``start_from_savepoint``); then check that
-    the files Spark needs to resume it are there and whole (``infra.checkpoints.check_intact``), and its
-    layout and feature specs against the job's (``features.job.prepare_checkpoint``). The job to run.
+def prepare_run(settings: Settings, clients: Clients, job: Job, from_savepoint: Path | None = None) -> Start:
+    """Before Spark starts: the services ``job`` needs (``prepare_services``), and its checkpoint made ready,
+    from ``from_savepoint`` if given, and bound to its state (``fraud.savepoints.plan_start``: what a start
+    from a savepoint does is said). How its query starts.
 
     Raises:
         StateError: the savepoint or the checkpoint does not fit the job, or the checkpoint is damaged.
     """
-    path = from_savepoint or savepoints.unfinished_rescale(job.checkpoint)
-    if path is not None:
-        job = start_from_savepoint(settings, job, path)
-    check_intact(job.checkpoint)
-    if job.feature_part is not None:
-        feature_job.prepare_checkpoint(job.feature_part)
-    return job
+    prepare_services(settings, clients, job)
+    plan = savepoints.plan_start(job, from_savepoint, settings.spark.shuffle_partitions)
+    said = plan.describe(job.checkpoint)
+    if said is not None:
+        console.print(said)
+    return plan.start
 
 
 def run_job(
     settings: Settings,
+    clients: Clients,
     job: Job,
+    trigger: Trigger,
     *,
-    once: bool,
-    trigger_interval_s: float,
     namespace: str = "",
     from_savepoint: Path | None = None,
+    spark: SparkSession | None = None,
 ) -> QueryReport:
-    """Start Spark and the job, show its progress until it stops (``once``: when it has processed what was
-    there; a bar shows how far), stop Spark, and print a summary. The job serves its metrics
-    (``FRAUD_METRICS_PORT``, else a free port of ``FRAUD_METRICS_HOST``) and is listed for ``fraud status``
-    while it runs. With ``from_savepoint``, the job starts from that savepoint (``prepare_start``)."""
-    prepare_services(settings, job)
-    job = prepare_start(settings, job, from_savepoint)
+    """Run ``job``, top-down: its services and checkpoint made ready, from ``from_savepoint`` if given
+    (``prepare_run``); Spark started (unless a session is given: ``spark``, left running); the job's query
+    started from there (``job.start``). Its progress shows until it stops (once: when it has processed
+    what was there; a bar shows how far), then Spark stops and a summary is printed. The job serves its metrics (``FRAUD_METRICS_PORT``, else a free port of
+    ``FRAUD_METRICS_HOST``) and is listed for ``fraud status`` while it runs."""
+    start = prepare_run(settings, clients, job, from_savepoint)
     metrics = job_metrics(job, namespace)
     try:
         port = metrics.serve(settings.metrics_port or 0, settings.metrics_host)
         url = f"http://{settings.metrics_host}:{port}/metrics"
         entry = this_job(job.name, namespace, url, metrics.watch.group if metrics.watch else "")
         with registered(settings.home, entry):
-            with console.status("Starting Spark..."):
-                spark = job_spark_session(settings, f"fraud-{job.name}", job.preload)
+            session = spark
+            if session is None:
+                with console.status("Starting Spark..."):
+                    session = job_spark_session(settings, f"fraud-{job.name}", job.preload)
             ctrl_c_interrupts_the_command_only()
             try:
                 job.checkpoint.mkdir(parents=True, exist_ok=True)
                 check_executors(
-                    spark, job.preload, (job.checkpoint,), settings.spark_executor_start_timeout_s
+                    session, job.preload, (job.checkpoint,), settings.spark_executor_start_timeout_s
                 )
-                query = job.start(
-                    spark, once=once, trigger_interval_s=trigger_interval_s, on_batch=metrics.on_batch
-                )
+                query = job.start(session, start, trigger, metrics.on_batch)
                 console.print(
-                    f"{job.description}; {'until done' if once else 'Ctrl-C stops it'}; metrics at {url}."
+                    f"{job.description}; {'until done' if trigger.once else 'Ctrl-C stops it'}; "
+                    f"metrics at {url}."
                 )
-                report = watch_query(query, on_progress=metrics.on_progress, bar=once, ended=job.ended)
+                report = watch_query(
+                    query, on_progress=metrics.on_progress, bar=trigger.once, ended=job.ended
+                )
             finally:
-                stop_session(spark)  # also stops the Python workers and their Kafka consumers
+                if spark is None:
+                    stop_session(session)  # also stops the Python workers and their Kafka consumers
     finally:
         metrics.close()
     console.print(

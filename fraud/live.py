@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from api.live import JobStatus
+from fraud.metrics import Samples, ended_at, records_behind, records_read, scrape
 from fraud.running import running_jobs
-from infra.metrics import Samples, ended_at, records_behind, records_read, scrape
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -33,7 +33,7 @@ def unknown(name: str, answering: bool) -> JobStatus:
 
 
 def metrics_status(name: str, samples: Samples | None) -> JobStatus:
-    """What a job's metrics (``infra.metrics.JobMetrics``) say of it; None: they did not answer."""
+    """What a job's metrics (``fraud.metrics.JobMetrics``) say of it; None: they did not answer."""
     if samples is None:
         return unknown(name, answering=False)
 

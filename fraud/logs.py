@@ -2,7 +2,7 @@
 
 Log lines go to stderr at the level of ``--log-level`` (``FRAUD_LOG_LEVEL``, default warning), as text or
 as JSON lines (``--log-format``), card numbers masked whatever logged them. The lines of the project's code
-in Spark's Python workers arrive through the same handler (``infra.spark_logs``); Spark's JVM logs to
+in Spark's Python workers arrive through the same handler (``infra.spark.logs``); Spark's JVM logs to
 ``FRAUD_HOME/logs/spark.log``. librdkafka reports each refused connection on its own log line, many a
 second while a broker is away: those are dropped, and the command says what is wrong in one line instead
 (``fraud.cli``).
@@ -15,8 +15,8 @@ import os
 
 from pythonjsonlogger.json import JsonFormatter
 
-from infra.clients import KAFKA_LOGGER
-from infra.spark_logs import PROJECT_LOGGERS, CardNumberFilter
+from infra.kafka.connection import KAFKA_LOGGER
+from infra.spark.logs import PROJECT_LOGGERS, CardNumberFilter
 
 #: Text lines: what a user reads in a terminal.
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from contracts.settings import NAMESPACE_PATTERN, Settings
-from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
+from contracts.settings import LABEL_DELAY_DAYS_MAX, NAMESPACE_PATTERN, LabelDelayDays, Settings
+from features.definitions import DEFAULT_PARAMS, FeatureParams
 from models.registry import ALIASES
 from models.splits import KNOWN_FRAUDS, RECENT_FRAUD_DAYS
 
@@ -21,9 +21,31 @@ from models.splits import KNOWN_FRAUDS, RECENT_FRAUD_DAYS
 DEFAULT_MAX_RECORDS = 100_000
 
 
-FeatureDelayOption = Annotated[
-    float,
-    typer.Option(help="Label delay d of the terminal features: windows end d days before each transaction."),
+def _with_label_delay(ctx: typer.Context, days: float | None) -> float | None:
+    """Typer callback of ``--label-delay-days``: the command's settings (the root context's, which every
+    reader of the settings gets) take the delay given, checked as ``FRAUD_LABEL_DELAY_DAYS`` is."""
+    if days is None:
+        return None
+    try:
+        TypeAdapter(LabelDelayDays).validate_python(days)
+    except ValidationError:
+        raise typer.BadParameter(
+            f"{days:g}: the label delay is more than 0 and at most {LABEL_DELAY_DAYS_MAX:g} days"
+        ) from None
+    root = ctx.find_root()
+    if isinstance(root.obj, Settings):
+        root.obj = root.obj.model_copy(update={"label_delay_days": days})
+    return days
+
+
+LabelDelayOption = Annotated[
+    float | None,
+    typer.Option(
+        "--label-delay-days",
+        callback=_with_label_delay,
+        help="Days until a fraud label is known: labels are stamped this long after their transaction and "
+        "the terminal windows end this long before each transaction (default: FRAUD_LABEL_DELAY_DAYS).",
+    ),
 ]
 WindowsOption = Annotated[
     str,
@@ -144,10 +166,11 @@ DEFAULT_WINDOWS = ",".join(map(str, DEFAULT_PARAMS.window_days))
 
 
 def feature_params(
-    label_delay_days: float, allowed_lateness_s: float = 0.0, windows: str = DEFAULT_WINDOWS
+    settings: Settings, allowed_lateness_s: float = 0.0, windows: str = DEFAULT_WINDOWS
 ) -> FeatureParams:
-    """The feature parameters of the options: the terminal features' label delay, the allowed lateness,
-    the windows (``--windows``: days, comma-separated)."""
+    """The feature parameters of the settings (the label delay, ``FRAUD_LABEL_DELAY_DAYS`` or
+    ``--label-delay-days``) and the options: the allowed lateness, the windows (``--windows``: days,
+    comma-separated)."""
     try:
         days = tuple(int(day) for day in windows.split(","))
     except ValueError:
@@ -157,8 +180,8 @@ def feature_params(
     try:
         return FeatureParams(
             window_days=days,
-            label_delay_ms=round(label_delay_days * DAY_MS),
-            max_lateness_ms=round(allowed_lateness_s * 1000),
+            label_delay_ms=settings.label_delay_ms,
+            allowed_lateness_ms=round(allowed_lateness_s * 1000),
         )
     except ValidationError as exc:
         reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())

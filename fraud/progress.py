@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.errors import FraudError
 from fraud.console import GrowingBar, console
-from infra.metrics import records_behind, records_read
+from fraud.metrics import records_behind, records_read
 
 #: The last line of a Python traceback inside Spark's report: ``package.module.SomeError: what happened``.
 _PYTHON_ERROR = re.compile(
@@ -27,7 +27,7 @@ _PYTHON_ERROR = re.compile(
 
 
 def _project_errors(kind: type[FraudError] = FraudError) -> dict[str, type[FraudError]]:
-    """The project's error classes by their qualified name (``infra.redis_connection.RedisAccessError``)."""
+    """The project's error classes by their qualified name (``infra.redis.connection.RedisAccessError``)."""
     found = {f"{kind.__module__}.{kind.__qualname__}": kind}
     for sub in kind.__subclasses__():
         found |= _project_errors(sub)
@@ -72,7 +72,7 @@ def watch_query(
     ended: Callable[[dict[str, Any]], bool] | None = None,
 ) -> QueryReport:
     """Print one line per micro-batch until the query stops (Ctrl-C stops it); re-raise its failure.
-    ``on_progress`` gets each micro-batch's progress report (the metrics, ``infra.metrics``). ``bar``: also
+    ``on_progress`` gets each micro-batch's progress report (the metrics, ``fraud.metrics``). ``bar``: also
     show how far the query is toward the end of its input as it was when it started (a bounded run).
     ``ended``: the query is stopped after the micro-batch whose progress report it says is the last (a run
     of a time range)."""

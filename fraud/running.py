@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra.embedded import pid_runs
+from infra.embedded.stack import pid_runs
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class RunningJob:
     namespace: str
     pid: int
     metrics_url: str
-    group: str  # the consumer group it commits its processed offsets to (infra.input_watch.observer_group)
+    group: (
+        str  # the consumer group it commits its processed offsets to (infra.kafka.input_watch.observer_group)
+    )
     started_at: float
 
     @property

@@ -1,21 +1,25 @@
-"""Savepoints of the streaming jobs: a job's state, source offsets, event-time frontier and layout as one
-committed micro-batch left them, taken while the job runs; a job started from one continues from there.
+"""Savepoints of the streaming jobs, and how a job starts: from its checkpoint, or from a savepoint.
 
-A savepoint is a directory: ``savepoint.json`` (what it holds, :class:`Savepoint`) and ``checkpoint/``, the
-job's checkpoint as it stood when its last committed micro-batch ended (``infra.savepoints``). It can live
-anywhere the job's Spark sees (a local directory, a mount the cluster shares) and be moved as a whole.
+A savepoint is a job's state, source offsets, event-time frontier and layout as one committed micro-batch
+left them, taken while the job runs; a job started from one continues from there. It is a directory:
+``savepoint.json`` (what it holds, :class:`Savepoint`) and ``checkpoint/``, the job's checkpoint as it stood
+when its last committed micro-batch ended (``infra.spark.checkpoint``). It can live anywhere the job's Spark
+sees (a local directory, a mount the cluster shares) and be moved as a whole.
 
-A job starts from one in a new, empty checkpoint directory (``start_from``) once the savepoint is found to
-fit the job: the same job, the same input topics, and feature specs its state can serve
-(``features.compat``). In the same layout (bucket counts and shuffle partitions) the checkpoint becomes the
-savepoint's copy, and the job goes on as a restart would. In another layout it is *rescaled*: the
-checkpoint starts a new query whose first micro-batch takes the savepoint's state re-keyed into the new
-buckets (``features.rescale``) and whose source starts at the savepoint's end offset; the checkpoint
-records the layout change and, once that batch has committed, needs the savepoint no more. Either way its
-sink gets a new id: the job the savepoint was taken from may have written later batches, and may even
-still run. Run again with the same savepoint, a job resumes the checkpoint that its first start made (a
-rescaled one whose first micro-batch did not commit starts it again, from the savepoint, with or without
-``--from-savepoint``).
+Every run of a job starts through :func:`plan_start`, before Spark starts. Without a savepoint, the job's
+checkpoint starts or resumes as it is. With one, the job starts in a new, empty checkpoint directory once the
+savepoint is found to fit the job (:func:`check_fits`): the same job, the same input topics, state kept in
+this version's layout (``features.state_layout``: an earlier layout's is refused, with the way to move it)
+and feature specs its state can serve (``features.compat``). In the same layout (bucket counts and shuffle
+partitions) the checkpoint becomes the savepoint's copy, and the job goes on as a restart would. In another
+layout it is *rescaled*: the checkpoint starts a new query whose first micro-batch takes the savepoint's
+state re-keyed into the new buckets (``features.rescale``) and whose source starts at the savepoint's end
+offset; the checkpoint records the layout change and, once that batch has committed, needs the savepoint no
+more. Either way its sink gets a new id: the job the savepoint was taken from may have written later
+batches, and may even still run. Run again with the same savepoint, a job resumes the checkpoint that its
+first start made (a rescaled one whose first micro-batch did not commit starts it again, from the
+savepoint, with or without ``--from-savepoint``). Either way the checkpoint is then checked whole and bound
+to the job's state, once (``features.state_layout.bind``).
 """
 
 from __future__ import annotations
@@ -23,26 +27,36 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from features.compat import SPECS_FILE, check_specs, read_specs
-from features.definitions import FeatureParams
-from features.entries import Layout
+from contracts.settings import JobName
 from features.rescale import Rescale
-from infra.checkpoints import LAYOUT_FILE, QUERY_DIR, bind_layout, fixed_part
-from infra.offset_log import Position, position_at, settle_ending
-from infra.savepoints import (
+from features.state_layout import (
+    Start,
+    StateRecord,
+    StateSpec,
+    bind,
+    check,
+    earlier_layout,
+    layout_changes,
+    recorded,
+)
+from infra.spark.checkpoint import (
+    QUERY_DIR,
     NothingCommittedError,
+    check_intact,
     copy_committed,
     last_committed,
+    query_location,
     read_batch_conf,
+    replace_text,
     restore,
 )
+from infra.spark.offset_log import Position, position_at, settle_ending
 
 #: What a savepoint holds, in its directory.
 SAVEPOINT_FILE = "savepoint.json"
@@ -50,8 +64,8 @@ SAVEPOINT_FILE = "savepoint.json"
 CHECKPOINT_COPY = "checkpoint"
 #: Written in a checkpoint started from a savepoint: which one (a second start from it resumes instead).
 RESTORED_FILE = "restored-from.json"
-#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; a version 1 file reads as
-#: not recording them).
+#: The version of ``savepoint.json``'s format (2: with ``shuffle_partitions``; the savepoints of format 1
+#: predate this version's state layout).
 FORMAT = 2
 #: The Spark setting a checkpoint keeps for its life, which a rescale changes with the bucket counts.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -88,8 +102,8 @@ class Savepoint:
     features: dict[str, Any] | None
     files: int
     size_bytes: int
-    #: The partitions of its Spark shuffles and state stores (None: not recorded by its checkpoint).
-    shuffle_partitions: int | None = None
+    #: The partitions of its Spark shuffles and state stores.
+    shuffle_partitions: int
     format: int = FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -99,6 +113,11 @@ class Savepoint:
     def topics(self) -> set[str]:
         """The topics the job read."""
         return Position(self.offsets).topics
+
+    @property
+    def state(self) -> StateRecord:
+        """What it records of its keyed state (``features.state_layout``)."""
+        return StateRecord(self.layout, self.features)
 
 
 def default_location(home: Path, job: str, namespace: str = "", now: datetime | None = None) -> Path:
@@ -132,8 +151,8 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             raise NothingCommittedError(f"{exc}: the {job} job has nothing to save yet") from None
         settle_ending(copy)  # what a run of a time range read past its end is not the savepoint's
         at = position_at(copy / QUERY_DIR, copied.batch)
-        layout = copy / LAYOUT_FILE
-        shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch).get(SHUFFLE_PARTITIONS)
+        state = recorded(copy) or StateRecord({})
+        shuffle = read_batch_conf(copy / QUERY_DIR, copied.batch)[SHUFFLE_PARTITIONS]
         savepoint = Savepoint(
             path=to,
             id=uuid.uuid4().hex,
@@ -145,11 +164,11 @@ def take(job: str, namespace: str, checkpoint: Path, to: Path) -> Savepoint:
             offsets=dict(sorted(at.offsets.items())),
             frontier_ms=at.frontier_ms,
             final=at.final,
-            layout=json.loads(layout.read_text()) if layout.exists() else {},
-            features=read_specs(copy),
+            layout=dict(state.layout),
+            features=state.specs,
             files=copied.files,
             size_bytes=copied.bytes,
-            shuffle_partitions=None if shuffle is None else int(shuffle),
+            shuffle_partitions=int(shuffle),
         )
         written = to / f".{SAVEPOINT_FILE}.tmp"
         written.write_text(json.dumps(savepoint.to_json(), indent=1) + "\n")
@@ -169,6 +188,7 @@ def read(path: Path) -> Savepoint:
     Raises:
         NotFoundError: nothing is at ``path``.
         ConfigError: ``path`` is not a savepoint, or one of a newer format.
+        EarlierLayoutError: the savepoint is of a format older than this version's layout.
     """
     if not path.exists():
         raise NotFoundError(f"no savepoint at {path}")
@@ -177,8 +197,11 @@ def read(path: Path) -> Savepoint:
         raise ConfigError(f"{path} is not a savepoint: it has no {SAVEPOINT_FILE}")
     try:
         values = json.loads(file.read_text())
-        if values.get("format", FORMAT) > FORMAT:
+        found = values.get("format", 1)
+        if found > FORMAT:
             raise ConfigError(f"savepoint {path} has format {values['format']}, newer than this version's")
+        if found < FORMAT:  # written before this version's layout
+            raise earlier_layout(f"savepoint {path}")
         return Savepoint(path=path, **values)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{file} cannot be read as a savepoint: {exc}") from None
@@ -200,60 +223,53 @@ def delete(path: Path) -> Savepoint:
     return savepoint
 
 
-def check_fits(
-    savepoint: Savepoint,
-    job: str,
-    layout: Mapping[str, int] | None,
-    params: FeatureParams | None,
-    inputs: Sequence[str],
-) -> None:
-    """Raise :class:`SavepointMismatchError` (or ``features.compat.FeatureSpecsError``) unless the job
-    ``job`` with ``layout`` (None: no keyed state), feature ``params`` (None: no feature state) and input
-    topics ``inputs`` can continue from ``savepoint``: its features may differ from the state's when the
-    state keeps the history they need (``features.compat.check_specs``), its layout when it is of the same
-    kind (other bucket or entry counts, or a state of an earlier version kept per bucket without entries:
-    the job is rescaled into it, :func:`start_from`)."""
+class JobToStart(Protocol):
+    """What a start needs of a job (``fraud.jobs.Job`` has it): its name, checkpoint, input topics and the
+    state it keeps (None: no keyed state)."""
+
+    name: ClassVar[JobName]
+
+    @property
+    def checkpoint(self) -> Path: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+    @property
+    def state(self) -> StateSpec | None: ...
+
+
+def check_fits(savepoint: Savepoint, job: JobToStart) -> None:
+    """Raise unless ``job`` can continue from ``savepoint``: the same job and input topics, and for a job
+    with keyed state, a state kept in this version's layout (its counts may differ: the job is rescaled
+    into its own) with the history its features need (``features.state_layout.check``).
+
+    Raises:
+        SavepointMismatchError: another job, or other input topics.
+        EarlierLayoutError: the savepoint's state is kept in an earlier layout (one line: how to move it).
+        FeatureSpecsError: the job's features look further back than the savepoint's state keeps events.
+    """
     where = f"savepoint {savepoint.path}"
-    if savepoint.job != job:
-        raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job} job")
-    if layout is not None and not set(savepoint.layout) <= set(layout):
-        raise SavepointMismatchError(
-            f"{where} holds state keyed by {', '.join(savepoint.layout) or 'nothing'}, this job keys it by "
-            f"{', '.join(layout)}: it cannot be re-keyed"
-        )
-    unread = sorted(savepoint.topics - set(inputs))
+    if savepoint.job != job.name:
+        raise SavepointMismatchError(f"{where} is of the {savepoint.job} job, not of the {job.name} job")
+    unread = sorted(savepoint.topics - set(job.inputs))
     if unread:
         raise SavepointMismatchError(
-            f"{where} read {', '.join(sorted(savepoint.topics))}; this job reads {', '.join(inputs)}: "
+            f"{where} read {', '.join(sorted(savepoint.topics))}; this job reads {', '.join(job.inputs)}: "
             "check FRAUD_TOPICS__* (the savepoint's offsets are positions in its topics)"
         )
-    if params is not None:
-        if savepoint.features is None:
-            raise SavepointMismatchError(
-                f"{where} does not say which features its state was built for (its job ran a version "
-                "without that record): run that job once on its checkpoint, then take a savepoint again"
-            )
-        check_specs(savepoint.features, params, where)
+    if job.state is not None:
+        check(savepoint.state, job.state, where)
 
 
-def layout_change(
-    savepoint: Savepoint, layout: Mapping[str, int] | None, shuffle_partitions: int | None
-) -> str | None:
-    """What differs between the savepoint's layout and the job's (``layout``: its bucket counts, None for a
-    job without keyed state; ``shuffle_partitions``: its Spark shuffle partitions), e.g. ``card_buckets 6
-    -> 12``; None when nothing does and the savepoint restores by copy. A new page size is no change: the
-    copy's first run records it (``features.entries.Layout.TUNABLE``)."""
-    if layout is None:
+def layout_change(savepoint: Savepoint, state: StateSpec | None, shuffle_partitions: int) -> str | None:
+    """What differs between the savepoint's layout and the job's (``state``: None for a job without keyed
+    state; ``shuffle_partitions``: its Spark shuffle partitions), e.g. ``card_buckets 6 -> 12``; None when
+    nothing does and the savepoint restores by copy. A new page size is no change: the copy's first run
+    records it (``features.entries.Layout.TUNABLE``)."""
+    if state is None:
         return None
-    old, new = fixed_part(savepoint.layout, Layout.TUNABLE), fixed_part(layout, Layout.TUNABLE)
-    changes = [
-        f"{name} {savepoint.layout.get(name, 'none')} -> {count}"
-        for name, count in layout.items()
-        if old.get(name, "none") != new[name]
-    ]
-    old_shuffle = savepoint.shuffle_partitions
-    if shuffle_partitions is not None and old_shuffle is not None and old_shuffle != shuffle_partitions:
-        changes.append(f"shuffle partitions {old_shuffle} -> {shuffle_partitions}")
+    changes = layout_changes(savepoint.layout, state.layout)
+    if savepoint.shuffle_partitions != shuffle_partitions:
+        changes.append(f"shuffle partitions {savepoint.shuffle_partitions} -> {shuffle_partitions}")
     return ", ".join(changes) or None
 
 
@@ -261,64 +277,103 @@ How = Literal["copied", "resumed", "rescaled"]
 
 
 @dataclass(frozen=True)
-class Start:
-    """How a job starts from a savepoint (:func:`start_from`)."""
+class Plan:
+    """How a job starts (:func:`plan_start`): its query's start, and what a savepoint has to do with it."""
 
-    savepoint: Savepoint
+    start: Start
     #: ``copied``: the checkpoint is the savepoint's copy, made now; ``resumed``: the checkpoint an earlier
-    #: start made goes on; ``rescaled``: a new query starts in the checkpoint, its first micro-batch
-    #: re-keys the savepoint's state (now, or again: its first micro-batch has not committed).
-    how: How
+    #: start from the savepoint made goes on; ``rescaled``: a new query starts in the checkpoint, its first
+    #: micro-batch re-keys the savepoint's state (now, or again: its first micro-batch has not committed).
+    #: None: the checkpoint is started or resumed without one.
+    how: How | None = None
+    savepoint: Savepoint | None = None
     #: What a rescale changes (:func:`layout_change`).
     change: str | None = None
-    #: For ``rescaled``: where the first micro-batch's state and the source's position come from.
-    rescale: Rescale | None = None
+
+    def describe(self, checkpoint: Path) -> str | None:
+        """The line that tells what a start from the savepoint does (None: there is none)."""
+        if self.savepoint is None:
+            return None
+        where = (
+            f"savepoint {self.savepoint.path} (batch {self.savepoint.batch}, frontier "
+            f"{iso_ms(self.savepoint.frontier_ms)})"
+        )
+        if self.how == "copied":
+            return f"Starting from {where} in checkpoint {checkpoint}."
+        if self.how == "resumed":
+            return f"Resuming checkpoint {checkpoint}, started from {where}."
+        return (
+            f"Starting from {where} in checkpoint {checkpoint}, rescaled ({self.change}): the first "
+            "micro-batch re-keys the savepoint's state."
+        )
 
 
-def start_from(
-    path: Path,
-    checkpoint: Path,
-    job: str,
-    layout: Mapping[str, int] | None,
-    params: FeatureParams | None,
-    inputs: Sequence[str],
-    shuffle_partitions: int | None = None,
-) -> Start:
-    """Start the job's ``checkpoint`` (new and empty) from the savepoint at ``path``, after checking that it
-    fits the job (:func:`check_fits`): in the savepoint's layout by making it the savepoint's copy; in
-    another (``layout``, ``shuffle_partitions``) by recording the rescale and the new layout in it, for a
-    new query to start there (:class:`Start`). A checkpoint that an earlier start from the same savepoint
-    made is resumed.
+def plan_start(job: JobToStart, from_savepoint: Path | None, shuffle_partitions: int) -> Plan:
+    """Make ``job``'s checkpoint ready for its query, before Spark starts, and say how the query starts.
+
+    From its checkpoint as it is (a new one, or a restart); or from the savepoint at ``from_savepoint`` once
+    it fits the job (:func:`check_fits`), into a new, empty checkpoint: in the savepoint's layout (bucket
+    counts, ``shuffle_partitions``) the checkpoint becomes the savepoint's copy, in another the query is
+    rescaled (its first micro-batch re-keys the savepoint's state, ``features.rescale``). A checkpoint an
+    earlier start from the same savepoint made is resumed, and rescaled again, with or without
+    ``from_savepoint``, while its first micro-batch has not committed. Then the checkpoint is checked whole
+    (``infra.spark.checkpoint.check_intact``) and bound to the job's state (``features.state_layout.bind``).
 
     Raises:
-        SavepointMismatchError: the savepoint does not fit the job, or ``checkpoint`` holds another state.
+        StateError: the savepoint does not fit the job, the checkpoint holds another state (of another
+            savepoint, an earlier layout, other counts or features), or it is damaged.
     """
-    savepoint = read(path)
-    check_fits(savepoint, job, layout, params, inputs)
-    change = layout_change(savepoint, layout, shuffle_partitions)
-    if checkpoint.exists() and any(checkpoint.iterdir()):
-        marker = checkpoint / RESTORED_FILE
-        origin = json.loads(marker.read_text()) if marker.is_file() else {}
+    checkpoint = job.checkpoint
+    origin = restored_from(checkpoint)
+    unfinished = "rescaled" in origin and last_committed(query_location(checkpoint)) is None
+    path = from_savepoint or (Path(origin["savepoint"]) if unfinished else None)
+    plan = (
+        Plan(Start()) if path is None else _plan_from(read(path), job, origin, unfinished, shuffle_partitions)
+    )
+    if plan.savepoint is not None and plan.how == "copied":
+        restore(plan.savepoint.path / CHECKPOINT_COPY, checkpoint, (RESTORED_FILE, _origin(plan.savepoint)))
+    check_intact(checkpoint)
+    if job.state is not None:
+        bind(checkpoint, job.state)
+    if plan.savepoint is not None and plan.how == "rescaled" and not origin:
+        # Recorded last: a checkpoint that names the savepoint it is rescaled from has its layout.
+        replace_text(checkpoint / RESTORED_FILE, _origin(plan.savepoint, plan.change))
+    return plan
+
+
+def _plan_from(
+    savepoint: Savepoint, job: JobToStart, origin: dict[str, Any], unfinished: bool, shuffle_partitions: int
+) -> Plan:
+    """How ``job`` starts from ``savepoint`` in its checkpoint, whose start from a savepoint is ``origin``
+    (``restored-from.json``; empty: none), ``unfinished`` while that start's rescale has not committed."""
+    check_fits(savepoint, job)
+    if job.checkpoint.exists() and any(job.checkpoint.iterdir()):
         if origin.get("id") != savepoint.id:
             raise SavepointMismatchError(
-                f"checkpoint {checkpoint} is not empty: a job starts from a savepoint in a new checkpoint "
+                f"checkpoint {job.checkpoint} is not empty: a job starts from a savepoint in a new checkpoint "
                 "directory (give another --checkpoint or --namespace, or delete it)"
             )
-        if "rescaled" in origin and last_committed(checkpoint / QUERY_DIR) is None:
-            return Start(savepoint, "rescaled", origin["rescaled"], rescale_of(savepoint))
-        return Start(savepoint, "resumed")
-    origin = {"id": savepoint.id, "savepoint": str(path.resolve()), "batch": savepoint.batch}
-    if change is None or layout is None:
-        restore(path / CHECKPOINT_COPY, checkpoint, (RESTORED_FILE, json.dumps(origin) + "\n"))
-        return Start(savepoint, "copied")
-    rescale = rescale_of(savepoint)
-    bind_layout(checkpoint, layout)
-    if savepoint.features is not None:  # what the state was built for, as a copy would say it
-        (checkpoint / SPECS_FILE).write_text(json.dumps(savepoint.features, indent=1) + "\n")
-    marker = checkpoint / f".{RESTORED_FILE}.tmp"
-    marker.write_text(json.dumps({**origin, "rescaled": change}) + "\n")
-    marker.replace(checkpoint / RESTORED_FILE)
-    return Start(savepoint, "rescaled", change, rescale)
+        if unfinished:
+            return Plan(Start(rescale_of(savepoint)), "rescaled", savepoint, origin["rescaled"])
+        return Plan(Start(), "resumed", savepoint)
+    change = layout_change(savepoint, job.state, shuffle_partitions)
+    if change is None:
+        return Plan(Start(), "copied", savepoint)
+    return Plan(Start(rescale_of(savepoint)), "rescaled", savepoint, change)
+
+
+def _origin(savepoint: Savepoint, rescaled: str | None = None) -> str:
+    """The text of ``restored-from.json`` in a checkpoint started from ``savepoint``: which one, and what a
+    rescale changed."""
+    origin = {"id": savepoint.id, "savepoint": str(savepoint.path.resolve()), "batch": savepoint.batch}
+    return json.dumps(origin if rescaled is None else {**origin, "rescaled": rescaled}) + "\n"
+
+
+def restored_from(checkpoint: Path) -> dict[str, Any]:
+    """Which savepoint ``checkpoint`` was started from (``restored-from.json``: its id and path, and what a
+    rescale changed); empty when it was not."""
+    marker = checkpoint / RESTORED_FILE
+    return json.loads(marker.read_text()) if marker.is_file() else {}
 
 
 def rescale_of(savepoint: Savepoint) -> Rescale:
@@ -334,17 +389,7 @@ def rescale_of(savepoint: Savepoint) -> Rescale:
         raise SavepointMismatchError(
             f"savepoint {savepoint.path} keeps no event-time frontier: only a job with keyed state is rescaled"
         )
-    return Rescale(query, savepoint.batch, position, dict(savepoint.layout))
-
-
-def unfinished_rescale(checkpoint: Path) -> Path | None:
-    """The savepoint a checkpoint was rescaled from, while the checkpoint's first micro-batch, which takes
-    its state from it, has not committed (None: the checkpoint needs no savepoint)."""
-    marker = checkpoint / RESTORED_FILE
-    if not marker.is_file() or last_committed(checkpoint / QUERY_DIR) is not None:
-        return None
-    origin = json.loads(marker.read_text())
-    return Path(origin["savepoint"]) if "rescaled" in origin else None
+    return Rescale(query, savepoint.batch, position)
 
 
 def iso_ms(ms: int | None) -> str:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from api.state import STATE_JOBS
 from contracts.errors import ConfigError, FraudError, NotFoundError, ServiceUnavailableError, StateError
 from contracts.settings import NAMESPACE_PATTERN, Settings
-from features.definitions import DEFAULT_PARAMS, FeatureParams
-from fraud.options import checkpoint_dir
+from features.definitions import FeatureParams
+from fraud.options import checkpoint_dir, feature_params
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,7 +36,7 @@ STATE_MASTER = "local[2]"
 
 def state_session(settings: Settings, app_name: str) -> SparkSession:
     """A local Spark session to read a job's state with."""
-    from infra.spark import spark_session  # heavy: PySpark, imported only when the state is read
+    from infra.spark.session import spark_session  # heavy: PySpark, imported only when the state is read
 
     return spark_session(settings.model_copy(update={"spark_master": STATE_MASTER}), app_name=app_name)
 
@@ -67,7 +67,7 @@ class StateService:
     Args:
         settings: where the checkpoints are (``FRAUD_HOME``), and Spark's settings.
         params: the features' parameters (their windows) the views are computed with when a checkpoint
-            does not record its job's (``features.inspect.JobState.params``).
+            does not record its job's (``features.inspect.JobState.params``; default: the settings').
         session: makes the Spark session (default: :func:`state_session`); the service stops it on
             :meth:`close` only when it made it.
     """
@@ -75,11 +75,11 @@ class StateService:
     def __init__(
         self,
         settings: Settings,
-        params: FeatureParams = DEFAULT_PARAMS,
+        params: FeatureParams | None = None,
         session: Callable[[], SparkSession] | None = None,
     ) -> None:
         self.settings = settings
-        self.params = params
+        self.params = params or feature_params(settings)
         self._make = session or (lambda: state_session(settings, "fraud-api-state"))
         self._owned = session is None
         self._spark: SparkSession | None = None

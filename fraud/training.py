@@ -19,7 +19,7 @@ from contracts.settings import Settings
 from features.definitions import DAY_MS, EVENT_TIME_MS, FeatureParams
 from fraud.console import console, fmt_metric, progress_bar
 from infra.clients import Clients, mlflow_store
-from infra.kafka_log import time_span
+from infra.kafka.log import time_span
 from ingest.files import parse_mapping, read_table
 from models.dataset import Dataset, DatasetError, event_times_ms, file_dataset
 from models.estimators import DEFAULT_TRAIN_DAYS, FeatureSet, ModelSpec, feature_set
@@ -43,6 +43,12 @@ class TrainOptions:
     protocol: EvalProtocol = DEFAULT_PROTOCOL
 
 
+def gap_days(settings: Settings) -> int:
+    """The days between training and test unless told: the label delay, rounded up to whole days (the
+    training period's labels are all known when the test starts)."""
+    return math.ceil(settings.label_delay_days)
+
+
 def tracking_target(settings: Settings) -> tuple[str, str | None]:
     """MLflow tracking URI and the artifact root for a new experiment: the setting, else the running
     embedded stack's store."""
@@ -58,7 +64,7 @@ class Periods:
 
     train_start: str | None = None
     train_days: int | None = None
-    delay_days: int = 7
+    gap_days: int = 7
     test_days: int = 7
     folds: int = 1
     test_start: str | None = None
@@ -66,7 +72,7 @@ class Periods:
     @property
     def history_days(self) -> int:
         """Days the split spans: training (the default's, unless given), delay and test."""
-        return (self.train_days or DEFAULT_TRAIN_DAYS) + self.delay_days + self.test_days
+        return (self.train_days or DEFAULT_TRAIN_DAYS) + self.gap_days + self.test_days
 
     def plans(self, last_ms: int, first_ms: int | None = None) -> list[SplitPlan]:
         """One plan per fold, oldest first, for data whose event times run from ``first_ms`` (None: any)
@@ -76,7 +82,7 @@ class Periods:
             raise typer.BadParameter("give --train-start or --test-start, not both")
         train_days = self.train_days or DEFAULT_TRAIN_DAYS
         if self.train_start is None and self.test_start is None:
-            latest = latest_plan(last_ms, train_days, self.delay_days, self.test_days)
+            latest = latest_plan(last_ms, train_days, self.gap_days, self.test_days)
             oldest = fold_plans(latest, self.folds)[0]
         else:
             option, text = (
@@ -84,8 +90,8 @@ class Periods:
             )
             try:
                 day = dt.date.fromisoformat(str(text))
-                back = 0 if self.train_start else train_days + self.delay_days
-                oldest = SplitPlan(day - dt.timedelta(days=back), train_days, self.delay_days, self.test_days)
+                back = 0 if self.train_start else train_days + self.gap_days
+                oldest = SplitPlan(day - dt.timedelta(days=back), train_days, self.gap_days, self.test_days)
             except ValueError as exc:
                 raise typer.BadParameter(f"{option} {text!r}: {exc}") from exc
         if self.train_days is None and self.train_start is None and first_ms is not None:
@@ -114,7 +120,6 @@ def file_training_set(
             table,
             f"file:{path}",
             params,
-            round(settings.label_delay_days * DAY_MS),
             settings.max_event_bytes,
             None if protocol.frauds_since_ms(plans[0].test_start_ms) is None else plans[0].train_start_ms,
             plans[-1].test_end_ms,
@@ -173,10 +178,10 @@ def run_training(
     run_params = {
         "features": options.features,
         "n_features": len(columns),
-        "feature_label_delay_ms": options.params.label_delay_ms,
+        "label_delay_ms": options.params.label_delay_ms,
         "train_start": options.plans[0].train_start,
         "train_days": latest.train_days,
-        "delay_days": latest.delay_days,
+        "gap_days": latest.gap_days,
         "test_days": latest.test_days,
         "folds": len(options.plans),
         "alerts_per_day_budget": options.alerts_per_day,

@@ -122,7 +122,7 @@ def newest_rows(rows: pa.Table, key: str, order: Sequence[str]) -> pa.Table:
 def text_arrays(columns: Sequence[pa.Array | pa.ChunkedArray], typed: bool = False) -> pa.Array:
     """Each row as a JSON array of strings: its value in each column, as text (:func:`python_texts`).
 
-    The values of a Redis hash's fields in one argument (``infra.redis_store.set_latest_encoded``), built
+    The values of a Redis hash's fields in one argument (``infra.redis.store.set_latest_encoded``), built
     without a Python loop over the rows.
     """
     if not columns or not len(columns[0]):

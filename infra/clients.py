@@ -2,71 +2,29 @@
 
 Connection settings left unset resolve to the embedded stack recorded under ``settings.home``.
 Producers are idempotent with ``acks=all``; consumers never auto-commit and read committed records only:
-librdkafka's defaults are the opposite, so every client is made here. Topics are administered in
-``infra.topic_admin``, logs probed and read in ``infra.kafka_log``.
+librdkafka's defaults are the opposite, so every client is made here. Kafka's shared timeouts, logger and
+metadata requests are in ``infra.kafka.connection``, topics administered in ``infra.kafka.admin``, logs
+probed and read in ``infra.kafka.log``; Redis connections in ``infra.redis.connection``.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from contracts.errors import ServiceUnavailableError
 from contracts.settings import Settings
-from infra.embedded import EmbeddedStack, StackInfo
-from infra.kafka_outage import KafkaUnreachableError
-from infra.redis_connection import redis_client
-
-#: How long the broker keeps a transaction open before aborting it (``transaction.timeout.ms`` of the
-#: project's transactional producers); a crashed writer that is not restarted holds back read_committed
-#: consumers of its partitions this long, so readers wait at least as long for records they planned.
-TRANSACTION_TIMEOUT_MS = 120_000
-#: How long a metadata request (topics, partitions) may take before Kafka counts as unreachable.
-METADATA_TIMEOUT_S = 10.0
-#: librdkafka's own log lines (a refused connection, say) go to this logger, not straight to stderr.
-KAFKA_LOGGER = logging.getLogger("fraud.kafka")
+from infra.embedded.stack import EmbeddedStack, StackInfo
+from infra.kafka.connection import KAFKA_LOGGER, WatchedAdmin
+from infra.redis.connection import redis_client
 
 
 class NotConfiguredError(ServiceUnavailableError):
     """A service is neither configured nor available from a running embedded stack."""
-
-
-class KafkaAccessError(ServiceUnavailableError):
-    """Kafka answers, but refuses the credentials (SASL): a setting to correct, not an outage to wait out."""
-
-
-#: librdkafka's codes of a refused login (it logs them and tries again, as it would for an outage).
-_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
-#: Seconds the first metadata request of an admin client waits (:func:`cluster_metadata`): a refused login
-#: is told after it (librdkafka's SASL exchange fails within half a second here).
-LOGIN_WAIT_S = 1.5
-
-
-class LoginFailures:
-    """The ``error_cb`` of the project's admin clients: the last refused login, for
-    :func:`cluster_metadata` to end its wait with."""
-
-    def __init__(self) -> None:
-        self.refused: str | None = None
-
-    def __call__(self, error: KafkaError) -> None:
-        if error.code() in _REFUSED:
-            self.refused = error.str()
-
-
-class WatchedAdmin(AdminClient):
-    """An admin client that keeps the refused logins librdkafka reports (:class:`LoginFailures`)."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.login_failures = LoginFailures()
-        watched: dict[str, Any] = {**config, "error_cb": self.login_failures}
-        super().__init__(watched, logger=KAFKA_LOGGER)
 
 
 @dataclass(frozen=True)
@@ -178,46 +136,10 @@ class Clients:
         return Consumer(config, logger=KAFKA_LOGGER)
 
     def admin(self) -> AdminClient:
-        """An admin client; a refused login ends its metadata requests at once (:func:`cluster_metadata`)."""
+        """An admin client; a refused login ends its metadata requests at once
+        (``infra.kafka.connection.cluster_metadata``)."""
         return WatchedAdmin(self.kafka_config())
 
     def redis(self) -> Any:
         """A new Redis client (a process's jobs share theirs: ``RedisTarget.client``)."""
         return redis_client(self.endpoints.redis_url, self.settings.redis)
-
-
-def cluster_metadata(client: AdminClient | Consumer, topic: str | None = None) -> ClusterMetadata:
-    """The cluster's metadata (of one topic, if given).
-
-    Raises:
-        KafkaUnreachableError: Kafka did not answer within :data:`METADATA_TIMEOUT_S` (the message says what
-            to check at start-up; its ``reason``, for an outage's line, only what happened).
-        KafkaAccessError: Kafka refused the login of an admin client of :meth:`Clients.admin` (within
-            :data:`LOGIN_WAIT_S`): not an outage, never waited out.
-    """
-    failures = client.login_failures if isinstance(client, WatchedAdmin) else None
-    deadline = time.monotonic() + METADATA_TIMEOUT_S
-    # An admin client of Clients.admin asks first for a moment, to stop at a refused login (its error_cb),
-    # then for the rest of the time: a slow cluster still has all of it.
-    first = METADATA_TIMEOUT_S if failures is None else LOGIN_WAIT_S
-    while True:
-        remaining = max(deadline - time.monotonic(), 0.01)
-        try:
-            return client.list_topics(topic, timeout=min(first, remaining))
-        except KafkaException as exc:
-            if failures is not None:  # other clients asked once, for the whole time
-                client.poll(0)  # serves the error_cb
-                if failures.refused is not None:
-                    raise KafkaAccessError(
-                        f"Kafka refused the login ({failures.refused}): check FRAUD_SASL_USERNAME, "
-                        "FRAUD_SASL_PASSWORD and FRAUD_SASL_MECHANISM"
-                    ) from None
-                first = remaining
-                if time.monotonic() < deadline:
-                    continue
-            reason = f"no answer within {METADATA_TIMEOUT_S:.0f} s: {exc.args[0].str()}"
-            raise KafkaUnreachableError(
-                f"Kafka did not answer within {METADATA_TIMEOUT_S:.0f} s ({exc.args[0].str()}); "
-                "check FRAUD_BOOTSTRAP_SERVERS and the security settings, or start the embedded stack (`fraud up`)",
-                reason,
-            ) from None

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Spark needs Java 17 or newer. Installs Debian's headless JDK when Java is missing and we may (root with
 # apt-get); otherwise says what to install. The JDK's javac is optional: local mode compiles one small
-# Hadoop class with it on first use (infra/spark.py) and runs slower without it.
+# Hadoop class with it on first use (infra/spark/session.py) and runs slower without it.
 set -euo pipefail
 version_ok() {
   command -v java >/dev/null 2>&1 || return 1
@@ -10,7 +10,7 @@ version_ok() {
   [ -n "$major" ] && [ "$major" -ge 17 ]
 }
 if version_ok; then
-  command -v javac >/dev/null 2>&1 || echo "note: no javac (a JDK): Spark's local mode runs without infra/jvm, slower." >&2
+  command -v javac >/dev/null 2>&1 || echo "note: no javac (a JDK): Spark's local mode runs without infra/spark/jvm, slower." >&2
   exit 0
 fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

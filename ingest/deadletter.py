@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from contracts.events import DeadLetter, from_message
 from infra.clients import Clients
-from infra.kafka_log import read_topic
+from infra.kafka.log import read_topic
 
 
 @dataclass

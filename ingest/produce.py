@@ -38,7 +38,6 @@ from ingest.tokens import tokenise
 from ingest.validation import Clock, event_bytes, parse_transaction
 
 C = TxColumns
-DAY_MS = 86_400_000
 
 
 @dataclass

@@ -14,15 +14,12 @@ The uncertainty of each difference B - A comes from a paired percentile bootstra
 whole days (day-to-day variation: fraud waves, weekdays) and resampling whole cards (transactions of a
 card are not independent). Every statistic is recomputed on each resample, the equal-budget thresholds
 included, except card precision under day resampling, where the per-day values are resampled (a day's
-value depends on the cards caught on earlier days). A resample is a vector of multiplicities (how often
-each day or card was drawn), so the metrics are computed as weighted sums over rankings sorted once,
-for many resamples at a time.
+value depends on the cards caught on earlier days); ``models.bootstrap`` computes the resamples.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,8 +29,16 @@ import pandas as pd
 
 from contracts.errors import FraudError
 from contracts.events import TxColumns
+from models.bootstrap import Bootstrap, PairedRows, counts
 from models.metrics import (
+    ALERT_PRECISION,
+    ALERT_RECALL,
+    ALERTS_PER_DAY,
+    AVERAGE_PRECISION,
+    BUDGET_ALERT_PRECISION,
+    BUDGET_ALERT_RECALL,
     DEFAULT_TOP_K,
+    ROC_AUC,
     AlertMetrics,
     CardPrecision,
     alert_metrics,
@@ -45,7 +50,6 @@ from models.metrics import (
 )
 
 FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 #: Input columns: one row per transaction.
 TX_ID = TxColumns.TX_ID
@@ -58,22 +62,11 @@ SCORE_A = "score_a"
 SCORE_B = "score_b"
 COLUMNS = (TX_ID, CARD_ID, DAY, LABEL, SCORE_A, SCORE_B)
 
-#: Metric names (besides ``card_precision_key(top_k)``), as ``models.training`` names them.
-ROC_AUC = "roc_auc"
-AVERAGE_PRECISION = "average_precision"
-ALERT_PRECISION = "alert_precision"
-ALERT_RECALL = "alert_recall"
-ALERTS_PER_DAY = "alerts_per_day"
-BUDGET_ALERT_PRECISION = "budget_alert_precision"
-BUDGET_ALERT_RECALL = "budget_alert_recall"
-
 DEFAULT_N_BOOT = 200
 #: Coverage of the percentile intervals.
 CONFIDENCE = 0.95
 #: McNemar's p-value is the exact binomial one below this many discordant transactions, else chi-squared.
 MCNEMAR_EXACT_BELOW = 25
-#: Resample weights held in memory at once (replicates x rows), about 16 MB of float64.
-_CHUNK_CELLS = 2_000_000
 
 
 class ComparisonError(FraudError, ValueError):
@@ -346,7 +339,7 @@ def compare(
     Raises:
         ComparisonError: the frame or an argument cannot be used.
     """
-    data = _Data.of(frame)
+    data = _paired_rows(frame)
     if top_k < 1 or n_boot < 1:
         raise ComparisonError("top_k and n_boot must be at least 1")
     if math.isnan(threshold_a) or math.isnan(threshold_b):
@@ -361,9 +354,15 @@ def compare(
     b = _model_metrics(data, data.score_b, threshold_b, top_k, alerts_per_day)
     names = metric_names(top_k)
     rng = np.random.default_rng(seed)
-    bootstrap = _Bootstrap(data, (a, b), top_k, max(1, round(alerts_per_day * n_days)))
-    day_draws = _counts(rng.integers(0, n_days, size=(n_boot, n_days)), n_days)
-    card_draws = _counts(rng.integers(0, data.n_cards, size=(n_boot, data.n_cards)), data.n_cards)
+    bootstrap = Bootstrap(
+        data,
+        (a.alerts.threshold, b.alerts.threshold),
+        (a.card_precision.per_day, b.card_precision.per_day),
+        top_k,
+        max(1, round(alerts_per_day * n_days)),
+    )
+    day_draws = counts(rng.integers(0, n_days, size=(n_boot, n_days)), n_days)
+    card_draws = counts(rng.integers(0, data.n_cards, size=(n_boot, data.n_cards)), data.n_cards)
     by_days = bootstrap.days(day_draws) if n_days > 1 else None
     by_cards = bootstrap.cards(card_draws) if data.n_cards > 1 else None
     a_values, b_values = a.values(), b.values()
@@ -471,53 +470,39 @@ def decide(comparison: Comparison, metric: str, max_precision_drop: float) -> De
 # --- inputs and point estimates ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Data:
-    """The frame as arrays: days and cards coded 0.. in ascending order of day and card id."""
-
-    label: IntArray
-    score_a: FloatArray
-    score_b: FloatArray
-    day: IntArray
-    card: npt.NDArray[Any]
-    days: IntArray
-    day_code: IntArray
-    card_code: IntArray
-    n_cards: int
-
-    @classmethod
-    def of(cls, frame: pd.DataFrame) -> _Data:
-        missing = [c for c in COLUMNS if c not in frame.columns]
-        if missing:
-            raise ComparisonError(f"the frame lacks the columns {', '.join(missing)}")
-        if frame.empty:
-            raise ComparisonError("no transactions to compare")
-        if frame[TX_ID].duplicated().any():
-            raise ComparisonError("the frame has several rows for one tx id")
-        label = frame[LABEL].to_numpy()
-        if not np.isin(label, (0, 1)).all():
-            raise ComparisonError("labels must be 0 or 1")
-        scores = frame[[SCORE_A, SCORE_B]].to_numpy(dtype=np.float64)
-        if not np.isfinite(scores).all():
-            raise ComparisonError("scores must be finite numbers")
-        day = frame[DAY].to_numpy(dtype=np.int64)
-        days = np.unique(day)
-        card_code, cards = pd.factorize(frame[CARD_ID], sort=True)
-        return cls(
-            label=label.astype(np.int64),
-            score_a=scores[:, 0].copy(),
-            score_b=scores[:, 1].copy(),
-            day=day,
-            card=frame[CARD_ID].to_numpy(),
-            days=days,
-            day_code=np.searchsorted(days, day).astype(np.int64),
-            card_code=card_code.astype(np.int64),
-            n_cards=len(cards),
-        )
+def _paired_rows(frame: pd.DataFrame) -> PairedRows:
+    """The frame as arrays, checked (``COLUMNS``, a row per tx id, labels 0 or 1, finite scores)."""
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ComparisonError(f"the frame lacks the columns {', '.join(missing)}")
+    if frame.empty:
+        raise ComparisonError("no transactions to compare")
+    if frame[TX_ID].duplicated().any():
+        raise ComparisonError("the frame has several rows for one tx id")
+    label = frame[LABEL].to_numpy()
+    if not np.isin(label, (0, 1)).all():
+        raise ComparisonError("labels must be 0 or 1")
+    scores = frame[[SCORE_A, SCORE_B]].to_numpy(dtype=np.float64)
+    if not np.isfinite(scores).all():
+        raise ComparisonError("scores must be finite numbers")
+    day = frame[DAY].to_numpy(dtype=np.int64)
+    days = np.unique(day)
+    card_code, cards = pd.factorize(frame[CARD_ID], sort=True)
+    return PairedRows(
+        label=label.astype(np.int64),
+        score_a=scores[:, 0].copy(),
+        score_b=scores[:, 1].copy(),
+        day=day,
+        card=frame[CARD_ID].to_numpy(),
+        days=days,
+        day_code=np.searchsorted(days, day).astype(np.int64),
+        card_code=card_code.astype(np.int64),
+        n_cards=len(cards),
+    )
 
 
 def _model_metrics(
-    data: _Data, scores: FloatArray, threshold: float, top_k: int, alerts_per_day: float
+    data: PairedRows, scores: FloatArray, threshold: float, top_k: int, alerts_per_day: float
 ) -> ModelMetrics:
     n_days = len(data.days)
     budget_threshold = threshold_for_budget(scores, n_days, alerts_per_day)
@@ -528,166 +513,6 @@ def _model_metrics(
         alerts=alert_metrics(data.label, scores, threshold, n_days),
         budget_alerts=alert_metrics(data.label, scores, budget_threshold, n_days),
     )
-
-
-# --- the bootstrap -----------------------------------------------------------------------------------
-
-
-def _counts(draws: IntArray, n_units: int) -> IntArray:
-    """Multiplicity of each unit (day or card) in each replicate's draws: (replicates, units)."""
-    replicates = draws.shape[0]
-    offsets = (np.arange(replicates, dtype=np.int64) * n_units)[:, None]
-    flat = np.bincount((draws + offsets).ravel(), minlength=replicates * n_units)
-    return flat.reshape(replicates, n_units).astype(np.int64)
-
-
-@dataclass(frozen=True)
-class _Ranking:
-    """One model's rows sorted by ascending score, cut into groups of tied scores."""
-
-    order: IntArray
-    starts: IntArray
-    fraud: FloatArray
-    #: Tie groups at or above the model's own threshold (counted from the highest score).
-    alerted_groups: int
-
-    @classmethod
-    def of(cls, scores: FloatArray, label: IntArray, threshold: float) -> _Ranking:
-        order = np.argsort(scores, kind="stable").astype(np.int64)
-        ranked = scores[order]
-        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]).astype(np.int64)
-        distinct = ranked[starts]
-        alerted = len(distinct) - int(np.searchsorted(distinct, threshold, side="left"))
-        return cls(order, starts, label[order].astype(np.float64), alerted)
-
-
-@dataclass(frozen=True)
-class _CardDays:
-    """Per day (ascending), the cards that transacted by descending highest score of the day (ties by
-    card id, as ``card_precision_at_k`` orders them) and whether the card had a fraud that day."""
-
-    cards: tuple[IntArray, ...]
-    fraud: tuple[IntArray, ...]
-
-    @classmethod
-    def of(cls, data: _Data, scores: FloatArray) -> _CardDays:
-        grouped = (
-            pd.DataFrame({"day": data.day_code, "card": data.card_code, "score": scores, "fraud": data.label})
-            .groupby(["day", "card"], sort=True)
-            .agg(score=("score", "max"), fraud=("fraud", "max"))
-            .reset_index()
-        )
-        day, card = grouped["day"].to_numpy(), grouped["card"].to_numpy(dtype=np.int64)
-        order = np.lexsort((card, -grouped["score"].to_numpy(), day))
-        day, card, fraud = day[order], card[order], grouped["fraud"].to_numpy(dtype=np.int64)[order]
-        bounds = np.flatnonzero(np.diff(day)) + 1
-        return cls(tuple(np.split(card, bounds)), tuple(np.split(fraud, bounds)))
-
-
-def _weighted_row_metrics(
-    ranking: _Ranking, weights: FloatArray, n_days: int, budget: int
-) -> dict[str, FloatArray]:
-    """The row metrics of each replicate, rows weighted by their multiplicity ((replicates, rows), in the
-    ranking's order); the same numbers as the metric functions on the resampled rows."""
-    pos = weights * ranking.fraud
-    frauds = np.add.reduceat(pos, ranking.starts, axis=1)  # per tie group, ascending scores
-    genuine = np.add.reduceat(weights - pos, ranking.starts, axis=1)
-    total_frauds, total_genuine = frauds.sum(axis=1), genuine.sum(axis=1)
-    below = np.cumsum(genuine, axis=1) - genuine
-    hits = np.cumsum(frauds[:, ::-1], axis=1)  # frauds alerted with each group as the threshold
-    alerts = hits + np.cumsum(genuine[:, ::-1], axis=1)
-    rows = np.arange(weights.shape[0])
-    # Threshold for the budget: the lowest score with at most ``budget`` alerts (the highest score if
-    # even it has more), as ``threshold_for_budget``; ``alerts`` grows along each row.
-    at_budget = np.maximum((alerts <= budget).sum(axis=1) - 1, 0)
-    budget_hits, budget_alerts = hits[rows, at_budget], alerts[rows, at_budget]
-    if ranking.alerted_groups:
-        own_hits, own_alerts = hits[:, ranking.alerted_groups - 1], alerts[:, ranking.alerted_groups - 1]
-    else:
-        own_hits = own_alerts = np.zeros(len(rows))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision_curve = np.where(alerts > 0, hits / alerts, 0.0)
-        return {
-            ROC_AUC: (frauds * (below + 0.5 * genuine)).sum(axis=1) / (total_frauds * total_genuine),
-            AVERAGE_PRECISION: (frauds[:, ::-1] * precision_curve).sum(axis=1) / total_frauds,
-            ALERT_PRECISION: own_hits / own_alerts,
-            ALERT_RECALL: own_hits / total_frauds,
-            ALERTS_PER_DAY: own_alerts / n_days,
-            BUDGET_ALERT_PRECISION: budget_hits / budget_alerts,
-            BUDGET_ALERT_RECALL: budget_hits / total_frauds,
-        }
-
-
-def _weighted_card_precision(card_days: _CardDays, card_counts: IntArray, k: int) -> FloatArray:
-    """Card precision at ``k`` of each replicate, each card present as often as it was drawn: the copies
-    of a card are distinct cards that tie, and a copy caught on a day is not checked again."""
-    remaining = card_counts.copy()
-    found_total = np.zeros(card_counts.shape[0])
-    for cards, fraud in zip(card_days.cards, card_days.fraud, strict=True):
-        copies = remaining[:, cards]
-        before = np.cumsum(copies, axis=1) - copies
-        checked = np.clip(k - before, 0, copies)
-        caught = checked * fraud
-        found_total += caught.sum(axis=1) / k
-        remaining[:, cards] -= caught
-    return found_total / len(card_days.cards)
-
-
-class _Bootstrap:
-    """Differences B - A of every metric on resamples of days or cards, many replicates at a time."""
-
-    def __init__(self, data: _Data, models: tuple[ModelMetrics, ModelMetrics], top_k: int, budget: int):
-        self._data = data
-        self._top_k = top_k
-        self._budget = budget
-        self._card_key = card_precision_key(top_k)
-        scores = (data.score_a, data.score_b)
-        self._rankings = tuple(
-            _Ranking.of(s, data.label, m.alerts.threshold) for s, m in zip(scores, models, strict=True)
-        )
-        self._per_day = tuple(np.asarray(m.card_precision.per_day, dtype=np.float64) for m in models)
-        self._card_days = tuple(_CardDays.of(data, s) for s in scores)
-
-    def days(self, day_counts: IntArray) -> dict[str, FloatArray]:
-        """Replicates drawing whole days; card precision as the mean of the drawn days' values."""
-        n_days = day_counts.shape[1]
-        return self._run(
-            day_counts,
-            self._data.day_code,
-            lambda chunk, model: (chunk @ self._per_day[model]) / n_days,
-        )
-
-    def cards(self, card_counts: IntArray) -> dict[str, FloatArray]:
-        """Replicates drawing whole cards; card precision recomputed with the drawn copies."""
-        return self._run(
-            card_counts,
-            self._data.card_code,
-            lambda chunk, model: _weighted_card_precision(self._card_days[model], chunk, self._top_k),
-        )
-
-    def _run(
-        self,
-        unit_counts: IntArray,
-        unit_of_row: IntArray,
-        card_precision: Callable[[IntArray, int], FloatArray],
-    ) -> dict[str, FloatArray]:
-        n_days = len(self._data.days)
-        parts: list[dict[str, FloatArray]] = []
-        for chunk in _chunks(unit_counts, max(len(unit_of_row), unit_counts.shape[1])):
-            values = []
-            for model, ranking in enumerate(self._rankings):
-                weights = chunk[:, unit_of_row[ranking.order]].astype(np.float64)
-                metrics = _weighted_row_metrics(ranking, weights, n_days, self._budget)
-                metrics[self._card_key] = card_precision(chunk, model)
-                values.append(metrics)
-            parts.append({name: values[1][name] - values[0][name] for name in values[0]})
-        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-
-
-def _chunks(counts: IntArray, width: int) -> Iterator[IntArray]:
-    size = max(1, _CHUNK_CELLS // max(width, 1))
-    for start in range(0, counts.shape[0], size):
-        yield counts[start : start + size]
 
 
 def _interval(replicates: FloatArray | None) -> Interval:

@@ -68,7 +68,10 @@ def contributions(model: Any, frame: pd.DataFrame) -> Contributions:
     if isinstance(estimator, LGBMClassifier):
         booster = estimator.booster_
     elif isinstance(estimator, HistGradientBoostingClassifier) and estimator.n_trees_per_iteration_ == 1:
-        booster, base = _as_booster(estimator), float(np.ravel(estimator._baseline_prediction)[0])
+        # scikit-learn keeps a hist gradient boosting model's baseline and trees private (no public API);
+        # tests/models/test_contributions.py checks the sums against the model's own margins.
+        baseline = estimator._baseline_prediction  # noqa: SLF001
+        booster, base = _as_booster(estimator), float(np.ravel(baseline)[0])
     elif isinstance(estimator, RandomForestClassifier | DecisionTreeClassifier) and estimator.n_classes_ == 2:
         # scikit-learn's trees compare the inputs as float32.
         booster, inputs = _as_booster(estimator), inputs.astype(np.float32).astype(np.float64)
@@ -123,7 +126,7 @@ def _as_booster(estimator: Any) -> Any:
 def _hist_trees(estimator: Any) -> list[_Tree]:
     """A hist gradient boosting model's trees: their values are log-odds, summed."""
     trees = []
-    for predictors in estimator._predictors:
+    for predictors in estimator._predictors:  # noqa: SLF001 - private in scikit-learn, see contributions()
         nodes = predictors[0].nodes
         if nodes["is_categorical"].any():
             raise ValueError("contributions of categorical splits are not computed")

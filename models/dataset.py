@@ -113,19 +113,18 @@ def file_dataset(
     table: pd.DataFrame,
     source: str,
     params: FeatureParams,
-    label_delay_ms: int,
     max_event_bytes: int,
     since_ms: int | None = None,
     until_ms: int | None = None,
 ) -> Dataset:
     """A dataset from a labelled canonical table (``ingest.files.read_table``): its fraud column becomes
-    labels known ``label_delay_ms`` after each fraud, as on ingest. Only the rows that matter for
-    [since_ms, until_ms) are used (``in_range``)."""
+    labels known the label delay (``params.label_delay_ms``) after each fraud, as on ingest. Only the rows
+    that matter for [since_ms, until_ms) are used (``in_range``)."""
     if C.IS_FRAUD not in table.columns:
         raise DatasetError(f"{source} has no fraud column: training needs labelled transactions")
     keep = in_range(event_times_ms(table), params, since_ms, until_ms)
-    batch = transactions_features(table[keep.to_numpy()], source, params, label_delay_ms, max_event_bytes)
-    labels = labels_from_fraud_flags(batch.transactions, label_delay_ms)
+    batch = transactions_features(table[keep.to_numpy()], source, params, max_event_bytes)
+    labels = labels_from_fraud_flags(batch.transactions, params.label_delay_ms)
     return build_dataset(
         batch.transactions, labels, params, source, len(batch.rejected), features=batch.features
     )

@@ -24,6 +24,15 @@ DEFAULT_TOP_K = 100
 #: Alerts per day the threshold is chosen to raise on the training period.
 DEFAULT_ALERTS_PER_DAY = 100
 
+#: Metric names (besides ``card_precision_key(top_k)``), as training and the A/B comparison report them.
+ROC_AUC = "roc_auc"
+AVERAGE_PRECISION = "average_precision"
+ALERT_PRECISION = "alert_precision"
+ALERT_RECALL = "alert_recall"
+ALERTS_PER_DAY = "alerts_per_day"
+BUDGET_ALERT_PRECISION = "budget_alert_precision"
+BUDGET_ALERT_RECALL = "budget_alert_recall"
+
 
 def roc_auc(y_true: npt.ArrayLike, scores: npt.ArrayLike) -> float:
     """Area under the ROC curve; NaN when only one class is present (it is undefined)."""

@@ -97,7 +97,7 @@ def check_reachable(tracking_uri: str) -> None:
 
 #: What :func:`load_model` imports (MLflow, its SQL stores, skops and with it scikit-learn): seconds in a fresh
 #: process, so a process that will load models imports them ahead, e.g. the Spark daemon that forks the
-#: scoring workers (``infra.spark_daemon``).
+#: scoring workers (``infra.spark.daemon``).
 MODEL_LOADING_MODULES = (
     "mlflow.tracking",
     "mlflow.artifacts",

@@ -20,7 +20,7 @@ from contracts.events import DeadLetter, LabelEvent, TransactionEvent, TxColumns
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from infra.clients import Clients
-from infra.kafka_log import offset_bounds, read_topic
+from infra.kafka.log import offset_bounds, read_topic
 from models.dataset import LABEL_TABLE_COLUMNS, Dataset, DatasetError, build_dataset, in_range
 from validation.parse import parse_event
 

@@ -1,6 +1,6 @@
 """Honest train/test splits: the handbook's protocol (Le Borgne et al., sections 3.4 and 5.2).
 
-Train on ``train_days`` days, leave a gap of ``delay_days`` (the label delay: the training period's labels
+Train on ``train_days`` days, leave a gap of ``gap_days`` (the label delay: the training period's labels
 become known during it), then test on ``test_days`` days. Training targets are the labels known before
 the first test day starts, nothing later; training features only ever use labels known at their
 transaction's time (``features.core``). Several consecutive folds (each ``test_days`` apart) give a mean
@@ -137,16 +137,16 @@ class SplitPlan:
 
     train_start: dt.date
     train_days: int = 7
-    delay_days: int = 7
+    gap_days: int = 7
     test_days: int = 7
 
     def __post_init__(self) -> None:
-        if min(self.train_days, self.test_days) < 1 or self.delay_days < 0:
+        if min(self.train_days, self.test_days) < 1 or self.gap_days < 0:
             raise ValueError("train and test need at least one day; the delay cannot be negative")
 
     @property
     def test_start(self) -> dt.date:
-        return self.train_start + dt.timedelta(days=self.train_days + self.delay_days)
+        return self.train_start + dt.timedelta(days=self.train_days + self.gap_days)
 
     @property
     def train_start_ms(self) -> int:
@@ -182,11 +182,11 @@ def fold_plans(latest: SplitPlan, folds: int) -> list[SplitPlan]:
     return [latest.shifted(-(folds - 1 - i) * latest.test_days) for i in range(folds)]
 
 
-def latest_plan(last_ms: int, train_days: int, delay_days: int, test_days: int) -> SplitPlan:
+def latest_plan(last_ms: int, train_days: int, gap_days: int, test_days: int) -> SplitPlan:
     """The latest plan whose test period ends with the day of ``last_ms`` (the data's last event time)."""
     last_day = day_of(last_ms)
-    start = last_day - dt.timedelta(days=train_days + delay_days + test_days - 1)
-    return SplitPlan(start, train_days, delay_days, test_days)
+    start = last_day - dt.timedelta(days=train_days + gap_days + test_days - 1)
+    return SplitPlan(start, train_days, gap_days, test_days)
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from contracts.events import TxColumns
 from contracts.records import ScoreRecord
 from contracts.settings import Topics
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from infra.kafka_sink.records import SinkRows
-from infra.schemas import spark_ddl
-from infra.spark_kafka import KafkaInput, read_batch
+from infra.spark.kafka_sink.records import SinkRows
+from infra.spark.kafka_source import KafkaInput, read_batch
+from infra.spark.schemas import spark_ddl
 from models.comparison import CARD_ID, DAY, LABEL, SCORE_A, SCORE_B, TX_ID
 from models.registry import LoadedModel
 from models.replay import ReplayedEvents, replay_dataset

@@ -16,7 +16,7 @@ from pathlib import Path
 from contracts.errors import ConfigError
 from contracts.events import TxColumns
 from features.definitions import FEATURE_COLUMNS
-from infra.checkpoints import PerBatch
+from infra.spark.checkpoint import PerBatch
 from models.registry import MODEL_NAME, LoadedModel, ModelNotFoundError, load_model, resolve_version
 
 C = TxColumns

@@ -20,13 +20,12 @@ import pyarrow as pa
 from contracts.events import SCHEMA_VERSION, DeadLetter, Reason, TxColumns
 from contracts.records import ALERT_SOURCE_HEADER, Explanation, FeatureRecord, ScoreRecord, source_position
 from contracts.settings import Topics
+from features.counts import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS
 from infra.arrow_json import Value, json_objects
-from infra.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
-from infra.stage_counts import COUNTS_FIELDS, alert_sources, batch_counts, counts_row
+from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE, RECORDS_COLUMN, SinkRows, pack_records
 from models.registry import LoadedModel, MissingFeaturesError
 from scoring.model_cache import worker_model
-from validation.columnar import validate_many
 from validation.parse import MAX_DETAIL_CHARS, parse_event
 
 C = TxColumns
@@ -35,7 +34,7 @@ C = TxColumns
 SCORED_EVENT_FIELDS = (C.TX_ID, C.CARD_ID, C.TERMINAL_ID, C.AMOUNT, EVENT_TIME_MS)
 
 
-#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``infra.stage_counts``).
+#: What the scoring ``mapInArrow`` yields: a task's sink records, packed, and their counts (``features.counts``).
 SCORED_SCHEMA = pa.schema([(RECORDS_COLUMN, pa.binary()), *COUNTS_FIELDS])
 
 
@@ -90,7 +89,7 @@ class Scorer:
     def score(
         self, model: LoadedModel, records: pa.RecordBatch, shadow: LoadedModel | None = None
     ) -> pa.Table:
-        """The sink records (``infra.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
+        """The sink records (``infra.spark.kafka_sink.records.COLUMNS``) for a batch of raw feature records."""
         others = SinkRows()
         scored = []
         at_ms = now_ms() if self.scored_at_ms is None else self.scored_at_ms
@@ -106,49 +105,27 @@ class Scorer:
         self, records: pa.RecordBatch, others: SinkRows
     ) -> Iterator[tuple[dict[str, pa.Array], pd.DataFrame, pa.Array, list[int]]]:
         """The valid feature records as (event columns, feature frame, raw values, their rows in
-        ``records``), in one or two parts; the others become dead letters in ``others``.
-
-        Records are validated in bulk (``validation.columnar``); the few it cannot decide go through
-        ``parse_event`` one by one, which also gives dead letters their reasons.
-        """
-        values = records.column("value")
-        found = validate_many(FeatureRecord, values, self.max_event_bytes, {"features": FEATURE_COLUMNS})
-        if found.table.num_rows:
-            table = found.table
-            features = table.column("features").combine_chunks()
-            frame = pd.DataFrame(
-                {name: features.field(name).to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
-            )
-            event = {name: table.column(name).combine_chunks() for name in SCORED_EVENT_FIELDS}
-            yield event, frame, values.take(found.positions), found.positions.tolist()
-        if len(found.slow):
-            slow = found.slow.tolist()
-            source = f"kafka:{self.topics.features}"
-            good: list[FeatureRecord] = []
-            raws: list[bytes] = []
-            rows: list[int] = []
-            for row, raw, partition, offset in zip(
-                slow,
-                values.take(slow).to_pylist(),
-                records.column("partition").take(slow).to_pylist(),
-                records.column("offset").take(slow).to_pylist(),
-                strict=True,
-            ):
-                event_or_letter = parse_feature_record(
-                    raw or b"", source, self.max_event_bytes, partition, offset
-                )
-                if isinstance(event_or_letter, DeadLetter):
-                    others.add_dead_letter(event_or_letter, self.topics.dead_letter)
-                else:
-                    good.append(event_or_letter)
-                    raws.append(raw)
-                    rows.append(row)
-            if good:
-                event = {
-                    name: pa.array([getattr(record, name) for record in good]) for name in SCORED_EVENT_FIELDS
-                }
-                frame = pd.DataFrame.from_records([record.features for record in good])
-                yield event, frame, pa.array(raws), rows
+        ``records``); the others become dead letters in ``others``, with their reasons
+        (:func:`parse_feature_record`)."""
+        source = f"kafka:{self.topics.features}"
+        good: list[FeatureRecord] = []
+        raws: list[bytes] = []
+        rows: list[int] = []
+        columns = (records.column(name).to_pylist() for name in ("value", "partition", "offset"))
+        for row, (raw, partition, offset) in enumerate(zip(*columns, strict=True)):
+            found = parse_feature_record(raw or b"", source, self.max_event_bytes, partition, offset)
+            if isinstance(found, DeadLetter):
+                others.add_dead_letter(found, self.topics.dead_letter)
+            else:
+                good.append(found)
+                raws.append(raw)
+                rows.append(row)
+        if good:
+            event = {
+                name: pa.array([getattr(record, name) for record in good]) for name in SCORED_EVENT_FIELDS
+            }
+            frame = pd.DataFrame.from_records([record.features for record in good], columns=FEATURE_COLUMNS)
+            yield event, frame, pa.array(raws, pa.binary()), rows
 
 
 def position_of(records: pa.RecordBatch, row: int) -> str:

@@ -31,17 +31,17 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName, Topics
 from features import job as feature_job
-from features.rescale import Rescale
-from infra.checkpoints import pinned_layout, query_location
-from infra.kafka_log import offsets_for_time
-from infra.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
-from infra.kafka_sink.datasource import write_micro_batch
-from infra.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
-from infra.offset_log import record_ending
-from infra.redis_connection import RedisTarget
-from infra.spark import observations
-from infra.spark_kafka import KafkaInput, check_resume, new_admin, read_stream
-from infra.stage_counts import COUNTS_DDL, OBSERVATION, BatchObserver
+from features.counts import COUNTS_DDL, OBSERVATION, BatchObserver
+from features.state_layout import Start
+from infra.kafka.log import offsets_for_time
+from infra.redis.connection import RedisTarget
+from infra.spark.checkpoint import pinned_layout, query_location
+from infra.spark.kafka_sink.config import KafkaSinkConfig, checkpoint_sink_id
+from infra.spark.kafka_sink.datasource import write_micro_batch
+from infra.spark.kafka_sink.records import PACKED_DDL, RECORDS_COLUMN
+from infra.spark.kafka_source import KafkaInput, check_resume, new_admin, read_stream
+from infra.spark.offset_log import record_ending
+from infra.spark.session import Trigger
 from models.registry import CHAMPION, MODEL_LOADING_MODULES
 from scoring.core import Scorer
 from scoring.query import ScoredBatch, ScoresWithModels, start_scoring_query
@@ -71,11 +71,11 @@ class ScoringJobConfig(ScoresWithModels):
     end_ms: int | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``): loading a model takes seconds of MLflow and skops imports.
+    #: first task (``infra.spark.daemon``): loading a model takes seconds of MLflow and skops imports.
     name: ClassVar[JobName] = JobName.SCORING
     preload: ClassVar[tuple[str, ...]] = (feature_job.__name__, *MODEL_LOADING_MODULES)
-    #: The part of the job that keeps the features' state: none.
-    feature_part: ClassVar[None] = None
+    #: What it keeps keyed state for: nothing (a start from a savepoint is the savepoint's copy).
+    state: ClassVar[None] = None
 
     @property
     def description(self) -> str:
@@ -90,25 +90,14 @@ class ScoringJobConfig(ScoresWithModels):
         """The topic whose records its alerts come from (its alert latency is measured from their append)."""
         return self.inputs
 
-    def with_rescale(self, rescale: Rescale | None) -> ScoringJobConfig:
-        """Keyed state to re-key at the start: the scoring job has none (a savepoint of it is copied)."""
-        return self
-
     def ended(self, progress: dict[str, Any]) -> bool:
         """Never before its ``once`` run reaches the log's end: the records past a range's end are dropped."""
         return False
 
     def start(
-        self,
-        spark: SparkSession,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_scoring_job(
-            spark, self, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
-        )
+        return start_scoring_job(spark, self, trigger, on_batch)  # never rescaled: it keeps no keyed state
 
 
 def feature_records(spark: SparkSession, config: ScoringJobConfig) -> DataFrame:
@@ -137,15 +126,12 @@ def by_input_partition(records: DataFrame, tasks: int) -> DataFrame:
 
 
 def start_scoring_job(
-    spark: SparkSession,
-    config: ScoringJobConfig,
-    *,
-    once: bool,
-    trigger_interval_s: float = 1.0,
-    on_batch: BatchObserver | None = None,
+    spark: SparkSession, config: ScoringJobConfig, trigger: Trigger, on_batch: BatchObserver | None = None
 ) -> StreamingQuery:
-    """Start the streaming scoring job: ``once`` scores everything available, then stops. ``on_batch`` gets
-    each micro-batch's counts and model versions (``infra.metrics.JobMetrics.on_batch``).
+    """Start the streaming scoring job. ``on_batch`` gets each micro-batch's counts and model versions
+    (``fraud.metrics.JobMetrics.on_batch``). Its write tasks are as many as its checkpoint's first run
+    pinned (``infra.spark.checkpoint.pinned_layout``): a first run takes Spark's cores, so this is decided
+    here, once Spark runs, not before it starts.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -171,7 +157,7 @@ def start_scoring_job(
         )
         counted = Observation(OBSERVATION)
         scored = by_input_partition(records, write_tasks).mapInArrow(scorer, f"{PACKED_DDL}, {COUNTS_DDL}")
-        observed = scored.observe(counted, *observations())
+        observed = scored.observe(counted, *feature_job.observations())
         write_micro_batch(observed.select(RECORDS_COLUMN), sink, batch.batch_id)
         return counted.get
 
@@ -181,7 +167,6 @@ def start_scoring_job(
         query_name=f"scoring-{config.topics.scores}",
         stream=lambda: feature_records(spark, config),
         write=score_micro_batch,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
+        trigger=trigger,
         on_batch=on_batch,
     )

@@ -3,7 +3,7 @@
 Transactions and labels in; feature records, score records and alerts out, all written in the same Kafka
 transactions, and the latest features, scores and alerts in Redis. The terminal stage of the feature job
 (``features.job``) scores each state call's feature rows right where it made them
-(``FeatureJobConfig.hook``), with the model version the driver chose for the micro-batch: no second
+(``features.job.FeatureRowsHook``), with the model version the driver chose for the micro-batch: no second
 query, no second read and validation of the features topic, no second micro-batch on the way to an alert.
 The separate jobs (``fraud features run`` + ``fraud score run``) stay what replays and A/B runs use; both
 ways score with the same code (``scoring.core.score_rows``) and give the same scores.
@@ -19,7 +19,7 @@ the version it was scored by the first time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,21 +31,16 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.records import source_position
 from contracts.settings import JobName, Topics
-from features.job import (
-    FeatureJobConfig,
-    LatestFeaturesToRedis,
-    feature_sink,
-    feature_stream,
-    prepare_checkpoint,
-)
-from features.rescale import Rescale
+from features.counts import BatchObserver
+from features.job import FeatureJobConfig, LatestFeaturesToRedis, feature_sink, feature_stream
 from features.rows import EVENT_FIELDS, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from infra.kafka_sink.config import AfterCommitAll
-from infra.kafka_sink.datasource import write_micro_batch
-from infra.kafka_sink.records import SinkRows
-from infra.redis_connection import RedisTarget
-from infra.stage_counts import BatchObserver
-from infra.timing import Timings
+from features.state_layout import Start, StateSpec
+from infra.redis.connection import RedisTarget
+from infra.spark.kafka_sink.config import AfterCommitAll
+from infra.spark.kafka_sink.datasource import write_micro_batch
+from infra.spark.kafka_sink.records import SinkRows
+from infra.spark.session import Trigger
+from infra.spark.timing import Timings
 from models.registry import CHAMPION
 from scoring.core import SCORED_EVENT_FIELDS, now_ms, score_rows, shadow_rows
 from scoring.job import ScoringJobConfig
@@ -76,7 +71,7 @@ class PipelineConfig(ScoresWithModels):
     shadow_alias: str | None = None
 
     #: The job's name (``contracts.settings.JobName``), and what its Python workers import before their
-    #: first task (``infra.spark_daemon``), a model's loading included.
+    #: first task (``infra.spark.daemon``), a model's loading included.
     name: ClassVar[JobName] = JobName.PIPELINE
     preload: ClassVar[tuple[str, ...]] = ScoringJobConfig.preload
 
@@ -110,27 +105,17 @@ class PipelineConfig(ScoresWithModels):
         return (self.topics.transactions,)
 
     @property
-    def feature_part(self) -> FeatureJobConfig:
-        """The part of the job that keeps the features' state."""
-        return self.features
-
-    def with_rescale(self, rescale: Rescale | None) -> PipelineConfig:
-        return replace(self, features=self.features.with_rescale(rescale))
+    def state(self) -> StateSpec:
+        """What its feature stages keep their state for (``features.state_layout``)."""
+        return self.features.state
 
     def ended(self, progress: dict[str, Any]) -> bool:
         return self.features.ended(progress)
 
     def start(
-        self,
-        spark: SparkSession,
-        *,
-        once: bool,
-        trigger_interval_s: float,
-        on_batch: BatchObserver | None = None,
+        self, spark: SparkSession, start: Start, trigger: Trigger, on_batch: BatchObserver | None = None
     ) -> StreamingQuery:
-        return start_pipeline(
-            spark, self, once=once, trigger_interval_s=trigger_interval_s, on_batch=on_batch
-        )
+        return start_pipeline(spark, self, start, trigger, on_batch)
 
 
 @dataclass(frozen=True)
@@ -188,20 +173,19 @@ class RowScorer:
 def start_pipeline(
     spark: SparkSession,
     config: PipelineConfig,
-    *,
-    once: bool,
-    trigger_interval_s: float = 1.0,
+    start: Start,
+    trigger: Trigger,
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
-    """Start the pipeline: ``once`` processes everything available, then stops. ``on_batch`` gets each
-    micro-batch's model versions (its counts come with Spark's progress reports, ``infra.metrics``).
+    """Start the pipeline in its checkpoint, bound to its state before (``features.state_layout.bind``).
+    ``on_batch`` gets each micro-batch's model versions
+    (its counts come with Spark's progress reports, ``fraud.metrics``).
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
     """
-    prepare_checkpoint(config.features)
-    scorer = RowScorer(config.tracking_uri, config.topics, config.features.params.feature_columns)
-    features = replace(config.features, hook=scorer)
+    features = config.features
+    scorer = RowScorer(config.tracking_uri, config.topics, features.params.feature_columns)
     # Alerts and the latest score of each card first (what alert consumers wait for), then its features.
     to_redis = AfterCommitAll(
         (
@@ -209,7 +193,7 @@ def start_pipeline(
             LatestFeaturesToRedis(features.redis, config.topics.features),
         )
     )
-    sink = replace(feature_sink(features), after_commit=to_redis)
+    sink = feature_sink(features, after_commit=to_redis)
 
     def write_batch(records: DataFrame, batch: ScoredBatch) -> Mapping[str, Any]:
         context = records.sparkSession.sparkContext
@@ -223,9 +207,8 @@ def start_pipeline(
         spark,
         config,
         query_name=f"pipeline-{config.topics.features}",
-        stream=lambda: feature_stream(spark, features),
+        stream=lambda: feature_stream(spark, features, start, hook=scorer),
         write=write_batch,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
+        trigger=trigger,
         on_batch=on_batch,
     )

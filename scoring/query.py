@@ -15,11 +15,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import JobName
-from infra.checkpoints import PerBatch, query_location
-from infra.kafka_sink.datasource import register as register_sink
-from infra.spark import start_stream
-from infra.stage_counts import BatchObserver
-from infra.timing import Timings
+from features.counts import BatchObserver
+from infra.spark.checkpoint import PerBatch, query_location
+from infra.spark.kafka_sink.datasource import register as register_sink
+from infra.spark.session import Trigger, start_stream
+from infra.spark.timing import Timings
 from scoring.chooser import batch_versions, model_choosers
 from scoring.core import now_ms
 
@@ -40,7 +40,7 @@ class ScoredBatch:
     scored_at_ms: int
 
 
-#: Writes one micro-batch's rows; returns its summed counts (``infra.stage_counts.COUNTS``), or nothing when
+#: Writes one micro-batch's rows; returns its summed counts (``features.counts.COUNTS``), or nothing when
 #: they come with the query's progress reports instead.
 BatchWriter = Callable[[DataFrame, ScoredBatch], Mapping[str, Any]]
 
@@ -92,12 +92,11 @@ def start_scoring_query(
     query_name: str,
     stream: Callable[[], DataFrame],
     write: BatchWriter,
-    once: bool,
-    trigger_interval_s: float,
+    trigger: Trigger,
     on_batch: BatchObserver | None = None,
 ) -> StreamingQuery:
     """Start ``job``'s scoring query over ``stream()`` (built once the models are found), ``write`` writing
-    each micro-batch. ``once`` processes everything available, then stops.
+    each micro-batch.
 
     Raises:
         ModelNotFoundError: no model holds the alias (train one with ``fraud train``).
@@ -130,4 +129,4 @@ def start_scoring_query(
         .option("checkpointLocation", str(query_location(checkpoint)))
         .queryName(query_name)
     )
-    return start_stream(writer, once, trigger_interval_s)
+    return start_stream(writer, trigger)

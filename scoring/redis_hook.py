@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.records import AlertRecord
-from infra.kafka_sink.records import newest_per_key
-from infra.redis_connection import RedisTarget
-from infra.redis_store import write_alerts, write_score_values
-from infra.score_stats import score_stats, write_score_stats
+from infra.redis.connection import RedisTarget
+from infra.redis.store import write_alerts, write_score_values
+from infra.spark.kafka_sink.records import newest_per_key
+from scoring.score_stats import score_stats, write_score_stats
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ScoresToRedis:
         # Only the newest score per card is stored: read just those (ties are broken by tx id).
         scores = newest_per_key(batches, self.scores_topic)
         self.redis.write(lambda client: write_score_values(client, scores, prefix, retention_s))
-        # Every score counts in the live page's figures (infra.score_stats: once per task and micro-batch).
+        # Every score counts in the live page's figures (scoring.score_stats: once per task and micro-batch).
         stats = score_stats(topic_values(batches, self.scores_topic))
         self.redis.write(lambda client: write_score_stats(client, stats, prefix, retention_s))
 

@@ -23,11 +23,11 @@ from hypothesis import settings as hypothesis_settings
 from contracts.settings import Settings, Topics
 from features.definitions import DEFAULT_PARAMS
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo, temporary_stack
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import StackInfo, temporary_stack
+from infra.kafka.admin import ensure_topics
 from ingest.simulator import simulate, write_parquet
 from models.dataset import Dataset, file_dataset
-from tests.support.samples import LABEL_DELAY_MS, SMALL
+from tests.support.samples import SMALL
 
 #: Property-based tests: a fixed budget of examples, the same examples on every run (no flaky CI), no
 #: example database written into the tree. ``HYPOTHESIS_PROFILE=explore`` searches anew, with more.
@@ -106,7 +106,7 @@ def small_file(small_frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def small_dataset(small_frame: pd.DataFrame) -> Dataset:
-    return file_dataset(small_frame, "simulator", DEFAULT_PARAMS, LABEL_DELAY_MS, 16_384)
+    return file_dataset(small_frame, "simulator", DEFAULT_PARAMS, 16_384)
 
 
 @pytest.fixture(scope="session")

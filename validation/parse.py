@@ -2,8 +2,7 @@
 reason.
 
 Errors are data: nothing here raises for bad input. The same function serves file import, the stream jobs
-and the replays, so a record is judged the same wherever it enters (in bulk, ``validation.columnar`` runs
-in front of it).
+and the replays, so a record is judged the same wherever it enters.
 """
 
 from __future__ import annotations

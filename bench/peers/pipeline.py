@@ -27,7 +27,8 @@ from features.job import FeatureJobConfig, start_feature_job
 from fraud.jobs import SPARK_PRELOAD, job_spark_session
 from fraud.options import DEFAULT_MAX_RECORDS
 from infra.clients import Clients
-from infra.embedded import StackInfo
+from infra.embedded.stack import StackInfo
+from infra.spark.session import Trigger
 from scoring.pipeline import start_pipeline
 
 
@@ -62,12 +63,12 @@ def main() -> None:
     interval = args.trigger_interval_s
     if args.job == "features":
         spark = job_spark_session(clients.settings, "bench-peers-features", SPARK_PRELOAD)
-        query = start_feature_job(spark, features, once=False, trigger_interval_s=interval)
+        query = start_feature_job(spark, features, project_jobs.bound(features), Trigger(interval_s=interval))
         print(f"feature job: {topics.transactions} -> {topics.features}", flush=True)
     else:
         config = project_jobs.pipeline_config(clients, info, features, topics, checkpoint, args.prefix)
         spark = job_spark_session(clients.settings, "bench-peers-pipeline")
-        query = start_pipeline(spark, config, once=False, trigger_interval_s=interval)
+        query = start_pipeline(spark, config, project_jobs.bound(config), Trigger(interval_s=interval))
         print(f"pipeline: {topics.transactions} -> {topics.features}, {topics.scores}", flush=True)
     while not stopping.wait(0.5):
         if not query.isActive:

@@ -16,6 +16,7 @@ from fraud.options import (
     FeatureSource,
     FromOption,
     KnownFraudsOption,
+    LabelDelayOption,
     ToOption,
     check_namespace,
     time_range,
@@ -52,6 +53,7 @@ def run_command(
         ),
     ] = FeatureSource.AUTO,
     known_frauds: KnownFraudsOption = DEFAULT_KNOWN_FRAUDS,
+    label_delay_days: LabelDelayOption = None,
     namespace: Annotated[
         str,
         typer.Option(

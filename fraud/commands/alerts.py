@@ -27,10 +27,10 @@ from fraud.live import RegisteredJobs
 from fraud.options import MetricsUrlsOption, PrefixOption, check_namespace, parse_time
 from fraud.state import StateService
 from infra.clients import Clients
-from infra.kafka_log import consumed, offset_bounds, offsets_for_time, read_topic
-from infra.kafka_offsets import parse_tp, tp_name
-from infra.redis_connection import check_access, client_for
-from infra.redis_reads import card_known, card_summary, get_alert
+from infra.kafka.log import consumed, offset_bounds, offsets_for_time, read_topic
+from infra.kafka.offsets import parse_tp, tp_name
+from infra.redis.connection import check_access, client_for
+from infra.redis.reads import card_known, card_summary, get_alert
 
 app = typer.Typer(help="Read alerts: tail the alerts topic, look one up in Redis.", no_args_is_help=True)
 

@@ -11,16 +11,15 @@ from rich.table import Table
 
 from contracts.settings import JobName
 from features.batch import file_features
-from features.definitions import DAY_MS
 from fraud.console import console, settings_of
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
     DEFAULT_WINDOWS,
     AllowedLatenessOption,
-    FeatureDelayOption,
     FeaturesNamespaceOption,
     FromOption,
     FromSavepointOption,
+    LabelDelayOption,
     MaxRecordsOption,
     OnceOption,
     ToOption,
@@ -30,7 +29,7 @@ from fraud.options import (
     checkpoint_option,
     feature_params,
 )
-from fraud.streaming import run_streaming_job
+from fraud.streaming import RunOptions, run_streaming_job
 from ingest.files import parse_mapping
 
 app = typer.Typer(
@@ -51,18 +50,17 @@ def batch_command(
         str,
         typer.Option(help="Column mapping, as for `fraud ingest`: canonical, handbook, or SRC=DST pairs."),
     ] = "canonical",
-    feature_delay_days: FeatureDelayOption = 7.0,
+    label_delay_days: LabelDelayOption = None,
     windows: WindowsOption = DEFAULT_WINDOWS,
 ) -> None:
     """Compute the features over a file, exactly as the streaming job would after ingesting it."""
     settings = settings_of(ctx)
-    params = feature_params(feature_delay_days, windows=windows)
+    params = feature_params(settings, windows=windows)
     with console.status(f"Computing features over {input_file}..."):
         result = file_features(
             input_file,
             parse_mapping(mapping),
             params,
-            round(settings.label_delay_days * DAY_MS),
             settings.max_event_bytes,
         )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,10 +73,10 @@ def batch_command(
 
 @app.command("list")
 def list_command(
-    feature_delay_days: FeatureDelayOption = 7.0, windows: WindowsOption = DEFAULT_WINDOWS
+    ctx: typer.Context, label_delay_days: LabelDelayOption = None, windows: WindowsOption = DEFAULT_WINDOWS
 ) -> None:
     """The features the jobs compute, as declared in features/definitions.py: name, type, window, meaning."""
-    params = feature_params(feature_delay_days, windows=windows)
+    params = feature_params(settings_of(ctx), windows=windows)
     table = Table(
         title=f"{len(params.specs)} features of a transaction at event time t", title_justify="left"
     )
@@ -97,7 +95,7 @@ def run_command(
     allowed_lateness_s: AllowedLatenessOption = 0.0,
     trigger_interval_s: TriggerIntervalOption = 1.0,
     checkpoint: Annotated[Path | None, checkpoint_option(JobName.FEATURES)] = None,
-    feature_delay_days: FeatureDelayOption = 7.0,
+    label_delay_days: LabelDelayOption = None,
     namespace: FeaturesNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
@@ -112,18 +110,8 @@ def run_command(
 
     build = partial(
         jobs.feature_job_config,
-        params=feature_params(feature_delay_days, allowed_lateness_s, windows),
+        params=feature_params(settings_of(ctx), allowed_lateness_s, windows),
         max_records=max_records,
     )
-    run_streaming_job(
-        ctx,
-        JobName.FEATURES,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.FEATURES, build, run)

@@ -13,20 +13,15 @@ from rich.markup import escape
 from contracts.errors import RecordsRejectedError
 from contracts.settings import Settings
 from fraud.console import console, dead_letter_table, progress_bar, settings_of
-from fraud.options import check_output_file
+from fraud.options import LabelDelayOption, check_output_file
 from infra.clients import Clients
-from infra.kafka_log import holds_records
-from infra.topic_admin import create_project_topics
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import holds_records
 from ingest.files import CleanTable, clean_table, parse_mapping
 from ingest.produce import EventBatch, IngestResult, events_from_file, events_from_table, produce_events
 from ingest.simulator import SimulatorConfig, simulate, write_parquet
 from ingest.validation import Clock
 
-DAY_MS = 86_400_000
-
-LabelDelayOption = Annotated[
-    float | None, typer.Option(help="Days until a fraud label is known (default: FRAUD_LABEL_DELAY_DAYS).")
-]
 SpeedupOption = Annotated[
     float | None,
     typer.Option(
@@ -35,13 +30,6 @@ SpeedupOption = Annotated[
         "Default: as fast as possible.",
     ),
 ]
-
-
-def label_delay_ms(settings: Settings, days: float | None) -> int:
-    delay = settings.label_delay_days if days is None else days
-    if not 0 < delay <= 7:
-        raise typer.BadParameter("the label delay must be more than 0 and at most 7 days")
-    return round(delay * DAY_MS)
 
 
 def produce_batch(
@@ -78,13 +66,9 @@ def print_summary(settings: Settings, result: IngestResult) -> None:
         console.print(dead_letter_table(result.dead_letters))
 
 
-def table_batch(settings: Settings, clean: CleanTable, source: str, delay_days: float | None) -> EventBatch:
+def table_batch(settings: Settings, clean: CleanTable, source: str) -> EventBatch:
     return events_from_table(
-        clean,
-        source,
-        settings.card_token_key(),
-        label_delay_ms(settings, delay_days),
-        settings.max_event_bytes,
+        clean, source, settings.card_token_key(), settings.label_delay_ms, settings.max_event_bytes
     )
 
 
@@ -163,7 +147,7 @@ def simulate_command(
         console.print(f"Wrote {escape(str(out))}", highlight=False)
     if produce:
         source = f"simulator:seed={seed}"
-        batch = table_batch(settings, clean_table(frame, source), source, label_delay_days)
+        batch = table_batch(settings, clean_table(frame, source), source)
         paced_from = dt.datetime.combine(first_day + dt.timedelta(days=backfill_days), dt.time(), dt.UTC)
         produce_batch(settings, batch, speedup, int(paced_from.timestamp() * 1000) if backfill_days else None)
 
@@ -209,7 +193,7 @@ def ingest_command(
             file,
             parse_mapping(mapping),
             settings.card_token_key(),
-            label_delay_ms(settings, label_delay_days),
+            settings.label_delay_ms,
             settings.max_event_bytes,
             Clock.wall(round(settings.max_clock_skew_s * 1000)),
         )

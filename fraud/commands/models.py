@@ -11,9 +11,8 @@ import typer
 from rich.table import Table
 
 from contracts.errors import ConfigError
-from features.definitions import DAY_MS, DEFAULT_PARAMS
 from fraud.console import console, fmt_metric, settings_of
-from fraud.options import FeatureDelayOption, KnownFraudsOption, feature_params
+from fraud.options import KnownFraudsOption, LabelDelayOption, feature_params
 from infra.clients import mlflow_store
 from models.estimators import (
     CLASS_WEIGHTS,
@@ -88,7 +87,7 @@ def train_command(
     test_start: Annotated[
         str | None,
         typer.Option(
-            help="First test day (YYYY-MM-DD) of the first fold instead: training ends --delay-days before "
+            help="First test day (YYYY-MM-DD) of the first fold instead: training ends --gap-days before "
             "it, so a fixed test week can be compared across --train-days.",
         ),
     ] = None,
@@ -100,9 +99,14 @@ def train_command(
             "validation, docs/models.md), fewer when the data is shorter.",
         ),
     ] = None,
-    delay_days: Annotated[
-        int, typer.Option(min=0, help="Gap between training and test: the label delay.")
-    ] = 7,
+    gap_days: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Days between training and test, in which the training period's labels become known "
+            "(default: the label delay, rounded up to whole days).",
+        ),
+    ] = None,
     test_days: Annotated[int, typer.Option(min=1, help="Test days after the gap.")] = 7,
     folds: Annotated[
         int,
@@ -118,7 +122,7 @@ def train_command(
             min=0.001, help="Alert budget: the threshold is chosen on the training period to meet it."
         ),
     ] = DEFAULT_ALERTS_PER_DAY,
-    feature_delay_days: FeatureDelayOption = 7.0,
+    label_delay_days: LabelDelayOption = None,
     known_frauds: KnownFraudsOption = DEFAULT_KNOWN_FRAUDS,
     metrics_out: Annotated[Path | None, typer.Option(help="Write the metrics to this JSON file.")] = None,
     wait_s: Annotated[
@@ -146,7 +150,7 @@ def train_command(
 ) -> None:
     """Train a model on an honest split, evaluate it as fraud teams do, and log it to MLflow.
 
-    Train on --train-days, skip --delay-days (labels of the training period arrive during it), test on
+    Train on --train-days, skip --gap-days (labels of the training period arrive during it), test on
     --test-days; on each test day, cards with a fraud known before that day are left out (--known-frauds),
     as `fraud ab run` does.
     """
@@ -171,13 +175,14 @@ def train_command(
                 f"{MODEL_NAME}@{CHAMPION} is version {version}: nothing trained (--if-no-champion)."
             )
             return
-    periods = training.Periods(train_start, train_days, delay_days, test_days, folds, test_start)
+    params = feature_params(settings)
+    gap = training.gap_days(settings) if gap_days is None else gap_days
+    periods = training.Periods(train_start, train_days, gap, test_days, folds, test_start)
     if wait_s and input_file is None:
-        history = periods.history_days + DEFAULT_PARAMS.window_days[-1]
+        history = periods.history_days + params.window_days[-1]
         training.wait_for_history(settings, history, wait_s)
     spec = ModelSpec(model, depth_for(model, max_depth), n_estimators, class_weight, seed)  # type: ignore[arg-type]
-    params = feature_params(feature_delay_days)
-    protocol = EvalProtocol(known_frauds, round(settings.label_delay_days * DAY_MS))  # type: ignore[arg-type]
+    protocol = EvalProtocol(known_frauds, settings.label_delay_ms)  # type: ignore[arg-type]
     if input_file is not None:
         dataset, plans = training.file_training_set(settings, input_file, mapping, params, periods, protocol)
     else:

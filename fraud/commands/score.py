@@ -9,14 +9,15 @@ from typing import Annotated
 import typer
 
 from contracts.settings import JobName
+from fraud.console import settings_of
 from fraud.options import (
     DEFAULT_MAX_RECORDS,
     DEFAULT_WINDOWS,
     AliasOption,
     AllowedLatenessOption,
-    FeatureDelayOption,
     FromOption,
     FromSavepointOption,
+    LabelDelayOption,
     MaxRecordsOption,
     ModelCheckOption,
     OnceOption,
@@ -29,7 +30,7 @@ from fraud.options import (
     checkpoint_option,
     feature_params,
 )
-from fraud.streaming import run_streaming_job
+from fraud.streaming import RunOptions, run_streaming_job
 from models.registry import CHAMPION
 
 app = typer.Typer(
@@ -68,18 +69,8 @@ def run_command(
         max_records=max_records,
         shadow_alias=shadow,
     )
-    run_streaming_job(
-        ctx,
-        JobName.SCORING,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.SCORING, build, run)
 
 
 @pipeline_app.command("run")
@@ -92,7 +83,7 @@ def pipeline_command(
     allowed_lateness_s: AllowedLatenessOption = 0.0,
     trigger_interval_s: TriggerIntervalOption = 0.0,
     checkpoint: Annotated[Path | None, checkpoint_option(JobName.PIPELINE)] = None,
-    feature_delay_days: FeatureDelayOption = 7.0,
+    label_delay_days: LabelDelayOption = None,
     namespace: PipelineNamespaceOption = "",
     from_time: FromOption = None,
     to_time: ToOption = None,
@@ -106,21 +97,11 @@ def pipeline_command(
 
     build = partial(
         jobs.pipeline_config,
-        params=feature_params(feature_delay_days, allowed_lateness_s, windows),
+        params=feature_params(settings_of(ctx), allowed_lateness_s, windows),
         alias=alias,
         model_check_interval_s=model_check_interval_s,
         max_records=max_records,
         shadow_alias=shadow,
     )
-    run_streaming_job(
-        ctx,
-        JobName.PIPELINE,
-        build,
-        namespace=namespace,
-        checkpoint=checkpoint,
-        from_time=from_time,
-        to_time=to_time,
-        from_savepoint=from_savepoint,
-        once=once,
-        trigger_interval_s=trigger_interval_s,
-    )
+    run = RunOptions(once, trigger_interval_s, namespace, checkpoint, from_time, to_time, from_savepoint)
+    run_streaming_job(ctx, JobName.PIPELINE, build, run)

@@ -9,17 +9,18 @@ from rich.table import Table
 
 from contracts.settings import Settings
 from fraud.console import console, counts_table, err_console, settings_of
-from infra.clients import Clients, cluster_metadata
-from infra.embedded import EmbeddedStack, StackInfo
-from infra.kafka_log import topic_counts
-from infra.maven import KAFKA_VERSION
-from infra.topic_admin import (
+from infra.clients import Clients
+from infra.embedded.stack import EmbeddedStack, StackInfo
+from infra.kafka.admin import (
     create_project_topics,
     delete_topics,
     existing_topics,
     shorter_retention,
     topic_configs,
 )
+from infra.kafka.connection import cluster_metadata
+from infra.kafka.log import topic_counts
+from infra.maven import KAFKA_VERSION
 
 #: The broker's topic configs ``topics describe`` shows besides the settings' (Kafka reports dozens).
 _SHOWN = ("retention.", "cleanup.policy", "min.insync.replicas")

@@ -21,7 +21,6 @@ from rich.table import Table
 
 from contracts.errors import ConfigError
 from contracts.events import CARD_TOKEN_PATTERN
-from features.definitions import DEFAULT_PARAMS, FeatureParams
 from fraud.console import console, err_console, format_ms, settings_of
 from fraud.options import CheckpointOption, StateNamespaceOption, checkpoint_dir, feature_params
 from fraud.state import state_session
@@ -49,15 +48,6 @@ JobOption = Annotated[
 SavepointOption = Annotated[
     Path | None, typer.Option(help="Read a savepoint (a copy of a checkpoint) instead of the checkpoint.")
 ]
-StateDelayOption = Annotated[
-    float | None,
-    typer.Option(
-        "--feature-delay-days",
-        min=0,
-        help="Label delay d of the terminal windows shown: they end d days before the frontier (default: the "
-        "job's, as its checkpoint records it; 7 for a checkpoint that records none).",
-    ),
-]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (every event).")]
 LimitOption = Annotated[int, typer.Option(min=1, help="Show at most this many events, the newest.")]
 
@@ -70,7 +60,6 @@ class Where:
     namespace: str
     checkpoint: Path | None
     savepoint: Path | None
-    feature_delay_days: float | None
 
 
 def _view(ctx: typer.Context, where: Where, name: str, read: Callable[..., Any]) -> Any:
@@ -87,21 +76,13 @@ def _view(ctx: typer.Context, where: Where, name: str, read: Callable[..., Any])
         else checkpoint_dir(settings, where.checkpoint, where.job, where.namespace)
     )
     state = open_job_state(directory)
-    params = _params(state.params_or(DEFAULT_PARAMS), where.feature_delay_days)
+    params = state.params_or(feature_params(settings))
     with err_console.status("Reading the state (starting Spark)..."):
         spark = state_session(settings, "fraud-state")
         try:
             return read(spark, state, name, params)
         finally:
             spark.stop()
-
-
-def _params(recorded: FeatureParams, delay_days: float | None) -> FeatureParams:
-    """The job's feature parameters, with the label delay the command was given, if any."""
-    if delay_days is None:
-        return recorded
-    windows = ",".join(str(days) for days in recorded.window_days)
-    return feature_params(delay_days, recorded.max_lateness_ms / 1000, windows)
 
 
 def _missing(value: object) -> bool:
@@ -214,7 +195,6 @@ def card_command(
     namespace: StateNamespaceOption = "",
     checkpoint: CheckpointOption = None,
     savepoint: SavepointOption = None,
-    feature_delay_days: StateDelayOption = None,
     limit: LimitOption = 20,
     as_json: JsonOption = False,
 ) -> None:
@@ -224,9 +204,7 @@ def card_command(
         raise typer.BadParameter("a card token is 32 lower-case hex digits", param_hint="CARD_ID")
     from features.inspect import read_card
 
-    view: CardView = _view(
-        ctx, Where(job, namespace, checkpoint, savepoint, feature_delay_days), card_id, read_card
-    )
+    view: CardView = _view(ctx, Where(job, namespace, checkpoint, savepoint), card_id, read_card)
     if as_json:
         _print_json(view.as_json())
     else:
@@ -241,7 +219,6 @@ def terminal_command(
     namespace: StateNamespaceOption = "",
     checkpoint: CheckpointOption = None,
     savepoint: SavepointOption = None,
-    feature_delay_days: StateDelayOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """What the job holds for a terminal: its transaction times and fraud labels, and the terminal features
@@ -250,9 +227,7 @@ def terminal_command(
         raise ConfigError("a terminal id is not empty")
     from features.inspect import read_terminal
 
-    view: TerminalView = _view(
-        ctx, Where(job, namespace, checkpoint, savepoint, feature_delay_days), terminal_id, read_terminal
-    )
+    view: TerminalView = _view(ctx, Where(job, namespace, checkpoint, savepoint), terminal_id, read_terminal)
     if as_json:
         _print_json(view.as_json())
     else:

@@ -18,12 +18,13 @@ from rich.table import Table
 from contracts.settings import Settings
 from fraud.commands.stack import stack_table
 from fraud.console import console, settings_of
+from fraud.metrics import Samples, scrape
 from fraud.running import running_jobs
-from infra.clients import Clients, NotConfiguredError, cluster_metadata
-from infra.embedded import EmbeddedStack
-from infra.input_watch import OBSERVER_GROUP_PREFIX
-from infra.kafka_log import log_bounds
-from infra.metrics import Samples, scrape
+from infra.clients import Clients, NotConfiguredError
+from infra.embedded.stack import EmbeddedStack
+from infra.kafka.connection import cluster_metadata
+from infra.kafka.input_watch import OBSERVER_GROUP_PREFIX
+from infra.kafka.log import log_bounds
 
 
 def status(
@@ -104,7 +105,7 @@ def jobs_table(urls: dict[str, str]) -> Table:
 
 
 def groups_table(clients: Clients) -> Table:
-    """The jobs' observer groups (``infra.input_watch.observer_group``): committed offsets against the log's end."""
+    """The jobs' observer groups (``infra.kafka.input_watch.observer_group``): committed offsets against the log's end."""
     admin = clients.admin()
     groups = sorted(
         group.group_id

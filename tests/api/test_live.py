@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.live import distribution, minutes_until, model_in_use
-from infra.score_stats import MINUTE_MS, SCORE_BINS, Counts, ScoredModel
+from scoring.score_stats import MINUTE_MS, SCORE_BINS, Counts, ScoredModel
 
 
 def test_minutes_end_with_the_current_one() -> None:

@@ -1,5 +1,5 @@
 """The record of the feature specs a state was built for: its fingerprint, what differs, which features a
-state can serve, and a checkpoint bound to it."""
+state can serve, and the parameters it gives back (``features.state_layout`` binds a checkpoint to it)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from contracts.settings import Topics
 from features.compat import (
-    SPECS_FILE,
     FeatureSpecsError,
-    bind_specs,
     check_specs,
-    read_specs,
     recorded_params,
     spec_changes,
     spec_fingerprint,
     spec_record,
 )
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
-from features.job import FeatureJobConfig, prepare_checkpoint
-from infra.checkpoints import LAYOUT_FILE, CheckpointLayoutError
-from infra.redis_connection import RedisTarget
 
 SPECS = DEFAULT_PARAMS.specs
 
@@ -34,7 +27,7 @@ def test_the_fingerprint_hashes_names_dtypes_and_windows_only() -> None:
     assert fingerprint == spec_fingerprint(FeatureParams().specs) and len(fingerprint) == 16
     reworded = tuple(dataclasses.replace(spec, meaning="another text") for spec in SPECS)
     assert spec_fingerprint(reworded) == fingerprint, "the meaning is documentation"
-    assert spec_fingerprint(FeatureParams(max_lateness_ms=DAY_MS).specs) == fingerprint
+    assert spec_fingerprint(FeatureParams(allowed_lateness_ms=DAY_MS).specs) == fingerprint
     assert spec_fingerprint(FeatureParams(label_delay_ms=3 * DAY_MS).specs) != fingerprint
     assert spec_fingerprint(FeatureParams(window_days=(1, 7, 28)).specs) != fingerprint
     retyped = (dataclasses.replace(SPECS[0], dtype="float64"), *SPECS[1:])
@@ -44,7 +37,7 @@ def test_the_fingerprint_hashes_names_dtypes_and_windows_only() -> None:
 
 def test_the_record_keeps_how_far_back_the_features_look() -> None:
     assert spec_record(DEFAULT_PARAMS)["span_ms"] == {"card": 30 * DAY_MS, "terminal": 37 * DAY_MS}
-    longer = FeatureParams(window_days=(1, 7, 60), label_delay_ms=DAY_MS, max_lateness_ms=HOUR_MS)
+    longer = FeatureParams(window_days=(1, 7, 60), label_delay_ms=DAY_MS, allowed_lateness_ms=HOUR_MS)
     assert spec_record(longer)["span_ms"] == {"card": 60 * DAY_MS, "terminal": 61 * DAY_MS}
 
 
@@ -82,7 +75,7 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         "terminal_days_since_first_fraud (30 d, 7 d before -> 7 d, 7 d before)",
     ]
     assert check_specs(saved, FeatureParams(label_delay_ms=DAY_MS), "here")  # a shorter delay: served
-    assert check_specs(saved, FeatureParams(max_lateness_ms=DAY_MS), "here") == []  # lateness aside
+    assert check_specs(saved, FeatureParams(allowed_lateness_ms=DAY_MS), "here") == []  # lateness aside
     with pytest.raises(
         FeatureSpecsError,
         match=r"^here holds state built for other features \(features added: card_nb_tx_45d, .*\) and "
@@ -92,83 +85,10 @@ def test_a_state_serves_the_features_that_look_back_no_further_than_it_keeps() -
         check_specs(saved, FeatureParams(window_days=(1, 7, 30, 45)), "here")
     with pytest.raises(FeatureSpecsError, match=r"the terminal features look back 44 d, the state keeps 37"):
         check_specs(saved, FeatureParams(label_delay_ms=14 * DAY_MS), "here")
-    unspanned = {key: value for key, value in saved.items() if key != "span_ms"}  # an older record
-    assert check_specs(unspanned, DEFAULT_PARAMS, "here") == []
-    with pytest.raises(FeatureSpecsError, match="does not say how far back it keeps events"):
-        check_specs(unspanned, FeatureParams(window_days=(1, 7, 14, 30)), "here")
-
-
-def test_a_checkpoint_records_the_specs_of_each_job_that_takes_its_state_over(tmp_path: Path) -> None:
-    assert read_specs(tmp_path) is None
-    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
-    assert (
-        json.loads((tmp_path / SPECS_FILE).read_text()) == read_specs(tmp_path) == spec_record(DEFAULT_PARAMS)
-    )
-    late = FeatureParams(max_lateness_ms=5)
-    assert bind_specs(tmp_path, late) == []  # lateness is not in the specs ...
-    assert read_specs(tmp_path) == spec_record(late)  # ... but in the parameters recorded
-    with pytest.raises(FeatureSpecsError, match=r"checkpoint .* other features \(changed windows: terminal"):
-        bind_specs(tmp_path, FeatureParams(label_delay_ms=10 * DAY_MS))
-    assert read_specs(tmp_path) == spec_record(late)
-    shorter = FeatureParams(window_days=(1, 7))
-    assert bind_specs(tmp_path, shorter) == check_specs(spec_record(DEFAULT_PARAMS), shorter, "here")
-    assert read_specs(tmp_path) == spec_record(shorter), "the state is kept for the new features from now on"
-    with pytest.raises(FeatureSpecsError, match="the card features look back 30 d, the state keeps 7 d"):
-        bind_specs(tmp_path, DEFAULT_PARAMS)
 
 
 def test_the_record_gives_back_the_parameters_of_the_job_that_wrote_it(tmp_path: Path) -> None:
-    params = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS, max_lateness_ms=60_000)
+    params = FeatureParams(window_days=(1, 7, 14, 30), label_delay_ms=3 * DAY_MS, allowed_lateness_ms=60_000)
     assert recorded_params(spec_record(params)) == params
     assert recorded_params(json.loads(json.dumps(spec_record(params)))) == params
     assert recorded_params(None) is None
-    older = {key: value for key, value in spec_record(params).items() if key != "params"}
-    assert recorded_params(older) is None
-
-
-def test_a_record_without_parameters_gets_them_at_the_next_start(tmp_path: Path) -> None:
-    older = {key: value for key, value in spec_record(DEFAULT_PARAMS).items() if key != "params"}
-    (tmp_path / SPECS_FILE).write_text(json.dumps(older))
-    assert bind_specs(tmp_path, DEFAULT_PARAMS) == []
-    assert recorded_params(read_specs(tmp_path)) == DEFAULT_PARAMS
-
-
-@pytest.mark.parametrize(
-    ("recorded", "kept_as"),
-    [
-        ({"card_buckets": 6, "terminal_buckets": 6}, "one value per bucket"),
-        (
-            {"card_buckets": 6, "terminal_buckets": 6, "card_slots": 16384, "terminal_slots": 16384},
-            "an entry per slot",
-        ),
-        (
-            {
-                "card_buckets": 6,
-                "terminal_buckets": 6,
-                "card_slots": 65536,
-                "terminal_slots": 65536,
-                "page_bytes": 32768,
-            },
-            "pages stored as bytes",
-        ),
-    ],
-)
-def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_the_savepoint_that_moves_it(
-    tmp_path: Path, recorded: dict[str, int], kept_as: str
-) -> None:
-    (tmp_path / LAYOUT_FILE).write_text(json.dumps(recorded))
-    config = FeatureJobConfig(
-        kafka_config={},
-        topics=Topics(),
-        checkpoint=tmp_path,
-        redis=RedisTarget("redis://127.0.0.1:1", "", 60),
-        params=DEFAULT_PARAMS,
-        max_event_bytes=16_384,
-    )
-    with pytest.raises(
-        CheckpointLayoutError, match=f"keeps its state in {kept_as}.*`fraud savepoint create`"
-    ):
-        prepare_checkpoint(config)
-    (tmp_path / LAYOUT_FILE).unlink()
-    prepare_checkpoint(config)  # an empty checkpoint takes this version's layout
-    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == config.layout.as_record()

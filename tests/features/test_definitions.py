@@ -62,7 +62,7 @@ def test_default_params_name_exactly_the_feature_columns() -> None:
         set(FEATURE_COLUMNS) - {"is_weekend", "is_night"}
     )
     assert params.label_delay_ms == 7 * DAY_MS
-    assert params.max_lateness_ms == 0
+    assert params.allowed_lateness_ms == 0
     assert params.longest_window_ms == 30 * DAY_MS
     assert params.short_window_ms == 3_600_000
     assert params == DEFAULT_PARAMS
@@ -94,7 +94,7 @@ def test_other_windows_give_their_own_names() -> None:
 
 
 def test_history_covers_windows_delay_and_lateness() -> None:
-    params = FeatureParams(max_lateness_ms=5)
+    params = FeatureParams(allowed_lateness_ms=5)
     assert params.card_history_ms == 30 * DAY_MS + 5
     assert params.terminal_history_ms == 37 * DAY_MS + 5
 
@@ -107,7 +107,7 @@ def test_history_covers_windows_delay_and_lateness() -> None:
         {"window_days": (1, 1)},
         {"window_days": (0, 7)},
         {"label_delay_ms": -1},
-        {"max_lateness_ms": -1},
+        {"allowed_lateness_ms": -1},
         {"short_window_hours": 0},
         {"lateness": 5},
     ],
@@ -119,7 +119,7 @@ def test_invalid_params_are_rejected(bad: dict[str, object]) -> None:
 
 def test_params_are_frozen() -> None:
     with pytest.raises(pydantic.ValidationError):
-        DEFAULT_PARAMS.max_lateness_ms = 5  # type: ignore[misc]
+        DEFAULT_PARAMS.allowed_lateness_ms = 5  # type: ignore[misc]
 
 
 def test_input_column_names_are_the_wire_field_names() -> None:

@@ -7,9 +7,22 @@ import binascii
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from features.bucket_entries import (
+    card_entries,
+    card_rows,
+    card_state,
+    read_cards,
+    read_terminals,
+    terminal_entries,
+    terminal_rows,
+    terminal_state,
+    unpack_cards,
+    unpack_terminals,
+)
 from features.buckets import card_bucket, terminal_buckets
 from features.core import CardState, TerminalState
 from features.definitions import HOUR_MS
@@ -20,22 +33,20 @@ from features.entries import (
     Rows,
     _sorted_factorize,
     _sorted_rows,
-    card_entries,
-    card_rows,
-    card_state,
     newest_of_entry,
     pack_entries,
-    read_cards,
-    read_terminals,
     route_hashes,
-    terminal_entries,
     terminal_hash,
-    terminal_rows,
-    terminal_state,
-    unpack_cards,
-    unpack_terminals,
 )
-from features.entry_store import Clock, EntryStore, Written, entry_bytes, entry_text
+from features.entry_store import (
+    LAST_READER_OF_EARLIER_LAYOUTS,
+    Clock,
+    EarlierLayoutError,
+    EntryStore,
+    Written,
+    entry_bytes,
+    entry_text,
+)
 from tests.support.state_vars import Map
 
 T0 = 1_522_540_800_000
@@ -203,9 +214,10 @@ def test_the_store_expires_an_entry_once_its_newest_event_is_behind_the_horizon_
     assert removed == 2 and not entries and not index and len(clock.hours) == 0
 
 
-def test_the_store_keeps_entries_as_ascii_text_and_reads_them_back_as_written_or_as_stored_before() -> None:
+def test_the_store_keeps_entries_as_ascii_text_and_refuses_them_as_earlier_versions_stored_them() -> None:
     """Spark's state server sends text to Python far faster than bytes: entries are stored as ASCII, seven
-    bits a character; the previous version's base64 and the bytes of versions older still read as well."""
+    bits a character; the base64 and the bytes earlier versions stored are refused, saying how to move them
+    (never misread)."""
     entries = Map()
     store = EntryStore(entries, Map())
     packed = {1: bytes(range(256)) * 3, 2: b"", 3: b"\x00\xff" * 5}
@@ -215,10 +227,15 @@ def test_the_store_keeps_entries_as_ascii_text_and_reads_them_back_as_written_or
 
     assert all(isinstance(value, str) and value.isascii() for (value,) in entries.values())
     assert store.read([1, 2, 3, 4]) == packed
-    assert [entry_bytes(value) for value in (b"\x00\x01", bytearray(b"ab"))] == [b"\x00\x01", b"ab"]
-    assert [entry_bytes(binascii.b2a_base64(value, newline=False).decode()) for value in packed.values()] == [
-        *packed.values()
+    earlier = [
+        b"\x00\x01",
+        *(binascii.b2a_base64(value, newline=False).decode() for value in packed.values()),
     ]
+    for value in earlier:
+        with pytest.raises(
+            EarlierLayoutError, match=f"commit {LAST_READER_OF_EARLIER_LAYOUTS} .*--from TIME"
+        ):
+            entry_bytes(value)
 
 
 @given(st.binary(max_size=400))
@@ -227,7 +244,7 @@ def test_an_entry_as_text_is_ascii_and_reads_back_byte_for_byte(value: bytes) ->
 
     assert text.isascii()
     assert entry_bytes(text) == value
-    assert len(text) % 4 != 0  # never taken for base64
+    assert len(text) % 64 == 1  # never base64, a multiple of 4
 
 
 def test_entries_are_packed_in_one_canonical_order_whether_rows_tie_on_their_first_field_or_not() -> None:

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from contracts.errors import StateError
-from features.compat import bind_specs
 from features.core import CardState, TerminalState, card_step, terminal_step
 from features.definitions import DAY_MS, DEFAULT_PARAMS, HOUR_MS, FeatureParams
+from features.entries import Layout
 from features.inspect import (
     JobState,
     NothingHeldError,
@@ -24,15 +24,16 @@ from features.inspect import (
 )
 from features.rows import RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
-from infra.checkpoints import DamagedCheckpointError
-from infra.kafka_offsets import NO_FRONTIER
-from infra.offset_log import Frontier
-from infra.state_store import CheckpointNotFoundError, CommittedBatch
+from features.state_layout import StateSpec, bind
+from infra.kafka.offsets import NO_FRONTIER
+from infra.spark.checkpoint import DamagedCheckpointError
+from infra.spark.offset_log import Frontier
+from infra.spark.state_store import CheckpointNotFoundError, CommittedBatch
 
 PARAMS = FeatureParams()
 T = 1_705_492_800_000  # 2024-01-17 12:00 UTC
 CARD, OTHER = "ab" * 16, "cd" * 16
-LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
+LAYOUT = Layout(card_buckets=6, terminal_buckets=6).as_record()
 
 
 def a_job(frontier: int | None = T, final: bool = False) -> JobState:
@@ -201,7 +202,7 @@ def test_a_checkpoint_gives_the_feature_parameters_its_job_records(tmp_path: Pat
     checkpoint = a_checkpoint(tmp_path / "cp", commits=1)
     assert open_job_state(checkpoint).params is None, "no record: the reader's own parameters"
     assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == DEFAULT_PARAMS
-    bind_specs(checkpoint, recorded)
+    bind(checkpoint, StateSpec(Layout(card_buckets=6, terminal_buckets=6), recorded))
     assert open_job_state(checkpoint).params == recorded
     assert open_job_state(checkpoint).params_or(DEFAULT_PARAMS) == recorded
 

@@ -15,8 +15,7 @@ from features.core import CardState, TerminalState
 from features.rescale import rekey_cards, rekey_terminals
 from features.rows import CARD_BUCKET, KIND, RowKind, decoded_fields, frame_of
 from features.stages import CardBucket
-from features.transport import card_bucket_of, terminal_state_of, to_blob
-from infra.kafka_offsets import NO_FRONTIER
+from infra.kafka.offsets import NO_FRONTIER
 
 T0 = 1_522_540_800_000
 CARDS = [f"{i:08x}" + "ab" * 12 for i in range(0, 40 * 7919, 7919)]  # tokens: hex, spread over buckets
@@ -87,29 +86,6 @@ def test_every_new_card_bucket_gets_the_highest_frontier() -> None:
     new = rekey_cards(layout_of_cards(6, frontiers), 4)
     assert {bucket.frontier_ms for bucket in new.values()} == {max(frontiers)}
     assert rekey_cards([], 3)[2].frontier_ms == NO_FRONTIER
-
-
-def test_an_earlier_versions_stored_bucket_values_read_back_whole() -> None:
-    """Earlier versions stored a card bucket as blobs (history with its card ids dictionary-encoded, waiting
-    events) and its frontier, a terminal bucket as two blobs: what a savepoint of them is re-keyed from."""
-    for bucket in layout_of_cards(6, [T0 + b for b in range(6)]):
-        stored = (
-            to_blob(bucket.history.to_frame(), ("card_id",)),
-            to_blob(bucket.pending),
-            bucket.frontier_ms,
-        )
-        back = card_bucket_of(*stored)
-        assert back.frontier_ms == bucket.frontier_ms
-        assert list(back.history.card_id) == list(bucket.history.card_id)
-        assert list(back.history.amount_cents) == list(bucket.history.amount_cents)
-        assert list(back.pending["tx_id"]) == list(bucket.pending["tx_id"])
-    state = terminal_state(TERMINALS[:5], 100)
-    transactions, labels = state.to_frames()
-    back_terminals = terminal_state_of(
-        to_blob(transactions, ("terminal_id",)), to_blob(labels, ("terminal_id",))
-    )
-    for name in (f.name for f in fields(TerminalState)):
-        assert list(getattr(back_terminals, name)) == list(getattr(state, name)), name
 
 
 def terminal_state(terminals: list[str], offset: int) -> TerminalState:

@@ -16,11 +16,12 @@ import pytest
 
 from contracts.records import FeatureRecord
 from contracts.settings import DEFAULT_PAGE_BYTES
+from features.bucket_entries import unpack_cards, unpack_terminals
 from features.buckets import card_bucket
 from features.core import CardState, TerminalState, compute_features, labels_from_fraud_flags
 from features.decode import DecodeOptions, decode, ticks
 from features.definitions import EVENT_TIME_MS, FeatureParams
-from features.entries import Layout, Pages, unpack_cards, unpack_terminals
+from features.entries import Layout, Pages
 from features.entry_store import EntryStore, entry_bytes
 from features.records import kafka_records
 from features.rescale import rekey_cards, rekey_terminals
@@ -28,9 +29,9 @@ from features.rows import CARD_BUCKET, TERMINAL_BUCKET, RowKind, empty_events
 from features.stages import CardBucket, card_stage, terminal_stage
 from features.stateful import BucketState, card_call, card_start, terminal_call, terminal_start
 from features.transport import from_blob, to_blob
-from infra.kafka_frontier import next_frontier
-from infra.offset_log import Frontier
-from infra.timing import Timings
+from infra.spark.frontier import next_frontier
+from infra.spark.offset_log import Frontier
+from infra.spark.timing import Timings
 from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import tokenise
 from tests.support.state_vars import Map, Value
@@ -422,7 +423,7 @@ def run_stream(
     """Drive the stages like the Spark job: events arrive in ``arrival`` order, cut into micro-batches.
 
     Transactions and labels are two partitions; each micro-batch's frontier is planned as the frontier source
-    plans it (``infra.kafka_frontier.next_frontier``), from what it and the micro-batches before it read.
+    plans it (``infra.spark.frontier.next_frontier``), from what it and the micro-batches before it read.
     After the records, the availableNow run's final micro-batch, in which the connector does not move (so
     too the first micro-batch of an availableNow run after a continuous one that read everything), releases
     the rest. ``final_reads``: the micro-batch that reads the last records is final itself, as a run of a
@@ -482,7 +483,7 @@ def run_stream(
         nonlocal frontier
         lagging = [name for name in ends if read[name] < ends[name]]
         planned = next_frontier(
-            frontier, frontier.batch + 1, read, stamps, lagging, params.max_lateness_ms, **run
+            frontier, frontier.batch + 1, read, stamps, lagging, params.allowed_lateness_ms, **run
         )
         frontier = planned or frontier
         return planned
@@ -586,7 +587,7 @@ def test_shuffled_arrival_within_allowed_lateness_equals_batch(final_reads: bool
     tx, labels = simulated()
     labels = labels[labels["known_at_ms"] <= tx[EVENT_TIME_MS].max()]
     lateness = 3_600_000
-    params = FeatureParams(max_lateness_ms=lateness)
+    params = FeatureParams(allowed_lateness_ms=lateness)
     when = np.concatenate([tx[EVENT_TIME_MS].to_numpy(), labels["known_at_ms"].to_numpy()])
     rng = np.random.default_rng(5)
     jitter = rng.integers(0, lateness, size=len(when))  # arrival order: time + jitter, each < lateness

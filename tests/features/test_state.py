@@ -95,9 +95,13 @@ def test_single_row_chunks_split_every_tie() -> None:
     pd.testing.assert_frame_equal(terminal, one_terminal, check_exact=True)
 
 
-def late_arrivals(rng: np.random.Generator, transactions: pd.DataFrame, lateness_ms: int) -> pd.DataFrame:
-    """Rows in an arrival order where each row is at most ``lateness_ms`` behind the latest seen."""
-    arrival = transactions[EVENT_TIME_MS].to_numpy() + rng.integers(0, lateness_ms + 1, len(transactions))
+def late_arrivals(
+    rng: np.random.Generator, transactions: pd.DataFrame, allowed_lateness_ms: int
+) -> pd.DataFrame:
+    """Rows in an arrival order where each row is at most ``allowed_lateness_ms`` behind the latest seen."""
+    arrival = transactions[EVENT_TIME_MS].to_numpy() + rng.integers(
+        0, allowed_lateness_ms + 1, len(transactions)
+    )
     return transactions.iloc[np.argsort(arrival, kind="stable")].reset_index(drop=True)
 
 
@@ -106,13 +110,13 @@ def test_pruning_keeps_everything_a_row_within_the_lateness_needs(seed: int) -> 
     """Rows arrive up to 2 days late; the pruned state must give what unbounded history gives."""
     rng = np.random.default_rng(200 + seed)
     lateness = 2 * DAY_MS
-    params = FeatureParams(max_lateness_ms=lateness, label_delay_ms=3 * DAY_MS)
+    params = FeatureParams(allowed_lateness_ms=lateness, label_delay_ms=3 * DAY_MS)
     transactions, labels = random_case(rng, params, n=600, n_cards=3, n_terminals=3, span_days=150)
     arriving = late_arrivals(rng, transactions, lateness)
     cuts = random_cuts(rng, len(arriving), 40)
 
     card, terminal, states = run_chunked(arriving, labels, params, cuts)
-    unbounded = params.model_copy(update={"max_lateness_ms": 10_000 * DAY_MS})
+    unbounded = params.model_copy(update={"allowed_lateness_ms": 10_000 * DAY_MS})
     full_card, full_terminal, full_states = run_chunked(arriving, labels, unbounded, cuts)
 
     pd.testing.assert_frame_equal(card, full_card, check_exact=True)
@@ -120,7 +124,7 @@ def test_pruning_keeps_everything_a_row_within_the_lateness_needs(seed: int) -> 
     assert len(states[-1][0]) < len(full_states[-1][0])
     assert len(states[-1][1]) < len(full_states[-1][1])
     # The same late input with no allowed lateness loses history that some late row needed.
-    no_lateness = params.model_copy(update={"max_lateness_ms": 0})
+    no_lateness = params.model_copy(update={"allowed_lateness_ms": 0})
     short_card, _, _ = run_chunked(arriving, labels, no_lateness, cuts)
     assert not short_card.equals(full_card)
 
@@ -128,7 +132,7 @@ def test_pruning_keeps_everything_a_row_within_the_lateness_needs(seed: int) -> 
 def test_state_holds_exactly_the_history_within_reach() -> None:
     """A long input: after every chunk the state is exactly the rows newer than the horizon."""
     rng = np.random.default_rng(3)
-    params = FeatureParams(max_lateness_ms=DAY_MS // 2)
+    params = FeatureParams(allowed_lateness_ms=DAY_MS // 2)
     n = 3000
     transactions, labels = random_case(rng, params, n=n, n_cards=20, n_terminals=10, span_days=365)
     transactions = in_event_order(transactions)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from contracts.settings import JobName, Settings
 from features.definitions import FeatureParams
-from features.rescale import Rescale
+from features.entries import Layout
+from features.state_layout import StateSpec
 from fraud import jobs
+from infra.clients import Clients
 from models.registry import MODEL_LOADING_MODULES
 
 #: Services nobody listens at: building a config must not try them.
@@ -24,15 +24,16 @@ NOWHERE = Settings(
 def built(tmp_path: Path) -> dict[JobName, jobs.Job]:
     topics = NOWHERE.topics.in_namespace("replay")
     scope = jobs.Scope("replay", start_ms=1, end_ms=2)
+    clients = Clients.from_settings(NOWHERE)
     return {
         JobName.FEATURES: jobs.feature_job_config(
-            NOWHERE, topics=topics, checkpoint=tmp_path / "f", params=FeatureParams(), scope=scope
+            NOWHERE, clients, topics=topics, checkpoint=tmp_path / "f", params=FeatureParams(), scope=scope
         ),
         JobName.SCORING: jobs.scoring_job_config(
-            NOWHERE, topics=topics, checkpoint=tmp_path / "s", scope=scope
+            NOWHERE, clients, topics=topics, checkpoint=tmp_path / "s", scope=scope
         ),
         JobName.PIPELINE: jobs.pipeline_config(
-            NOWHERE, topics=topics, checkpoint=tmp_path / "p", params=FeatureParams(), scope=scope
+            NOWHERE, clients, topics=topics, checkpoint=tmp_path / "p", params=FeatureParams(), scope=scope
         ),
     }
 
@@ -50,15 +51,6 @@ def test_each_job_says_what_it_is_reads_and_preloads(tmp_path: Path) -> None:
     assert pipeline.alert_inputs == (topics.transactions,) and features.alert_inputs == ()
     assert not set(MODEL_LOADING_MODULES) & set(features.preload), "the feature job loads no model"
     assert set(MODEL_LOADING_MODULES) <= set(scoring.preload) == set(pipeline.preload)
-    assert features.feature_part is features and scoring.feature_part is None
-    assert pipeline.feature_part is not None and pipeline.feature_part.redis.writer == JobName.PIPELINE
-
-
-@pytest.mark.parametrize("name", list(JobName))
-def test_a_rescale_reaches_the_feature_state_and_only_it(tmp_path: Path, name: JobName) -> None:
-    job = built(tmp_path)[name]
-    rescale = Rescale(query_dir=tmp_path / "old", batch=3, layout={"card_buckets": 6}, position={})
-    moved = job.with_rescale(rescale)
-    assert type(moved) is type(job)
-    part = moved.feature_part
-    assert (part.rescale if part is not None else None) == (rescale if name != JobName.SCORING else None)
+    assert features.state == pipeline.state == StateSpec(Layout(), FeatureParams())
+    assert scoring.state is None, "the scoring job keeps no keyed state"
+    assert pipeline.redis.writer == JobName.PIPELINE and features.redis.writer == JobName.FEATURES

@@ -17,7 +17,7 @@ Traceback (most recent call last):
 def test_a_project_error_in_a_task_keeps_its_exit_code() -> None:
     failed = JobFailedError(
         REPORT.format(
-            error="infra.redis_connection.RedisAccessError: Redis at redis://h:6379/0 refused the credentials"
+            error="infra.redis.connection.RedisAccessError: Redis at redis://h:6379/0 refused the credentials"
         )
     )
     assert failed.exit_code == 3

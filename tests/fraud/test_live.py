@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from fraud.live import metrics_status, progress_status
-from infra.offset_log import Frontier
+from infra.spark.offset_log import Frontier
 
 
 def test_a_job_from_its_metrics() -> None:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from fraud.logs import configure_logging
-from infra.clients import KAFKA_LOGGER
-from infra.spark_logs import PROJECT_LOGGERS
+from infra.kafka.connection import KAFKA_LOGGER
+from infra.spark.logs import PROJECT_LOGGERS
 
 
 @pytest.fixture(autouse=True)

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from contracts.errors import ConfigError, NotFoundError, StateError
-from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
-from features.compat import SPECS_FILE, FeatureSpecsError
+from contracts.settings import JobName
+from features.compat import SPECS_FILE, FeatureSpecsError, spec_record
 from features.definitions import DAY_MS, DEFAULT_PARAMS, FeatureParams
-from features.entries import ENTRY_FORMAT
+from features.entries import Layout
+from features.entry_store import LAST_READER_OF_EARLIER_LAYOUTS, EarlierLayoutError
 from features.rescale import Rescale
+from features.state_layout import LAYOUT_FILE, CheckpointLayoutError, Start, StateSpec
 from fraud import savepoints
 from fraud.savepoints import SavepointMismatchError
-from infra.checkpoints import LAYOUT_FILE, QUERY_DIR
-from tests.support.checkpoints import CHANGES, LAYOUT, LEGACY_LAYOUT, TOPICS, position, spark_checkpoint
+from infra.spark.checkpoint import QUERY_DIR
+from tests.support.checkpoints import CHANGES, LAYOUT, TOPICS, position, spark_checkpoint
 
 PARAMS = DEFAULT_PARAMS
 
@@ -46,7 +51,10 @@ def test_a_savepoint_says_where_its_job_stood(savepoint: savepoints.Savepoint, t
     older = {**stored, "format": 1}
     del older["shuffle_partitions"]
     (savepoint.path / savepoints.SAVEPOINT_FILE).write_text(json.dumps(older))
-    assert savepoints.read(savepoint.path).shuffle_partitions is None, "a version 1 savepoint reads as before"
+    with pytest.raises(
+        EarlierLayoutError, match=f"^savepoint {savepoint.path} keeps its state in an earlier"
+    ):
+        savepoints.read(savepoint.path)  # format 1 predates this version's layout
 
 
 def test_the_default_place_names_the_job_and_the_time(tmp_path: Path) -> None:
@@ -81,61 +89,84 @@ def test_what_cannot_be_saved_or_read_is_told(tmp_path: Path) -> None:
     assert (tmp_path / "sp" / "notes").exists()
 
 
-def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoint) -> None:
-    savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
-    savepoints.check_fits(savepoint, "features", {**LAYOUT, "card_buckets": 12}, PARAMS, TOPICS)  # rescaled
+@dataclass(frozen=True)
+class AFeatureJob:
+    """What a start needs of the feature job (``fraud.savepoints.JobToStart``)."""
+
+    checkpoint: Path
+    layout: Layout = field(default_factory=Layout)
+    params: FeatureParams = PARAMS
+    inputs: tuple[str, ...] = TOPICS
+    name: ClassVar[JobName] = JobName.FEATURES
+
+    @property
+    def state(self) -> StateSpec:
+        return StateSpec(self.layout, self.params)
+
+
+class APipeline(AFeatureJob):
+    name = JobName.PIPELINE
+
+
+def test_only_the_same_job_inputs_and_features_fit(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
+    cp = tmp_path / "cp"
+    savepoints.check_fits(savepoint, AFeatureJob(cp))
+    savepoints.check_fits(savepoint, AFeatureJob(cp, Layout(card_buckets=12)))  # rescaled
     with pytest.raises(SavepointMismatchError, match="is of the features job, not of the pipeline job"):
-        savepoints.check_fits(savepoint, "pipeline", LAYOUT, PARAMS, TOPICS)
-    with pytest.raises(
-        SavepointMismatchError,
-        match="keyed by card_buckets, terminal_buckets, card_slots, terminal_slots, page_bytes, entry_format, this",
-    ):
-        savepoints.check_fits(savepoint, "features", {"cards": 6}, PARAMS, TOPICS)
+        savepoints.check_fits(savepoint, APipeline(cp))
+    earlier = dataclasses.replace(savepoint, layout={"card_buckets": 6, "terminal_buckets": 6})
+    with pytest.raises(EarlierLayoutError, match=r"^savepoint .* keeps its state in an earlier layout"):
+        savepoints.check_fits(earlier, AFeatureJob(cp))
     with pytest.raises(
         SavepointMismatchError, match="read labels, transactions; this job reads tx2, labels2"
     ):
-        savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, ("tx2", "labels2"))
+        savepoints.check_fits(savepoint, AFeatureJob(cp, inputs=("tx2", "labels2")))
     more = FeatureParams(window_days=(1, 2, 7, 30))  # features added, within the state's history
-    savepoints.check_fits(savepoint, "features", LAYOUT, more, TOPICS)
-    savepoints.check_fits(savepoint, "features", LAYOUT, FeatureParams(label_delay_ms=DAY_MS), TOPICS)
+    savepoints.check_fits(savepoint, AFeatureJob(cp, params=more))
+    savepoints.check_fits(savepoint, AFeatureJob(cp, params=FeatureParams(label_delay_ms=DAY_MS)))
     with pytest.raises(
         FeatureSpecsError,
         match=r"savepoint .* \(features added: card_nb_tx_60d, .*the card features look back 60 d, the "
         r"state keeps 30 d; the terminal features look back 67 d, the state keeps 37 d\)",
     ):
-        savepoints.check_fits(savepoint, "features", LAYOUT, FeatureParams(window_days=(1, 7, 60)), TOPICS)
+        savepoints.check_fits(savepoint, AFeatureJob(cp, params=FeatureParams(window_days=(1, 7, 60))))
 
 
-def test_a_savepoint_without_a_specs_record_fits_no_feature_state(tmp_path: Path) -> None:
-    checkpoint = spark_checkpoint(tmp_path / "features", committed=1)
-    (checkpoint / "feature-specs.json").unlink()  # a checkpoint of an older version
-    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
-    assert savepoint.features is None
-    with pytest.raises(SavepointMismatchError, match="does not say which features"):
-        savepoints.check_fits(savepoint, "features", LAYOUT, PARAMS, TOPICS)
-    savepoints.check_fits(savepoint, "features", LAYOUT, None, TOPICS)  # a job without feature state
+def test_a_start_without_a_savepoint_binds_the_checkpoint_to_the_jobs_state(tmp_path: Path) -> None:
+    job = AFeatureJob(tmp_path / "features")
+    assert savepoints.plan_start(job, None, 2) == savepoints.Plan(Start())
+    assert json.loads((job.checkpoint / LAYOUT_FILE).read_text()) == LAYOUT
+    assert json.loads((job.checkpoint / SPECS_FILE).read_text()) == spec_record(PARAMS)
+    with pytest.raises(CheckpointLayoutError, match="resume it with the same settings, or rescale it"):
+        savepoints.plan_start(AFeatureJob(job.checkpoint, Layout(card_buckets=12)), None, 2)
 
 
 def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
     savepoint: savepoints.Savepoint, tmp_path: Path
 ) -> None:
-    target = tmp_path / "checkpoints" / "restored" / "features"
-    start = (target, "features", LAYOUT, PARAMS, TOPICS, 2)
-    assert savepoints.start_from(savepoint.path, *start) == savepoints.Start(savepoint, "copied")
+    job = AFeatureJob(tmp_path / "checkpoints" / "restored" / "features")
+    target = job.checkpoint
+    plan = savepoints.plan_start(job, savepoint.path, 2)
+    assert plan == savepoints.Plan(Start(), "copied", savepoint)
+    assert plan.describe(target) == (
+        f"Starting from savepoint {savepoint.path} (batch 4, frontier {savepoints.iso_ms(savepoint.frontier_ms)}) "
+        f"in checkpoint {target}."
+    )
     origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
     assert origin == {"id": savepoint.id, "savepoint": str(savepoint.path), "batch": 4}
     assert (target / QUERY_DIR / "commits" / "4").exists() and not (
         target / QUERY_DIR / "offsets" / "5"
     ).exists()
     run_on(target / QUERY_DIR, 5)
-    assert savepoints.start_from(savepoint.path, *start).how == "resumed", "a restart resumes"
+    assert savepoints.plan_start(job, savepoint.path, 2).how == "resumed", "a restart resumes"
+    assert savepoints.plan_start(job, None, 2) == savepoints.Plan(Start()), "as a restart without it does"
     assert (target / QUERY_DIR / "commits" / "5").exists()
     # Another savepoint, or the checkpoint it was taken from, is refused.
     other = savepoints.take("features", "", target, tmp_path / "savepoints" / "other")
     with pytest.raises(SavepointMismatchError, match="is not empty: a job starts from a savepoint in a new"):
-        savepoints.start_from(other.path, *start)
+        savepoints.plan_start(job, other.path, 2)
     with pytest.raises(SavepointMismatchError, match="is not empty"):
-        savepoints.start_from(savepoint.path, tmp_path / "checkpoints" / "features", *start[1:])
+        savepoints.plan_start(AFeatureJob(tmp_path / "checkpoints" / "features"), savepoint.path, 2)
     # A savepoint of a restored checkpoint has its own identity, and no trace of the first restore.
     assert other.batch == 5 and not (other.path / "checkpoint" / savepoints.RESTORED_FILE).exists()
 
@@ -143,37 +174,38 @@ def test_a_job_starts_from_a_savepoint_in_a_new_checkpoint_once(
 def test_a_job_in_another_layout_is_rescaled_from_a_savepoint(
     savepoint: savepoints.Savepoint, tmp_path: Path
 ) -> None:
-    target = tmp_path / "checkpoints" / "rescaled" / "features"
-    twelve = {**LAYOUT, "card_buckets": 12, "terminal_buckets": 12}
-    start = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
-    assert (start.how, start.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
-    assert start.rescale == Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, position(4), LAYOUT)
+    job = AFeatureJob(
+        tmp_path / "checkpoints" / "rescaled" / "features", Layout(card_buckets=12, terminal_buckets=12)
+    )
+    target = job.checkpoint
+    plan = savepoints.plan_start(job, savepoint.path, 2)
+    assert (plan.how, plan.change) == ("rescaled", "card_buckets 6 -> 12, terminal_buckets 6 -> 12")
+    assert plan.start == Start(Rescale(savepoint.path / "checkpoint" / QUERY_DIR, 4, position(4)))
     # Nothing copied: a new query starts here, in the new layout, recording where its state comes from and
     # which features it was built for.
     assert {p.name for p in target.iterdir()} == {LAYOUT_FILE, SPECS_FILE, savepoints.RESTORED_FILE}
-    assert json.loads((target / LAYOUT_FILE).read_text()) == twelve
+    assert json.loads((target / LAYOUT_FILE).read_text()) == job.layout.as_record()
     assert json.loads((target / SPECS_FILE).read_text()) == savepoint.features
     origin = json.loads((target / savepoints.RESTORED_FILE).read_text())
-    assert origin["rescaled"] == start.change and origin["id"] == savepoint.id
+    assert origin["rescaled"] == plan.change and origin["id"] == savepoint.id
     # Until its first micro-batch commits, it needs the savepoint: a restart, with or without it, rescales.
-    assert savepoints.unfinished_rescale(target) == savepoint.path
-    again = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
-    assert again == start
+    assert savepoints.plan_start(job, savepoint.path, 2) == plan
+    assert savepoints.plan_start(job, None, 2) == plan
+    (target / QUERY_DIR / "offsets").mkdir(parents=True)
+    (target / QUERY_DIR / "offsets" / "0").write_text("v1\n{}")
     (target / QUERY_DIR / "commits").mkdir(parents=True)
     (target / QUERY_DIR / "commits" / "0").write_text("v1\n{}")
-    assert savepoints.unfinished_rescale(target) is None
-    resumed = savepoints.start_from(savepoint.path, target, "features", twelve, PARAMS, TOPICS, 2)
-    assert (resumed.how, resumed.rescale) == ("resumed", None)
-    assert savepoints.unfinished_rescale(tmp_path / "checkpoints" / "none") is None
+    resumed = savepoints.plan_start(job, savepoint.path, 2)
+    assert (resumed.how, resumed.start) == ("resumed", Start())
+    assert savepoints.plan_start(job, None, 2) == savepoints.Plan(Start()), "the savepoint is needed no more"
 
 
 def test_other_shuffle_partitions_rescale_too(savepoint: savepoints.Savepoint, tmp_path: Path) -> None:
     assert savepoint.shuffle_partitions == 2
-    assert savepoints.layout_change(savepoint, LAYOUT, 2) is None
-    assert savepoints.layout_change(savepoint, LAYOUT, None) is None
+    assert savepoints.layout_change(savepoint, AFeatureJob(tmp_path).state, 2) is None
     assert savepoints.layout_change(savepoint, None, 3) is None, "a job without keyed state copies"
-    start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 3)
-    assert (start.how, start.change) == ("rescaled", "shuffle partitions 2 -> 3")
+    plan = savepoints.plan_start(AFeatureJob(tmp_path / "cp"), savepoint.path, 3)
+    assert (plan.how, plan.change) == ("rescaled", "shuffle partitions 2 -> 3")
 
 
 def run_on(query: Path, batch: int) -> None:
@@ -189,15 +221,13 @@ def test_deleting_a_savepoint_removes_its_directory(savepoint: savepoints.Savepo
     assert not savepoint.path.exists()
 
 
-def test_a_savepoint_of_an_earlier_versions_buckets_is_moved_into_entries(tmp_path: Path) -> None:
-    """Earlier versions kept a value per bucket and recorded no slots: their savepoints fit, as a rescale
-    into this version's entries."""
-    checkpoint = spark_checkpoint(tmp_path / "old", committed=4, layout=LEGACY_LAYOUT)
-    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
-    start = savepoints.start_from(savepoint.path, tmp_path / "cp", "features", LAYOUT, PARAMS, TOPICS, 2)
-    assert (start.how, start.change) == (
-        "rescaled",
-        f"card_slots none -> {DEFAULT_SLOTS}, terminal_slots none -> {DEFAULT_SLOTS}, "
-        f"page_bytes none -> {DEFAULT_PAGE_BYTES}, entry_format none -> {ENTRY_FORMAT}",
+def test_a_savepoint_of_an_earlier_layout_is_refused_with_the_way_to_move_it(tmp_path: Path) -> None:
+    """Earlier versions kept a value per bucket and recorded no slots: this version reads their state no
+    more, and says which version moves it."""
+    checkpoint = spark_checkpoint(
+        tmp_path / "old", committed=4, layout={"card_buckets": 6, "terminal_buckets": 6}
     )
-    assert start.rescale is not None and start.rescale.layout == LEGACY_LAYOUT
+    savepoint = savepoints.take("features", "", checkpoint, tmp_path / "sp")
+    with pytest.raises(EarlierLayoutError, match=f"commit {LAST_READER_OF_EARLIER_LAYOUTS} "):
+        savepoints.plan_start(AFeatureJob(tmp_path / "cp"), savepoint.path, 2)
+    assert not (tmp_path / "cp").exists()

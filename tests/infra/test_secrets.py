@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from contracts.settings import RedisConnection
+from contracts.sections import RedisConnection
 from features.job import CardTicks
-from infra.kafka_frontier import FrontierConfig
-from infra.kafka_sink.config import KafkaSinkConfig
-from infra.redis_connection import RedisTarget
-from infra.spark_kafka import KafkaInput
+from infra.redis.connection import RedisTarget
+from infra.spark.frontier import FrontierConfig
+from infra.spark.kafka_sink.config import KafkaSinkConfig
+from infra.spark.kafka_source import KafkaInput
 
 PASSWORD = "hunter2-kafka-secret"  # noqa: S105 - the secret the test looks for
 KAFKA = {"bootstrap.servers": "kafka:9092", "sasl.username": "fraud", "sasl.password": PASSWORD}

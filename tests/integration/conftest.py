@@ -20,7 +20,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from contracts.settings import Settings
 from fraud.jobs import SCORING_PRELOAD
-from infra.spark import spark_session
+from infra.spark.session import spark_session
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 
 from contracts.settings import Settings
 from infra.clients import Clients
-from infra.kafka_log import offset_bounds
+from infra.kafka.log import offset_bounds
 from tests.support.factories import CARD_B, make_alert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "alert_consumer.py"

@@ -13,14 +13,20 @@ import pytest
 import redis
 
 from contracts.records import ScoreRecord
+from contracts.redis_keys import (
+    alert_key,
+    card_alerts_key,
+    card_features_key,
+    card_score_key,
+    recent_alerts_key,
+)
 from features.job import LatestFeaturesToRedis
 from infra.arrow_json import json_objects
-from infra.embedded import StackInfo
-from infra.kafka_sink.records import newest_per_key
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import alert_key, card_alerts_key, card_features_key, card_score_key, recent_alerts_key
-from infra.redis_reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
-from infra.redis_store import set_latest, write_alerts, write_score_values, write_scores
+from infra.embedded.stack import StackInfo
+from infra.redis.connection import RedisTarget
+from infra.redis.reads import card_alerts, card_known, card_summary, get_alert, recent_alerts
+from infra.redis.store import set_latest, write_alerts, write_score_values, write_scores
+from infra.spark.kafka_sink.records import newest_per_key
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 DAY_S = 86_400

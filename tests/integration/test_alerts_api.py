@@ -18,9 +18,9 @@ from redis.retry import Retry
 
 from api.app import create_app
 from contracts.records import AlertRecord
-from infra.embedded import StackInfo
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest, write_alerts, write_scores
+from contracts.redis_keys import card_features_key
+from infra.embedded.stack import StackInfo
+from infra.redis.store import set_latest, write_alerts, write_scores
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 
 RETENTION_S = 7 * 86_400
@@ -60,7 +60,7 @@ def test_healthz(api: TestClient) -> None:
 
 
 def test_healthz_reports_an_unreachable_redis() -> None:
-    from infra.embedded import free_port
+    from infra.embedded.stack import free_port
 
     dead = redis.Redis(
         host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)

@@ -18,14 +18,14 @@ import redis
 from typer.testing import CliRunner
 
 from contracts.records import AlertRecord
+from contracts.redis_keys import card_features_key
 from contracts.settings import Settings
 from fraud.cli import app
 from fraud.console import console, err_console
 from fraud.options import parse_time
 from infra.clients import Clients
-from infra.embedded import free_port
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest, write_alerts, write_scores
+from infra.embedded.stack import free_port
+from infra.redis.store import set_latest, write_alerts, write_scores
 from tests.support.factories import CARD_A, CARD_B, T0_MS, make_alert, make_score
 from tests.support.scripts import FRAUD
 

@@ -26,13 +26,13 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from api.app import create_app
+from contracts.redis_keys import card_features_key
 from fraud.live import RegisteredJobs
+from fraud.metrics import JobMetrics
 from fraud.running import registered, this_job
-from infra.embedded import HOST, StackInfo, free_port
-from infra.metrics import JobMetrics
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest, write_alerts, write_scores
-from infra.score_stats import score_stats, write_score_stats
+from infra.embedded.stack import HOST, StackInfo, free_port
+from infra.redis.store import set_latest, write_alerts, write_scores
+from scoring.score_stats import score_stats, write_score_stats
 from tests.support.factories import CARD_A, CARD_B, EXPLANATION, T0_MS, make_alert, make_progress, make_score
 
 RETENTION_S = 7 * 86_400

@@ -21,7 +21,7 @@ from contracts.events import from_message
 from contracts.settings import Settings
 from features.definitions import DEFAULT_PARAMS
 from infra.clients import Clients
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.log import read_topic, topic_counts
 from models.dataset import Dataset
 from tests.support.cards import formatted, random_card_numbers
 from tests.support.cli_stack import train_champion

@@ -17,7 +17,7 @@ for an answer; after the eighth, once every job works and a write task of the fe
 transaction open (or 30 s passed), the broker is SIGKILLed, left down for 20 s and started again on its port
 and log directory, which it recovers. Every job is still running after each outage, and says in one line
 that Kafka is away and in one that it answers again, with no start-up advice. Then each job finishes with
-``--once``.
+``--once`` (a job whose last kill comes after every outage restarts with ``--once`` at that kill).
 
 Compared with an undisturbed run (the batch path's features, the model's scores of them): every
 transaction has exactly one committed feature record and one score, equal to the undisturbed ones; the
@@ -49,12 +49,12 @@ from confluent_kafka.admin import AdminClient
 from contracts.events import TxColumns
 from contracts.provenance import provenance_of
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.redis_keys import alert_key
 from contracts.settings import Topics, redis_prefix
 from features.definitions import FeatureParams
 from infra.clients import Clients
-from infra.kafka_log import read_topic
-from infra.redis_keys import alert_key
-from infra.redis_reads import get_alert
+from infra.kafka.log import read_topic
+from infra.redis.reads import get_alert
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from tests.support.chaos import (
@@ -132,12 +132,15 @@ class Job:
         self.log = logs / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.commits_at_start = 0
+        self.once = False
 
-    def start(self) -> None:
-        self.commits_at_start = self.commits()
+    def start(self, once: bool = False) -> None:
+        """Continuously, or with ``--once``: to the end of the input."""
+        self.commits_at_start, self.once = self.commits(), once
+        argv = [str(BIN / "fraud"), *self.argv, *(["--once"] if once else [])]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [str(BIN / "fraud"), *self.argv], env=self.env, stdout=log, stderr=log, start_new_session=True
+                argv, env=self.env, stdout=log, stderr=log, start_new_session=True
             )
 
     def commits(self) -> int:
@@ -164,25 +167,28 @@ class Job:
             self.process = None
 
     def finish(self) -> subprocess.Popen[bytes]:
-        """Kill the continuous run; start the same command with ``--once``, to the end of the input."""
-        self.kill()
-        with self.log.open("ab") as log:
-            return subprocess.Popen(
-                [str(BIN / "fraud"), *self.argv, "--once"], env=self.env, stdout=log, stderr=log
-            )
+        """The run with ``--once``: the one started at the last kill, or else the continuous run killed and
+        the same command started with ``--once``."""
+        if not (self.once and self.process is not None):
+            self.kill()
+            self.start(once=True)
+        assert self.process is not None
+        return self.process
 
     def finished(self, run: subprocess.Popen[bytes]) -> None:
         assert run.wait(timeout=600) == 0, f"{self.name} --once failed: {self.tail()}"
+        self.process = None
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
 
 def kill_at_random(
-    job: Job, admin: AdminClient, rng: random.Random, faults: Faults, inside_transaction: bool
+    job: Job, admin: AdminClient, rng: random.Random, faults: Faults, inside_transaction: bool, once: bool
 ) -> None:
     """Kill ``job`` inside a Kafka transaction (once it works, when a write task holds one open with
-    records), or at a seeded random moment up to ``RANDOM_KILL_WITHIN_S`` from now; start it again at once."""
+    records), or at a seeded random moment up to ``RANDOM_KILL_WITHIN_S`` from now; start it again at once
+    (with ``--once`` if ``once``)."""
     if inside_transaction and job.wait_for_progress():
         wait_held_back(admin, [job.output], TRANSACTION_WAIT_S)
     else:
@@ -190,7 +196,7 @@ def kill_at_random(
     job.kill()
     faults.in_transaction += bool(held_back(admin, [job.output]))  # the killed writer's transaction is open
     faults.kills[job.name] += 1
-    job.start()
+    job.start(once)
 
 
 def run_with_kills(
@@ -204,11 +210,12 @@ def run_with_kills(
     """Each job killed as often as ``kills`` says, the jobs taking turns (one restarts while the next is
     killed); the first round's kills land inside a transaction. ``between[i]`` runs after the i-th
     kill. Then every job finishes its input with ``--once``: the jobs of each list of ``finish`` side by
-    side, the lists one after another (a job after those whose output it reads)."""
+    side, the lists one after another (a job after those whose output it reads). A job's last kill after
+    the last of ``between`` starts it again with ``--once`` already."""
     rounds = [[job for job, n in kills.items() if n > turn] for turn in range(max(kills.values()))]
-    order = [(job, turn == 0) for turn, jobs in enumerate(rounds) for job in jobs]
-    for i, (job, inside_transaction) in enumerate(order):
-        kill_at_random(job, admin, rng, faults, inside_transaction)
+    order = [(job, turn == 0, turn == kills[job] - 1) for turn, jobs in enumerate(rounds) for job in jobs]
+    for i, (job, inside_transaction, last) in enumerate(order):
+        kill_at_random(job, admin, rng, faults, inside_transaction, last and i > max(between))
         if i in between:
             between[i]()
     for side_by_side in finish:
@@ -294,9 +301,9 @@ def test_kills_a_redis_restart_a_broker_pause_and_restart_lose_and_duplicate_not
     with cli_stack(tmp_path, FRAUD_TOKEN_KEY=f"chaos-token-key-{SEED}") as (stack, clients, env):
         settings = clients.settings
         tracking_uri = clients.endpoints.mlflow_tracking_uri
-        assert len(simulate(SIMULATION)) >= MIN_TRANSACTIONS
         register_champion(clients, simulate(TRAINING), params, tmp_path / "artifacts")
         sim = simulated(SIMULATION, settings, params)
+        assert len(sim.transactions) >= MIN_TRANSACTIONS
         expected = expected_results(sim, tracking_uri, params)
         subprocess.run([str(BIN / "fraud"), "topics", "create"], env=env, check=True, capture_output=True)
         assert produce_events(clients.producer(), settings.topics, sim.events).delivery_errors == []

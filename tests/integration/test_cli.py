@@ -11,7 +11,7 @@ from contracts.events import Reason, from_message
 from contracts.settings import DEMO_TOKEN_KEY, Settings
 from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.log import read_topic, topic_counts
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import FRAUD, run_fraud
 

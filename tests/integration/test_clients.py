@@ -8,7 +8,7 @@ from confluent_kafka import Producer
 
 from contracts.settings import Settings
 from infra.clients import Clients
-from infra.kafka_log import offset_bounds, read_topic
+from infra.kafka.log import offset_bounds, read_topic
 
 
 def test_a_partition_with_an_open_transaction_ends_where_the_transaction_begins(

@@ -21,9 +21,9 @@ from contracts.records import AlertRecord, ScoreRecord
 from contracts.settings import OUTPUT_ROLES, Settings, Topics
 from features.definitions import FeatureParams
 from infra.clients import Clients
-from infra.kafka_log import read_topic
-from infra.spark_cluster import SPARK_ENV, Cluster, standalone_cluster
-from infra.topic_admin import create_project_topics
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic
+from infra.spark.cluster import SPARK_ENV, Cluster, standalone_cluster
 from ingest.produce import produce_events
 from tests.support.cli_stack import register_champion
 from tests.support.feature_jobs import (
@@ -122,7 +122,7 @@ from pathlib import Path
 from contracts.errors import ConfigError
 from contracts.settings import Settings
 from fraud.jobs import SPARK_PRELOAD, job_spark_session
-from infra.spark import check_executors
+from infra.spark.session import check_executors
 
 master, home = sys.argv[1], Path(sys.argv[2])
 spark = job_spark_session(Settings(spark_master=master, home=home), "executor-check")

@@ -28,12 +28,12 @@ from prometheus_client import CollectorRegistry
 
 from contracts.settings import Settings, known_env_names
 from fraud.cli import app
-from infra.api_metrics import ApiMetrics
-from infra.embedded import StackInfo, free_port, temporary_stack, valkey_binary
+from fraud.metrics import JobMetrics
+from infra.embedded.stack import StackInfo, free_port, temporary_stack, valkey_binary
 from infra.maven import KAFKA_VERSION
-from infra.metrics import JobMetrics
-from infra.spark import JIT_OPTIONS
-from infra.spark_cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
+from infra.metrics.api import ApiMetrics
+from infra.spark.cluster import DAEMON_ENV, SPARK_ENV, spawn, stop
+from infra.spark.session import JIT_OPTIONS
 
 pytestmark = pytest.mark.minutes(5)
 

@@ -69,7 +69,7 @@ def get_json(url: str) -> object:
         return json.loads(response.read())
 
 
-#: What Spark's JVM and Python workers print, which belongs in their log file (``infra.spark_logs``).
+#: What Spark's JVM and Python workers print, which belongs in their log file (``infra.spark.logs``).
 SPARK_NOTICES = (
     "TransformWithStateInPandas Python worker",
     "log4j",

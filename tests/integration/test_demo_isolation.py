@@ -13,7 +13,7 @@ import pytest
 import redis
 from mlflow.tracking import MlflowClient
 
-from infra.topic_admin import existing_topics
+from infra.kafka.admin import existing_topics
 from tests.support.cli_stack import cli_stack
 from tests.support.scripts import FRAUD
 
@@ -53,24 +53,29 @@ def test_demo_writes_only_its_namespace_and_prints_commands_that_show_its_result
             if line.startswith(("  fraud ", "  FRAUD_"))
         ]
         assert len(commands) == 5, demo.stdout[-2000:]
-        outputs = {}
-        for command in commands:
+        running = {}
+        for command in commands:  # side by side: they only read
             words = shlex.split(command)
             extra = dict(word.split("=", 1) for word in words if "=" in word and word.startswith("FRAUD_"))
             args = [word for word in words if not word.startswith("FRAUD_")]
             assert args[0] == "fraud"
             if args[1] == "serve":
                 continue
-            ran = subprocess.run(
-                [FRAUD, *args[1:]],
-                env={**env, **extra},
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
+            running[command] = (
+                " ".join(args[1:3]),
+                subprocess.Popen(
+                    [FRAUD, *args[1:]],
+                    env={**env, **extra},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
             )
-            assert ran.returncode == 0, f"{command}: {ran.stderr[-2000:]}"
-            outputs[" ".join(args[1:3])] = ran.stdout
+        outputs = {}
+        for command, (name, ran) in running.items():
+            stdout, stderr = ran.communicate(timeout=300)
+            assert ran.returncode == 0, f"{command}: {stderr[-2000:]}"
+            outputs[name] = stdout
         alerts = re.search(rf"Alerts on {ns}\.alerts: ([\d,]+)", outputs["alerts tail"])
         assert alerts and int(alerts.group(1).replace(",", "")) > 0, outputs["alerts tail"][:2000]
         assert "Alert for transaction" in outputs["alerts get"]

@@ -9,9 +9,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from infra.clients import Clients
-from infra.embedded import EmbeddedStack, StackError, StackInfo, pid_runs
-from infra.kafka_log import read_topic
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import EmbeddedStack, StackError, StackInfo, pid_runs
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic
 
 
 def test_session_stack_serves_kafka_and_redis(stack: StackInfo) -> None:

@@ -41,12 +41,12 @@ from contracts.settings import Settings, Topics
 from features.definitions import HOUR_MS, FeatureParams
 from features.job import FeatureJobConfig
 from fraud.progress import records_read
-from infra.checkpoints import query_location
 from infra.clients import Clients
-from infra.embedded import StackInfo
-from infra.kafka_log import read_topic
-from infra.offset_log import position_at
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import StackInfo
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic
+from infra.spark.checkpoint import query_location
+from infra.spark.offset_log import position_at
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import (
@@ -263,22 +263,24 @@ def live_records(sim: Simulated, topics: Topics) -> list[Record]:
     ]
 
 
-def shuffled(records: list[Record], lateness_ms: int, seed: int) -> list[Record]:
-    """The records in a random arrival order in which each is less than ``lateness_ms`` older than any
+def shuffled(records: list[Record], allowed_lateness_ms: int, seed: int) -> list[Record]:
+    """The records in a random arrival order in which each is less than ``allowed_lateness_ms`` older than any
     record before it: ordered by timestamp plus a random delay below the lateness."""
     stamps = np.asarray([ts for *_, ts in records], dtype=np.int64)
-    delays = np.random.default_rng(seed).integers(0, lateness_ms, len(records))
+    delays = np.random.default_rng(seed).integers(0, allowed_lateness_ms, len(records))
     return [records[i] for i in np.lexsort((np.arange(len(records)), stamps + delays))]
 
 
-def assert_disorder_within(records: list[Record], placed: list[tuple[int, int]], lateness_ms: int) -> None:
-    """In each partition every record is at most ``lateness_ms`` behind the newest one before it, and many
+def assert_disorder_within(
+    records: list[Record], placed: list[tuple[int, int]], allowed_lateness_ms: int
+) -> None:
+    """In each partition every record is at most ``allowed_lateness_ms`` behind the newest one before it, and many
     are behind one."""
     newest: dict[tuple[str, int], int] = {}
     behind = 0
     for (topic, _, _, ts), (partition, _) in zip(records, placed, strict=True):
         top = newest.get((topic, partition), ts)
-        assert top - ts <= lateness_ms, f"{topic}/{partition}: a record {top - ts} ms behind"
+        assert top - ts <= allowed_lateness_ms, f"{topic}/{partition}: a record {top - ts} ms behind"
         behind += ts < top
         newest[(topic, partition)] = max(top, ts)
     assert behind > len(records) // 4, "the input is hardly out of order"
@@ -293,7 +295,7 @@ def test_shuffled_arrival_within_the_allowed_lateness_gives_the_batch_result(
     rest, including the newest events, which are not the last records read. Every transaction gets exactly
     one feature record, with the batch path's features, none marked late.
     """
-    params = FeatureParams(max_lateness_ms=LATENESS_MS)
+    params = FeatureParams(allowed_lateness_ms=LATENESS_MS)
     sim = simulated(SHUFFLED_SIMULATION, settings, params)
     records = shuffled(live_records(sim, settings.topics), LATENESS_MS, seed=7)
     placed = produce_records(clients.producer(), records)
@@ -434,7 +436,9 @@ CHAOS_MAX_RECORDS = 3_500
 class JobProcess:
     """``feature_job_runner.py`` running continuously in its own session, SIGKILLed as a whole when asked."""
 
-    def __init__(self, tmp_path: Path, clients: Clients, max_records: int, lateness_ms: int = 0) -> None:
+    def __init__(
+        self, tmp_path: Path, clients: Clients, max_records: int, allowed_lateness_ms: int = 0
+    ) -> None:
         self.checkpoint = tmp_path / "cp"
         self.control = tmp_path / "control"
         self.log = tmp_path / "job.log"
@@ -449,7 +453,7 @@ class JobProcess:
             f"--home={tmp_path / 'home'}",
             f"--control={self.control}",
             f"--max-records={max_records}",
-            f"--allowed-lateness-ms={lateness_ms}",
+            f"--allowed-lateness-ms={allowed_lateness_ms}",
         ]
         self.job: subprocess.Popen[bytes] | None = None
 

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from contracts import DISTRIBUTION
 from contracts.settings import Settings, Topics
 from infra.clients import Clients
-from infra.embedded import EMBEDDED_EXTRA, StackInfo
+from infra.embedded.stack import EMBEDDED_EXTRA, StackInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "infra" / "Dockerfile"

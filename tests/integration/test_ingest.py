@@ -6,12 +6,12 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
-from contracts.events import LabelEvent, Reason, TransactionEvent, TxColumns, from_message
+from contracts.events import DAY_MS, LabelEvent, Reason, TransactionEvent, TxColumns, from_message
 from contracts.privacy import mask_card_numbers_bytes
 from contracts.settings import Settings
 from fraud.demo import BAD_EVENTS_FILE
 from infra.clients import Clients
-from infra.kafka_log import read_topic, topic_counts
+from infra.kafka.log import read_topic, topic_counts
 from ingest.deadletter import summarise_topic
 from ingest.files import clean_table
 from ingest.produce import events_from_file, events_from_table, produce_events
@@ -19,7 +19,6 @@ from ingest.simulator import SimulatorConfig, simulate
 from ingest.tokens import card_token
 
 C = TxColumns
-DAY_MS = 86_400_000
 
 
 def ingest_file(

@@ -26,9 +26,10 @@ from pyspark.sql import SparkSession
 from contracts.settings import Settings
 from features.definitions import FeatureParams
 from features.job import feature_stream
+from features.state_layout import Start
 from fraud.jobs import feature_job_config
 from infra.clients import Clients
-from infra.kafka_log import topic_counts
+from infra.kafka.log import topic_counts
 from tests.support.feature_jobs import finished_query
 from tests.support.samples import GOOD as TX
 from tests.support.scripts import run_fraud
@@ -102,12 +103,18 @@ def test_the_feature_query_plans_progress_and_configs_show_no_secret(
     result = run_fraud(settings, "ingest", str(write_events(tmp_path / "events.jsonl")))
     assert result.returncode == 0, result.stderr
     config = feature_job_config(
-        secret_settings, topics=settings.topics, checkpoint=tmp_path / "checkpoint", params=FeatureParams()
+        secret_settings,
+        Clients.from_settings(secret_settings),
+        topics=settings.topics,
+        checkpoint=tmp_path / "checkpoint",
+        params=FeatureParams(),
     )
     assert config.kafka_config["sasl.password"] == SASL_PASSWORD  # the secret is really carried
     query = finished_query(spark, config)
     assert topic_counts(clients, [settings.topics.features])[settings.topics.features] == 20
-    frame = feature_stream(spark, config)  # the job's streaming DataFrame, as start_feature_job builds it
+    frame = feature_stream(
+        spark, config, Start()
+    )  # the job's streaming DataFrame, as start_feature_job builds it
     shown = {
         "the job's plan": frame._jdf.queryExecution().toString(),
         "the job's logical plan": frame._jdf.queryExecution().logical().toString(),

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from contracts.settings import Settings
-from infra.clients import METADATA_TIMEOUT_S, Clients, Endpoints, KafkaAccessError, cluster_metadata
-from infra.embedded import BROKER_HEAP, HOST, START_TIMEOUT_S, EmbeddedStack, broker_answers, free_port
+from infra.clients import Clients, Endpoints
+from infra.embedded.stack import BROKER_HEAP, HOST, START_TIMEOUT_S, EmbeddedStack, broker_answers, free_port
+from infra.kafka.connection import METADATA_TIMEOUT_S, KafkaAccessError, cluster_metadata
 from tests.support.scripts import run_fraud
 
 PASSWORD = f"sasl-{uuid.uuid4().hex}"

@@ -20,12 +20,12 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from fraud.live import RegisteredJobs
+from fraud.metrics import JobMetrics
 from fraud.running import RunningJob, jobs_dir, registered, this_job
-from infra.embedded import StackInfo
-from infra.metrics import JobMetrics
-from infra.redis_connection import RedisTarget
-from infra.score_stats import MINUTE_MS, SCORE_BINS
+from infra.embedded.stack import StackInfo
+from infra.redis.connection import RedisTarget
 from scoring.redis_hook import ScoresToRedis
+from scoring.score_stats import MINUTE_MS, SCORE_BINS
 from tests.support.factories import EXPLANATION, make_progress, make_score
 
 RETENTION_S = 7 * 86_400

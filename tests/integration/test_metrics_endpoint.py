@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.events import Reason, from_message
 from features.definitions import DAY_MS, EVENT_TIME_MS, FeatureParams
-from infra.embedded import free_port
-from infra.input_watch import observer_group
-from infra.kafka_log import log_bounds, read_topic
+from infra.embedded.stack import free_port
+from infra.kafka.input_watch import observer_group
+from infra.kafka.log import log_bounds, read_topic
 from ingest.produce import EventBatch, produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from tests.support.chaos import kill_tree

@@ -17,9 +17,10 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from contracts.settings import RedisConnection, Settings
-from infra.embedded import StackInfo, free_port
-from infra.redis_connection import RedisAccessError, RedisTarget, check_access, redis_client
+from contracts.sections import RedisConnection
+from contracts.settings import Settings
+from infra.embedded.stack import StackInfo, free_port
+from infra.redis.connection import RedisAccessError, RedisTarget, check_access, redis_client
 from tests.support.scripts import run_fraud
 
 PASSWORD = f"acl-{uuid.uuid4().hex}"

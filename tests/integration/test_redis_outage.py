@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from infra.embedded import HOST, free_port, valkey_binary
-from infra.redis_connection import SOCKET_TIMEOUT_S, RedisTarget
-from infra.redis_store import set_latest
+from infra.embedded.stack import HOST, free_port, valkey_binary
+from infra.redis.connection import SOCKET_TIMEOUT_S, RedisTarget
+from infra.redis.store import set_latest
 
 OUTAGE_S = 3.0
 

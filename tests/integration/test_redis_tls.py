@@ -17,12 +17,12 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from contracts.redis_keys import card_features_key
 from contracts.settings import Settings
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
-from infra.redis_store import set_latest
+from infra.embedded.stack import StackInfo
+from infra.redis.connection import RedisTarget
+from infra.redis.store import set_latest
 from tests.support.tls import HOST, TlsFront, make_pki
 
 PASSWORD = f"tls-test-{uuid.uuid4().hex}"

@@ -35,15 +35,14 @@ from contracts.provenance import provenance_of
 from contracts.settings import DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.definitions import FeatureParams
 from features.entries import ENTRY_FORMAT
-from features.job import FeatureJobConfig
+from features.state_layout import LAYOUT_FILE
 from fraud import cli, jobs, savepoints
 from fraud.savepoints import SAVEPOINT_FILE
-from infra.checkpoints import LAYOUT_FILE, query_location
 from infra.clients import Clients
-from infra.kafka_log import read_topic
-from infra.offset_log import position_at
-from infra.savepoints import last_committed
-from infra.topic_admin import create_project_topics
+from infra.kafka.admin import create_project_topics
+from infra.kafka.log import read_topic
+from infra.spark.checkpoint import last_committed, query_location
+from infra.spark.offset_log import position_at
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.chaos import kill_tree
@@ -259,19 +258,18 @@ def rescale_runs(
         checkpoint = home / "rescaled" / namespace
         job = jobs.feature_job_config(
             settings,
+            clients,
             topics=settings.topics.in_namespace(namespace),
             checkpoint=checkpoint,
             params=params,
             max_records=RESCALED_MAX_RECORDS,
             scope=jobs.Scope(namespace, end_ms=end_ms),
         )
-        jobs.prepare_services(settings, job)
-        config = jobs.prepare_start(settings, job, start)
-        assert isinstance(config, FeatureJobConfig)
-        assert (config.rescale is not None) == (start is not None), "a re-keyed first state, only at first"
+        ready = jobs.prepare_run(settings, clients, job, start)
+        assert (ready.rescale is not None) == (start is not None), "a re-keyed first state, only at first"
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))  # as the job's session would have it
         try:
-            finished_query(spark, config)
+            finished_query(spark, job, ready)
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", str(clients.settings.spark_shuffle_partitions))
         return checkpoint
@@ -292,7 +290,7 @@ def rescale_runs(
     assert saved.batch >= 1, "micro-batches after the first, which alone gets the re-keyed state"
     three = run("three", 3, 2, cuts[1], saved.path)
     shutil.rmtree(saved.path)  # the first micro-batch has committed: the checkpoint needs it no more
-    assert savepoints.unfinished_rescale(three) is None
+    assert last_committed(query_location(three)) is not None  # so a restart needs the savepoint no more
     run("three", 3, 2, None, None)
     topics = clients.settings.topics
     return [

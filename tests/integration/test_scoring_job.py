@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -26,18 +27,18 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import Reason, TxColumns, from_message
 from contracts.records import AlertRecord, ScoreRecord
+from contracts.redis_keys import card_features_key, card_score_key
 from contracts.settings import DEFAULT_MODEL_CHECK_INTERVAL_S, DEFAULT_RETENTION_S, Topics
 from features.definitions import EVENT_TIME_MS, FEATURE_COLUMNS, FeatureParams
-from features.job import layout_of
 from fraud import savepoints
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import StackInfo
-from infra.kafka_log import read_topic, topic_counts
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key, card_score_key
-from infra.redis_reads import get_alert
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import StackInfo
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic, topic_counts
+from infra.redis.connection import RedisTarget
+from infra.redis.reads import get_alert
+from infra.spark.session import ONCE, Trigger
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig, simulate
 from models.dataset import file_dataset
@@ -57,13 +58,15 @@ from tests.support.feature_jobs import (
     simulated,
     stopped,
 )
-from tests.support.samples import FEATURE, LABEL_DELAY_MS
+from tests.support.samples import FEATURE
 
 pytestmark = pytest.mark.minutes(3.5)
 
 C = TxColumns
 SIMULATION = SimulatorConfig(customers=300, terminals=600, days=35, seed=5)
 MAX_RECORDS = 2_500
+#: The pipeline's: a few micro-batches in each of its two runs (the scoring job needs more: the alias moves).
+PIPELINE_MAX_RECORDS = 10_000
 #: Records that are not feature records, produced to the features topic with the real ones.
 #: A feature record as another producer might write it, for the bad variants below (never scored).
 _FEATURE = {**FEATURE, "tx_id": 10**15, "features": dict.fromkeys(FEATURE_COLUMNS, 1.0)}
@@ -111,7 +114,7 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
     tracking_uri = f"sqlite:///{home / 'mlflow.db'}"
     artifacts = default_artifact_location(tracking_uri, str(home / "artifacts"))
     frame = simulate(SIMULATION)
-    dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    dataset = file_dataset(frame, "sim", params, MAX_EVENT_BYTES)
     plans = Periods(train_days=7).plans(dataset.last_ms)
     for spec in (ModelSpec("decision_tree", max_depth=2), ModelSpec("random_forest", n_estimators=30)):
         options = TrainOptions(spec, "handbook", params, plans, DEFAULT_ALERTS_PER_DAY)
@@ -138,7 +141,7 @@ def scored(spark: SparkSession, stack: StackInfo, tmp_path_factory: pytest.TempP
         max_records_per_trigger=MAX_RECORDS,
         model_check_interval_s=1.0,
     )
-    query = start_scoring_job(spark, config, once=False, trigger_interval_s=0.5)
+    query = start_scoring_job(spark, config, Trigger(interval_s=0.5))
     try:
         wait_for(lambda: len(query.recentProgress) >= 3 or query.exception() is not None, "3 micro-batches")
         promote(tracking_uri, 2, CHAMPION)
@@ -252,10 +255,18 @@ class Piped:
     versions_by_batch: dict[int, int]
 
 
-def run_pipeline(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
-    """Run the pipeline once over what its input holds (up to its ending offsets)."""
+def run_pipeline(
+    spark: SparkSession, config: PipelineConfig, from_savepoint: Path | None = None
+) -> StreamingQuery:
+    """Run the pipeline once over what its input holds (up to its ending offsets), started as ``fraud
+    pipeline run`` starts it (``fraud.savepoints.plan_start``), from ``from_savepoint`` if given."""
+    shuffle_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    plan = savepoints.plan_start(config, from_savepoint, shuffle_partitions)
     return stopped(
-        start_pipeline(spark, config, once=True), "pipeline", timeout_s=TIMEOUT_S, ended=config.ended
+        start_pipeline(spark, config, plan.start, ONCE),
+        "pipeline",
+        timeout_s=TIMEOUT_S,
+        ended=config.ended,
     )
 
 
@@ -270,7 +281,7 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     ensure_topics(clients.admin(), own.all(), clients.settings.partitions, 1)
     topics = own.model_copy(update={"transactions": inputs.transactions, "labels": inputs.labels})
     features = replace(
-        job_config(clients, topics, home / "first", MAX_RECORDS),
+        job_config(clients, topics, home / "first", PIPELINE_MAX_RECORDS),
         redis=RedisTarget(clients.endpoints.redis_url, prefix_of(own), DEFAULT_RETENTION_S),
     )
     config = PipelineConfig(
@@ -283,15 +294,9 @@ def piped(spark: SparkSession, scored: Scored, tmp_path_factory: pytest.TempPath
     run_pipeline(spark, replace(config, features=half))
     savepoint = savepoints.take("pipeline", "", home / "first", home / "savepoint")
     checkpoint = home / "checkpoint"
-    savepoints.start_from(
-        savepoint.path,
-        checkpoint,
-        "pipeline",
-        layout_of(features),
-        features.params,
-        (inputs.transactions, inputs.labels),
+    query = run_pipeline(
+        spark, replace(config, features=replace(features, checkpoint=checkpoint)), savepoint.path
     )
-    query = run_pipeline(spark, replace(config, features=replace(features, checkpoint=checkpoint)))
     versions = orjson.loads((home / "checkpoint" / "model-versions.json").read_bytes())
     piped = Piped(
         prefix_of(own),

@@ -10,12 +10,12 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from contracts.settings import Settings
+from fraud.metrics import records_read
 from infra.clients import Clients
-from infra.kafka_frontier import FrontierConfig, final_in, read_frontier
-from infra.kafka_log import offsets_for_time, read_topic
-from infra.metrics import records_read
-from infra.offset_log import Frontier, connector_offsets, planned_frontiers
-from infra.spark_kafka import KafkaInput, connector_options, read_batch, read_stream
+from infra.kafka.log import offsets_for_time, read_topic
+from infra.spark.frontier import FrontierConfig, final_in, read_frontier
+from infra.spark.kafka_source import KafkaInput, connector_options, read_batch, read_stream
+from infra.spark.offset_log import Frontier, connector_offsets, planned_frontiers
 
 T0 = 1_522_540_800_000
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from infra.class_archive import build
-from infra.spark import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, collect_within, local_file_system_jar
+from infra.spark.class_archive import build
+from infra.spark.session import ALLOCATOR_ENV, LOCAL_FILE_SYSTEM, collect_within, local_file_system_jar
 
 
 def test_the_local_file_system_jar_is_built_once_per_source(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ import sys
 from pathlib import Path
 from pyspark import SparkContext
 from contracts.settings import Settings
-from infra.spark import spark_session
+from infra.spark.session import spark_session
 spark = spark_session(Settings(home=Path(sys.argv[2]), spark_master="local[1]"), "maps-archive")
 maps = Path(f"/proc/{SparkContext._gateway.proc.pid}/maps").read_text()
 print(sys.argv[1] in maps, spark.range(10).count())

@@ -29,11 +29,17 @@ from pyspark.sql import functions as F
 
 from contracts.provenance import provenance_of
 from contracts.settings import Settings
-from infra.clients import TRANSACTION_TIMEOUT_MS, Clients
-from infra.kafka_log import read_topic
-from infra.kafka_sink import datasource, transactions
-from infra.kafka_sink.config import MARKER_PARTITION, KafkaSinkConfig, SinkIdReusedError, checkpoint_sink_id
-from infra.kafka_sink.datasource import (
+from infra.clients import Clients
+from infra.kafka.connection import TRANSACTION_TIMEOUT_MS
+from infra.kafka.log import read_topic
+from infra.spark.kafka_sink import datasource, transactions
+from infra.spark.kafka_sink.config import (
+    MARKER_PARTITION,
+    KafkaSinkConfig,
+    SinkIdReusedError,
+    checkpoint_sink_id,
+)
+from infra.spark.kafka_sink.datasource import (
     SINK_NAME,
     FraudKafkaStreamWriter,
     KafkaSinkCommit,

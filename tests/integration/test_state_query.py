@@ -38,9 +38,10 @@ from features.definitions import (
 )
 from features.inspect import NothingHeldError, open_job_state, read_card
 from features.job import start_feature_job
+from features.state_layout import Start, bind
 from fraud.state import StateService
 from infra.clients import Clients
-from infra.spark import stop_between_batches
+from infra.spark.session import Trigger, stop_between_batches
 from ingest.produce import produce_events
 from ingest.simulator import SimulatorConfig
 from tests.support.feature_jobs import Simulated, job_config, simulated
@@ -117,7 +118,8 @@ def test_state_of_cards_equals_the_batch_path_while_the_job_runs_and_in_a_moved_
     config = job_config(clients, settings.topics, checkpoint, None, PARAMS)
     assert produce_events(clients.producer(), settings.topics, sim.events).delivery_errors == []
 
-    query = start_feature_job(spark, config, once=False, trigger_interval_s=0.5)
+    bind(config.checkpoint, config.state)
+    query = start_feature_job(spark, config, Start(), Trigger(interval_s=0.5))
     try:
         query.processAllAvailable()
         job = open_job_state(checkpoint)

@@ -18,9 +18,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.settings import Settings, TopicRetention
 from infra.clients import Clients
-from infra.kafka_log import HistoryGapError, consumed, log_bounds, read_topic
-from infra.spark_kafka import KafkaInput, check_resume, read_stream
-from infra.topic_admin import create_project_topics, delete_topics, topic_configs
+from infra.kafka.admin import create_project_topics, delete_topics, topic_configs
+from infra.kafka.log import HistoryGapError, consumed, log_bounds, read_topic
+from infra.spark.kafka_source import KafkaInput, check_resume, read_stream
 
 FRAUD = str(Path(sys.executable).parent / "fraud")
 T0 = 1_522_540_800_000

@@ -23,7 +23,7 @@ from models.splits import (
 )
 
 C = TxColumns
-PLAN = SplitPlan(dt.date(2018, 4, 20), train_days=7, delay_days=7, test_days=7)
+PLAN = SplitPlan(dt.date(2018, 4, 20), train_days=7, gap_days=7, test_days=7)
 
 
 def _transactions(dataset: Dataset) -> pd.DataFrame:

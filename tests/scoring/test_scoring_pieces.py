@@ -17,7 +17,7 @@ from contracts.events import DeadLetter, Reason
 from contracts.records import ALERT_SOURCE_HEADER, EXPLANATION_FIELDS, AlertRecord, FeatureRecord, ScoreRecord
 from contracts.settings import Topics
 from features.definitions import FEATURE_COLUMNS
-from infra.kafka_sink.records import SinkRows
+from infra.spark.kafka_sink.records import SinkRows
 from models.estimators import DEFAULT_SPEC
 from models.registry import LoadedModel
 from scoring.chooser import check_computable

@@ -25,10 +25,10 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark import cloudpickle
 
-from infra.embedded import HOST, EmbeddedStack, Service, valkey_binary
-from infra.kafka_log import list_offsets, partitions_of
-from infra.kafka_sink.config import KafkaSinkConfig
-from infra.kafka_sink.datasource import (
+from infra.embedded.stack import HOST, EmbeddedStack, Service, valkey_binary
+from infra.kafka.log import list_offsets, partitions_of
+from infra.spark.kafka_sink.config import KafkaSinkConfig
+from infra.spark.kafka_sink.datasource import (
     FraudKafkaSink,
     FraudKafkaStreamWriter,
     KafkaSinkCommit,

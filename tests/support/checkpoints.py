@@ -13,13 +13,12 @@ from pathlib import Path
 from features.compat import SPECS_FILE, spec_record
 from features.definitions import DEFAULT_PARAMS
 from features.entries import Layout
-from infra.checkpoints import LAYOUT_FILE, LZ4_MAGIC, QUERY_DIR
-from infra.offset_log import Frontier, FrontierPlan, Position, record_frontier
+from features.state_layout import LAYOUT_FILE
+from infra.spark.checkpoint import LZ4_MAGIC, QUERY_DIR
+from infra.spark.offset_log import Frontier, FrontierPlan, Position, record_frontier
 
 #: The layout of this version's checkpoints by default.
 LAYOUT = Layout().as_record()
-#: The layout of checkpoints of earlier versions, which kept a value per bucket and no entries.
-LEGACY_LAYOUT = {"card_buckets": 6, "terminal_buckets": 6}
 TOPICS = ("transactions", "labels")
 SCHEMA = "0_432b40a5-b4d6-4dfc-b357-231239527084"
 IN_FLIGHT_SCHEMA = "5_9f1e7c52-5cf7-4e1c-9d38-6a1b2c3d4e5f"

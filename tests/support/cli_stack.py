@@ -15,14 +15,13 @@ from contracts.settings import Settings
 from features.definitions import FeatureParams
 from fraud.training import Periods, TrainOptions, run_training
 from infra.clients import Clients
-from infra.embedded import HOST, StackInfo, temporary_stack
+from infra.embedded.stack import HOST, StackInfo, temporary_stack
 from models.dataset import Dataset, file_dataset
 from models.estimators import ModelSpec
 from models.metrics import DEFAULT_ALERTS_PER_DAY
 from models.registry import CHAMPION, promote
 from models.tracking import default_artifact_location
 from tests.support.feature_jobs import MAX_EVENT_BYTES
-from tests.support.samples import LABEL_DELAY_MS
 
 
 @contextlib.contextmanager
@@ -50,7 +49,7 @@ def cli_stack(tmp_path: Path, **settings: str) -> Iterator[tuple[StackInfo, Clie
 
 def register_champion(clients: Clients, frame: pd.DataFrame, params: FeatureParams, artifacts: Path) -> None:
     """Train a small model on a simulated table and make it version 1, the champion."""
-    dataset = file_dataset(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    dataset = file_dataset(frame, "sim", params, MAX_EVENT_BYTES)
     tracking_uri = clients.endpoints.mlflow_tracking_uri
     train_champion(dataset, params, tracking_uri, artifacts)
     promote(tracking_uri, 1, CHAMPION)

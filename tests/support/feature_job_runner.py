@@ -28,10 +28,11 @@ from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features import job
 from features.definitions import FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from features.state_layout import Start, bind
 from fraud.jobs import SPARK_PRELOAD
-from infra.metrics import records_read
-from infra.redis_connection import RedisTarget
-from infra.spark import spark_session
+from fraud.metrics import records_read
+from infra.redis.connection import RedisTarget
+from infra.spark.session import Trigger, spark_session
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 
 #: Spark partitions of every shuffle, hence write tasks per micro-batch (as the integration tests' session).
@@ -96,12 +97,13 @@ def main(argv: list[str] | None = None) -> None:
         topics=Topics().with_prefix(args.prefix),
         checkpoint=args.checkpoint,
         redis=RedisTarget(args.redis, args.prefix, DEFAULT_RETENTION_S),
-        params=FeatureParams(max_lateness_ms=args.allowed_lateness_ms),
+        params=FeatureParams(allowed_lateness_ms=args.allowed_lateness_ms),
         max_event_bytes=MAX_EVENT_BYTES,
         max_records_per_trigger=args.max_records,
     )
+    bind(config.checkpoint, config.state)  # as `fraud features run` does before Spark's query starts
     started = time.monotonic()
-    query = start_feature_job(spark, config, once=args.once, trigger_interval_s=args.trigger_interval)
+    query = start_feature_job(spark, config, Start(), Trigger(args.once, args.trigger_interval))
     seen = -1
     while not query.awaitTermination(0.2):
         seen = _log_progress(query.recentProgress, seen, started)

@@ -22,22 +22,23 @@ from pyspark.sql.streaming import StreamingQuery
 
 from contracts.events import SCHEMA_VERSION, TransactionEvent, TxColumns
 from contracts.records import FeatureRecord
+from contracts.redis_keys import card_features_key
 from contracts.settings import DEFAULT_RETENTION_S, Settings, Topics
 from features.batch import transactions_features
 from features.definitions import EVENT_TIME_MS, FeatureParams
 from features.job import FeatureJobConfig, start_feature_job
+from features.state_layout import Start, bind
 from infra.clients import Clients, Endpoints
-from infra.embedded import StackInfo
-from infra.kafka_log import read_topic
-from infra.redis_connection import RedisTarget
-from infra.redis_keys import card_features_key
-from infra.topic_admin import ensure_topics
+from infra.embedded.stack import StackInfo
+from infra.kafka.admin import ensure_topics
+from infra.kafka.log import read_topic
+from infra.redis.connection import RedisTarget
+from infra.spark.session import ONCE
 from ingest.files import clean_table
 from ingest.produce import EventBatch, events_from_table
 from ingest.simulator import SimulatorConfig, simulate
 from models.registry import load_model
 from scoring.core import score_each
-from tests.support.samples import LABEL_DELAY_MS
 
 C = TxColumns
 MAX_EVENT_BYTES = 16_384
@@ -56,12 +57,15 @@ class Simulated:
 
 
 def simulated(config: SimulatorConfig, settings: Settings, params: FeatureParams) -> Simulated:
-    """Simulate, build the events (tokenised with the settings' key, labels a week later) and the reference."""
+    """Simulate, build the events (tokenised with the settings' key, labels the settings' label delay later)
+    and the reference."""
     frame = simulate(config)
     key = settings.token_key.get_secret_value().encode()
-    events = events_from_table(clean_table(frame, "sim"), "sim", key, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    events = events_from_table(
+        clean_table(frame, "sim"), "sim", key, settings.label_delay_ms, MAX_EVENT_BYTES
+    )
     assert not events.dead_letters
-    reference = transactions_features(frame, "sim", params, LABEL_DELAY_MS, MAX_EVENT_BYTES)
+    reference = transactions_features(frame, "sim", params, MAX_EVENT_BYTES)
     assert len(reference.features) == len(frame) and not reference.rejected
     transactions = {
         event.tx_id: event for event in map(TransactionEvent.model_validate_json, events.tx_values)
@@ -117,10 +121,16 @@ def stopped(
     return query
 
 
-def finished_query(spark: SparkSession, config: FeatureJobConfig) -> StreamingQuery:
-    """Run the job with the availableNow trigger until it stops; the stopped query (its plans and
-    progress reports can still be read)."""
-    return stopped(start_feature_job(spark, config, once=True), "feature job", ended=config.ended)
+def finished_query(
+    spark: SparkSession, config: FeatureJobConfig, start: Start | None = None
+) -> StreamingQuery:
+    """Run the job with the availableNow trigger until it stops, from ``start`` (``fraud.savepoints.plan_start``
+    made its checkpoint ready; None: its checkpoint as it is, bound to its state first, as ``fraud features
+    run`` binds it without a savepoint); the stopped query (its plans and progress reports can still be read)."""
+    if start is None:
+        bind(config.checkpoint, config.state)
+        start = Start()
+    return stopped(start_feature_job(spark, config, start, ONCE), "feature job", ended=config.ended)
 
 
 def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, Any]]:
@@ -128,8 +138,9 @@ def run_once(spark: SparkSession, config: FeatureJobConfig) -> list[dict[str, An
     return [dict(progress) for progress in finished_query(spark, config).recentProgress]
 
 
-def isolated_clients(stack: StackInfo, home: Path) -> Clients:
-    """Clients of settings with topics of their own (created), for fixtures wider than one test."""
+def isolated_clients(stack: StackInfo, home: Path, **settings_given: Any) -> Clients:
+    """Clients of settings with topics of their own (created), for fixtures wider than one test; other
+    settings as given."""
     settings = Settings(
         home=home,
         bootstrap_servers=stack.bootstrap_servers,
@@ -137,6 +148,7 @@ def isolated_clients(stack: StackInfo, home: Path) -> Clients:
         mlflow_tracking_uri=stack.mlflow_tracking_uri,
         topics=Topics().with_prefix(f"test-{uuid.uuid4().hex[:10]}-"),
         partitions=3,
+        **settings_given,
     )
     clients = Clients(
         settings, Endpoints(stack.bootstrap_servers, stack.redis_url, stack.mlflow_tracking_uri)

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from contracts.settings import Settings
-from infra.kafka_sink.config import KafkaSinkConfig
-from infra.kafka_sink.datasource import sink_options
+from infra.spark.kafka_sink.config import KafkaSinkConfig
+from infra.spark.kafka_sink.datasource import sink_options
 from tests.support.chaos import chaos_sink, parse_pauses, ship_by_value
 from tests.support.sink_stream import PARTITIONS, sink_frame
 
@@ -35,7 +35,7 @@ def chaos_job(argv: list[str]) -> None:
     control = Path(args.control)
     ship_by_value()
 
-    from infra.spark import spark_session
+    from infra.spark.session import spark_session
 
     spark = spark_session(
         Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"

@@ -22,7 +22,7 @@ class Value:
 
 class Map(dict[tuple[Any, ...], tuple[Any, ...]]):
     """A bucket's map, as Spark's ``MapState`` keeps it (values are tuples), with the batched calls of
-    ``infra.spark_state.PipelinedMap``."""
+    ``infra.spark.internals.PipelinedMap``."""
 
     def get_many(self, keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...] | None]:
         return [self.get(key) for key in keys]
