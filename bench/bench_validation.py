@@ -22,12 +22,13 @@ import argparse
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import pyarrow as pa
 import report
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.events import TransactionEvent, TxColumns
+from contracts.events import DeadLetter, TransactionEvent, TxColumns
 from contracts.settings import Topics
 from features.batch import transactions_features
 from features.decode import DecodeOptions, decode
@@ -85,6 +86,25 @@ def _batch_json(adapter: TypeAdapter[list[TransactionEvent]], values: Sequence[b
         return [parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in values]
 
 
+def _parse_each(values: Sequence[bytes]) -> list[TransactionEvent | DeadLetter]:
+    return [parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in values]
+
+
+def _batch_json_each(adapter: TypeAdapter[list[TransactionEvent]], values: Sequence[bytes]) -> list[object]:
+    return [
+        _batch_json(adapter, values[start : start + BATCH_ROWS])
+        for start in range(0, len(values), BATCH_ROWS)
+    ]
+
+
+def _decode_each(batches: list[pa.RecordBatch], options: DecodeOptions) -> list[pa.RecordBatch]:
+    return [decode(batch, options) for batch in batches]
+
+
+def _check_each(scorer: Scorer, batches: list[pa.RecordBatch]) -> list[object]:
+    return [list(scorer.valid(batch, SinkRows())) for batch in batches]
+
+
 def _batches(values: Sequence[bytes], topic: str) -> list[pa.RecordBatch]:
     """``values`` as the records of ``topic``, in Arrow batches of ``BATCH_ROWS`` (the connector's columns)."""
     batches = []
@@ -140,18 +160,10 @@ def main() -> None:
         tx = _damage(transactions, damage, seed=1)
         tx_batches = _batches(tx, TOPICS.transactions)
         feature_batches = _batches(_damage(feature_records, damage, seed=2), TOPICS.features)
-        runs[f"parse_event, transactions, {kind}"] = lambda tx=tx: [
-            parse_event(TransactionEvent, raw, "kafka:bench", MAX_BYTES, 0, 0) for raw in tx
-        ]
-        runs[f"TypeAdapter(list), transactions, {kind}"] = lambda tx=tx: [
-            _batch_json(adapter, tx[start : start + BATCH_ROWS]) for start in range(0, len(tx), BATCH_ROWS)
-        ]
-        runs[f"feature job decode, {kind}"] = lambda batches=tx_batches: [
-            decode(batch, options) for batch in batches
-        ]
-        runs[f"scoring job check, {kind}"] = lambda batches=feature_batches: [
-            list(scorer.valid(batch, SinkRows())) for batch in batches
-        ]
+        runs[f"parse_event, transactions, {kind}"] = partial(_parse_each, tx)
+        runs[f"TypeAdapter(list), transactions, {kind}"] = partial(_batch_json_each, adapter, tx)
+        runs[f"feature job decode, {kind}"] = partial(_decode_each, tx_batches, options)
+        runs[f"scoring job check, {kind}"] = partial(_check_each, scorer, feature_batches)
     results = _best(runs, args.repeats)
 
     header = ["variant (CPU time, best of the rounds)", "seconds", "records/s", "µs a record"]
