@@ -88,7 +88,7 @@ def test_the_frontier_follows_what_the_connector_read_and_marks_a_runs_last_micr
     """Records stamped one second apart in three partitions, read 300 at a time: each micro-batch carries the
     frontier of what it read itself and the ones before it (Spark writes the connector's offsets of a
     micro-batch to the offset log before it asks the frontier source for its partitions: checked here on
-    the Spark version ``infra.kafka_frontier`` names), the slowest partition with records left, then past
+    the Spark version ``infra.spark.internals`` names), the slowest partition with records left, then past
     the newest record, never ahead of it; the run ends with a final micro-batch, and a second run of a range
     ends there too, once the connector has reached the range's end."""
     topic = settings.topics.transactions

@@ -100,6 +100,16 @@ def read_committed(clients: Clients, topic: str) -> list[Message]:
     return list(read_topic(clients, topic))
 
 
+def read_settled(clients: Clients, topic: str, timeout_s: float = 60.0) -> list[Message]:
+    """``read_committed`` once no transaction holds records of ``topic`` back: a commit returns to the
+    producer before the broker has written its markers, and only those move the last stable offset."""
+    admin, deadline = clients.admin(), time.monotonic() + timeout_s
+    while held := held_back(admin, [topic]):
+        assert time.monotonic() < deadline, f"records held back after {timeout_s:.0f} s: {held}"
+        time.sleep(0.05)
+    return read_committed(clients, topic)
+
+
 def id_counts(records: list[Message]) -> collections.Counter[int]:
     return collections.Counter(json.loads(record.value() or b"null")["id"] for record in records)
 
@@ -200,7 +210,7 @@ def test_rerun_of_a_written_batch_writes_nothing_again(
     sink_id = checkpoint_sink_id(checkpoint, "alerts")
     options = sink_options(KafkaSinkConfig(clients.kafka_config(), sink_id, topic=settings.topics.alerts))
     run_to_end(sink_frame(spark, tmp_path / "in"), options, checkpoint, sink_id)
-    assert len(read_committed(clients, settings.topics.alerts)) == expected
+    assert len(read_settled(clients, settings.topics.alerts)) == expected
 
     for name in ("1", ".1.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)
@@ -208,7 +218,7 @@ def test_rerun_of_a_written_batch_writes_nothing_again(
     progress = run_to_end(sink_frame(spark, tmp_path / "in"), options, checkpoint, sink_id)
 
     assert [(p["batchId"], p["numInputRows"]) for p in progress if p["numInputRows"]] == [(1, 150)]
-    assert_each_id_once(read_committed(clients, settings.topics.alerts), expected)
+    assert_each_id_once(read_settled(clients, settings.topics.alerts), expected)
     assert markers(clients, sink_id, settings.topics.alerts) == [2, 2]
 
 
@@ -225,7 +235,7 @@ def test_batch_write_puts_each_task_in_one_transaction(
     )
     options = sink_options(config)
     rows.write.format(SINK_NAME).options(**options).mode("append").save()
-    assert_each_id_once(read_committed(clients, settings.topics.scores), 500)
+    assert_each_id_once(read_settled(clients, settings.topics.scores), 500)
     with pytest.raises(Exception, match="overwrite mode is not possible"):
         rows.write.format(SINK_NAME).options(**options).mode("overwrite").save()
 
@@ -246,7 +256,7 @@ def test_same_batch_and_partition_written_twice_is_written_once(
     assert (again.status, again.rows) == ("already-written", 100)
     assert (later.status, later.rows) == ("written", 50)
     assert empty == KafkaSinkCommit(writer.config.sink_id, 2, 0, 0, "empty")
-    assert_each_id_once(read_committed(clients, settings.topics.alerts), 150)
+    assert_each_id_once(read_settled(clients, settings.topics.alerts), 150)
     assert markers(clients, writer.config.sink_id, settings.topics.alerts, partitions=1) == [2]
 
 
@@ -273,7 +283,7 @@ def test_partition_moving_between_workers_keeps_exactly_once(
     assert fenced.status == "written"
     assert "cached producer cannot begin (fenced by another worker" in caplog.text
 
-    assert_each_id_once(read_committed(clients, settings.topics.alerts), 40)
+    assert_each_id_once(read_settled(clients, settings.topics.alerts), 40)
     assert markers(clients, writer.config.sink_id, settings.topics.alerts, partitions=1) == [4]
     worker_b.close()
 
