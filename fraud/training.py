@@ -23,7 +23,14 @@ from infra.kafka.log import time_span
 from ingest.files import parse_mapping, read_table
 from models.dataset import Dataset, DatasetError, event_times_ms, file_dataset
 from models.estimators import DEFAULT_TRAIN_DAYS, FeatureSet, ModelSpec, feature_set
-from models.metrics import card_precision_key
+from models.metrics import (
+    ALERT_PRECISION,
+    ALERT_RECALL,
+    ALERTS_PER_DAY,
+    AVERAGE_PRECISION,
+    ROC_AUC,
+    card_precision_key,
+)
 from models.registry import MODEL_NAME
 from models.replay import replay_dataset, replay_topics
 from models.splits import DEFAULT_PROTOCOL, EvalProtocol, SplitPlan, day_of, fold_plans, latest_plan
@@ -240,7 +247,7 @@ def metrics_document(result: TrainingResult, logged: LoggedRun) -> dict[str, obj
 def metrics_table(result: TrainingResult) -> Table:
     """One row per fold and the mean (± std) over folds."""
     key = card_precision_key(result.latest.card_precision.k)
-    columns = ("roc_auc", "average_precision", key, "alert_precision", "alert_recall", "alerts_per_day")
+    columns = (ROC_AUC, AVERAGE_PRECISION, key, ALERT_PRECISION, ALERT_RECALL, ALERTS_PER_DAY)
     headers = (
         "AUC",
         "AP",

@@ -19,8 +19,13 @@ from sklearn.pipeline import Pipeline
 from models.dataset import Dataset
 from models.estimators import ModelSpec, build_pipeline
 from models.metrics import (
+    ALERT_PRECISION,
+    ALERT_RECALL,
+    ALERTS_PER_DAY,
+    AVERAGE_PRECISION,
     DEFAULT_ALERTS_PER_DAY,
     DEFAULT_TOP_K,
+    ROC_AUC,
     CardPrecision,
     alert_metrics,
     average_precision,
@@ -96,13 +101,13 @@ def evaluate_fold(
     cards = card_precision_at_k(data.test["card_id"], data.test[TEST_DAY], y_test, scores, top_k)
     alerts = alert_metrics(y_test, scores, threshold, plan.test_days)
     metrics = {
-        "roc_auc": roc_auc(y_test, scores),
-        "average_precision": average_precision(y_test, scores),
+        ROC_AUC: roc_auc(y_test, scores),
+        AVERAGE_PRECISION: average_precision(y_test, scores),
         card_precision_key(top_k): cards.mean,
         "threshold": threshold,
-        "alert_precision": alerts.precision,
-        "alert_recall": alerts.recall,
-        "alerts_per_day": alerts.alerts_per_day,
+        ALERT_PRECISION: alerts.precision,
+        ALERT_RECALL: alerts.recall,
+        ALERTS_PER_DAY: alerts.alerts_per_day,
         "fit_seconds": fit_seconds,
     }
     example = data.test[list(feature_columns)].head(5).astype(np.float64).reset_index(drop=True)

@@ -23,7 +23,7 @@ from models.estimators import (
     ModelSpec,
     depth_for,
 )
-from models.metrics import DEFAULT_ALERTS_PER_DAY, card_precision_key
+from models.metrics import AVERAGE_PRECISION, DEFAULT_ALERTS_PER_DAY, ROC_AUC, card_precision_key
 from models.registry import (
     ALIASES,
     CHAMPION,
@@ -218,8 +218,8 @@ def list_command(ctx: typer.Context) -> None:
             ", ".join(info.aliases),
             info.tags.get("fraud.model", "").replace("_", " "),
             created,
-            fmt_metric(m.get("roc_auc")),
-            fmt_metric(m.get("average_precision")),
+            fmt_metric(m.get(ROC_AUC)),
+            fmt_metric(m.get(AVERAGE_PRECISION)),
             fmt_metric(m.get(card_precision_key(100))),
             fmt_metric(m.get("threshold"), 4),
         )
