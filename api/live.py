@@ -37,11 +37,11 @@ class JobStatus(BaseModel):
     name: str = Field(description="features, scoring or pipeline (namespace. first, for a namespace's).")
     answering: bool = Field(description="Whether its figures could be read (false: the others are null).")
     records_per_s: float | None = Field(
-        description="Kafka records read per second of the last micro-batch's duration."
+        None, description="Kafka records read per second of the last micro-batch's duration."
     )
-    lag_records: int | None = Field(description="Records of its input behind the log's end.")
-    last_batch_id: int | None = Field(description="The last micro-batch run (null before the first).")
-    last_batch_at_ms: int | None = Field(description="When it ended (UTC ms).")
+    lag_records: int | None = Field(None, description="Records of its input behind the log's end.")
+    last_batch_id: int | None = Field(None, description="The last micro-batch run (null before the first).")
+    last_batch_at_ms: int | None = Field(None, description="When it ended (UTC ms).")
     model_versions: dict[str, int] = Field(
         default_factory=dict, description="Model versions serving, by role (champion, shadow)."
     )

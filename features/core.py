@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.arrays import BoolArray, FloatArray, IntArray
 from contracts.events import TxColumns
 from features.definitions import (
     AMOUNT_CENTS,
@@ -55,9 +56,6 @@ from features.definitions import (
     terminal_risk_column,
 )
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 #: Keys (card or terminal ids), one per row: an array, or a categorical of distinct keys and a code per row
 #: (what the streaming job hands the core, so that no string is hashed per history row).
 KeyArray: TypeAlias = npt.NDArray[Any] | pd.Categorical

@@ -33,12 +33,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.arrays import IntArray
 from contracts.settings import DEFAULT_BUCKETS, DEFAULT_PAGE_BYTES, DEFAULT_SLOTS
 from features.buckets import card_hash, terminal_hash
 from features.core import KeyArray
 from features.entry_store import ENTRY_FORMAT, Written
-
-IntArray = npt.NDArray[np.int64]
 
 
 def route_hashes(ids: pd.Series | npt.NDArray[Any], hash_of: Callable[[str], int]) -> IntArray:

@@ -20,22 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def unknown(name: str, answering: bool) -> JobStatus:
-    """A job without figures: before its first micro-batch, or not answering."""
-    return JobStatus(
-        name=name,
-        answering=answering,
-        records_per_s=None,
-        lag_records=None,
-        last_batch_id=None,
-        last_batch_at_ms=None,
-    )
-
-
 def metrics_status(name: str, samples: Samples | None) -> JobStatus:
     """What a job's metrics (``fraud.metrics.JobMetrics``) say of it; None: they did not answer."""
     if samples is None:
-        return unknown(name, answering=False)
+        return JobStatus(name=name, answering=False)  # no figures
 
     def values(metric: str) -> list[tuple[dict[str, str], float]]:
         return [(dict(labels), value) for (sample, labels), value in samples.items() if sample == metric]
@@ -61,7 +49,7 @@ def progress_status(name: str, progress: Mapping[str, Any] | None) -> JobStatus:
     """What a query's last progress report (``StreamingQuery.lastProgress``) says of its job; None: no
     micro-batch yet."""
     if progress is None:
-        return unknown(name, answering=True)
+        return JobStatus(name=name, answering=True)  # no figures yet
     duration_s = progress.get("durationMs", {}).get("triggerExecution", 0) / 1000
     return JobStatus(
         name=name,
@@ -109,5 +97,5 @@ class QueryJobs:
                 progress = query.lastProgress if active else None
             except Exception:  # the session stopping under the page: shown as not answering
                 active, progress = False, None
-            shown.append(progress_status(name, progress) if active else unknown(name, answering=False))
+            shown.append(progress_status(name, progress) if active else JobStatus(name=name, answering=False))
         return shown

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.arrays import FloatArray, IntArray
 from contracts.events import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, TxColumns
 
 #: Side of the square (in the handbook's arbitrary distance unit) where customers and terminals live, up to
@@ -80,9 +81,6 @@ _MAX_CELLS_PER_AXIS = 1 << 16
 #: Customers whose candidate terminals are looked at together (their pairs' arrays stay small: 1M customers
 #: at once held about 225M pairs, several GiB).
 _REACH_CHUNK = 1 << 15
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 class SimulatorConfig(BaseModel):

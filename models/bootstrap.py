@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.arrays import FloatArray, IntArray
 from models.metrics import (
     ALERT_PRECISION,
     ALERT_RECALL,
@@ -28,9 +29,6 @@ from models.metrics import (
     ROC_AUC,
     card_precision_key,
 )
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 #: Resample weights held in memory at once (replicates x rows), about 16 MB of float64.
 _CHUNK_CELLS = 2_000_000

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from contracts.arrays import FloatArray
 from contracts.errors import FraudError
 from contracts.events import TxColumns
 from models.bootstrap import Bootstrap, PairedRows, counts
@@ -48,8 +49,6 @@ from models.metrics import (
     roc_auc,
     threshold_for_budget,
 )
-
-FloatArray = npt.NDArray[np.float64]
 
 #: Input columns: one row per transaction.
 TX_ID = TxColumns.TX_ID

@@ -17,8 +17,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-FloatArray = npt.NDArray[np.float64]
-
 #: Cards an investigator checks per day in ``card_precision_at_k``.
 DEFAULT_TOP_K = 100
 #: Alerts per day the threshold is chosen to raise on the training period.

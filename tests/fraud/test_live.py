@@ -7,6 +7,7 @@ import json
 
 from fraud.live import metrics_status, progress_status
 from infra.spark.offset_log import Frontier
+from tests.support.progress import kafka_source
 
 
 def test_a_job_from_its_metrics() -> None:
@@ -38,12 +39,7 @@ def test_a_job_from_its_query_progress() -> None:
         "timestamp": "2026-11-27T20:00:00.000Z",
         "durationMs": {"triggerExecution": 500},
         "sources": [
-            {
-                "startOffset": json.dumps({"transactions": {"0": 40, "1": 10}}),
-                "endOffset": json.dumps({"transactions": {"0": 100, "1": 50}}),
-                "latestOffset": json.dumps({"transactions": {"0": 130, "1": 50}}),
-                "numInputRows": 100,
-            },
+            kafka_source({"0": 40, "1": 10}, {"0": 100, "1": 50}, {"0": 130, "1": 50}),
             {  # the frontier source: its ticks are not records read
                 "startOffset": json.dumps(Frontier().as_json()),
                 "endOffset": json.dumps(Frontier({}, {}, 5).as_json()),

@@ -28,6 +28,7 @@ from fraud.metrics import JobMetrics, batch_ranges, ended_at, operator_names
 from infra.kafka.input_watch import Arrivals, observer_group
 from infra.spark.kafka_sink.records import HEADERS_ARROW_TYPE
 from infra.spark.offset_log import Frontier, FrontierPlan
+from tests.support.progress import kafka_source
 
 TOPICS = Topics()
 
@@ -82,12 +83,7 @@ def test_progress_reports_and_batch_counts_become_metrics() -> None:
         "numInputRows": 136,  # the Kafka records and the frontier's ticks
         "durationMs": {"triggerExecution": 1_500},
         "sources": [
-            {
-                "startOffset": json.dumps({"transactions": {"0": 0, "1": 0}}),
-                "endOffset": json.dumps({"transactions": {"0": 90, "1": 40}}),
-                "latestOffset": json.dumps({"transactions": {"0": 100, "1": 40}}),
-                "numInputRows": 130,
-            },
+            kafka_source({"0": 0, "1": 0}, {"0": 90, "1": 40}, {"0": 100, "1": 40}),
             {
                 "startOffset": json.dumps(FrontierPlan().as_json()),
                 "endOffset": json.dumps(FrontierPlan(Frontier(), 7, {"transactions/0": 100}).as_json()),

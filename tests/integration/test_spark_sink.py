@@ -53,6 +53,9 @@ pytestmark = pytest.mark.minutes(4.5)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 150
+#: The transaction timeout of the run left down (set through ``kafka_config``, as a user may): readers wait
+#: this long, plus the broker's abort check (10 s), instead of the sink's 2 minutes.
+HELD_TRANSACTION_TIMEOUT_MS = 20_000
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -358,7 +361,15 @@ def test_kafka_transaction_semantics_the_sink_relies_on(clients: Clients, settin
 class ChaosRun:
     """One run of the chaos job (``tests.support.sink_chaos_job``) in its own session."""
 
-    def __init__(self, tmp_path: Path, clients: Clients, topic: str, sink_id: str, run: int) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        clients: Clients,
+        topic: str,
+        sink_id: str,
+        run: int,
+        transaction_timeout_ms: int | None = None,
+    ) -> None:
         self.control = tmp_path / f"control-{run}"
         self.control.mkdir()
         self.log = tmp_path / f"job-{run}.log"
@@ -374,6 +385,8 @@ class ChaosRun:
             f"--control={self.control}",
             f"--home={tmp_path / 'home'}",
         ]
+        if transaction_timeout_ms is not None:
+            self.args.append(f"--transaction-timeout-ms={transaction_timeout_ms}")
 
     def start(self, pauses: list[Pause] | None = None) -> subprocess.Popen[bytes]:
         with self.log.open("wb") as log:
@@ -440,20 +453,21 @@ def test_a_writer_killed_inside_a_transaction_holds_readers_until_it_times_out_o
 ) -> None:
     """SIGKILLs the job while its two write tasks of micro-batch 1 hold Kafka transactions open with their
     rows in the log, and leaves it down: read_committed readers stop at the last stable offset (they see
-    batch 0's rows, none of batch 1's) until the broker aborts the transactions at the sink's
-    ``transaction.timeout.ms``; then they go on, and never see the aborted rows. The job restarted writes
-    batch 1 again and is killed the same way in batch 2, task 0; started again at once, its new producer
-    fences the dead one's transaction, and readers go on without waiting for the timeout. The last run
-    finishes the input: every id once (lost 0, duplicated 0). Prints the timeout and how long readers waited.
+    batch 0's rows, none of batch 1's) until the broker aborts the transactions at the
+    ``transaction.timeout.ms`` that run set (``HELD_TRANSACTION_TIMEOUT_MS``); then they go on, and never
+    see the aborted rows. The job restarted, with the sink's own timeout, writes batch 1 again and is
+    killed the same way in batch 2, task 0; started again at once, its new producer fences the dead one's
+    transaction, and readers go on without waiting for that timeout. The last run finishes the input:
+    every id once (lost 0, duplicated 0). Prints the timeouts and how long readers waited.
     """
     files, rows_per_file = 4, 100
     expected = write_inputs(tmp_path / "in", files, rows_per_file)
     topic, sink_id = settings.topics.alerts, f"held-{uuid.uuid4().hex[:8]}"
     admin = clients.admin()
 
-    def killed_inside(run: int, kill_points: list[Pause]) -> float:
+    def killed_inside(run: int, kill_points: list[Pause], transaction_timeout_ms: int | None = None) -> float:
         """The job run until its tasks are inside their transactions at ``kill_points``, then killed; when."""
-        job_run = ChaosRun(tmp_path, clients, topic, sink_id, run=run)
+        job_run = ChaosRun(tmp_path, clients, topic, sink_id, run, transaction_timeout_ms)
         job_run.kill_when_paused(job_run.start(kill_points), kill_points)
         killed_at = time.monotonic()
         assert held_back(admin, [topic]), "the killed writers' transactions are not open"
@@ -467,10 +481,10 @@ def test_a_writer_killed_inside_a_transaction_holds_readers_until_it_times_out_o
             time.sleep(0.2)
         return time.monotonic() - since
 
-    killed_at = killed_inside(1, [(1, 0, "produced"), (1, 1, "produced")])
+    killed_at = killed_inside(1, [(1, 0, "produced"), (1, 1, "produced")], HELD_TRANSACTION_TIMEOUT_MS)
     ids = set(id_counts(read_committed(clients, topic)))
     assert ids == set(range(rows_per_file)), "readers got past the last stable offset"
-    timed_out = wait_released(killed_at, TRANSACTION_TIMEOUT_MS / 1000 + 60)
+    timed_out = wait_released(killed_at, HELD_TRANSACTION_TIMEOUT_MS / 1000 + 60)
     assert set(id_counts(read_committed(clients, topic))) == ids, "an aborted transaction's rows were read"
 
     killed_at = killed_inside(2, [(2, 0, "produced")])
@@ -485,11 +499,11 @@ def test_a_writer_killed_inside_a_transaction_holds_readers_until_it_times_out_o
     lost = len(set(range(expected)) - set(counts))
     duplicated = sum(n - 1 for n in counts.values())
     print(
-        f"sink transaction.timeout.ms {TRANSACTION_TIMEOUT_MS:,}: readers held {timed_out:.1f} s after the "
-        f"kill until the broker aborted; {fenced:.1f} s after a restart until its producer fenced the dead "
-        f"one ({time.monotonic() - killed_at:.1f} s after that kill, the restart's start-up included); "
-        f"{expected} rows: lost {lost}, duplicated {duplicated}"
+        f"transaction.timeout.ms {HELD_TRANSACTION_TIMEOUT_MS:,} (set): readers held {timed_out:.1f} s after "
+        f"the kill until the broker aborted; the sink's {TRANSACTION_TIMEOUT_MS:,}: {fenced:.1f} s after a "
+        f"restart until its producer fenced the dead one ({time.monotonic() - killed_at:.1f} s after that "
+        f"kill, the restart's start-up included); {expected} rows: lost {lost}, duplicated {duplicated}"
     )
-    assert timed_out < TRANSACTION_TIMEOUT_MS / 1000 + 30
+    assert timed_out < HELD_TRANSACTION_TIMEOUT_MS / 1000 + 30, "the timeout set in kafka_config was not used"
     assert fenced < TRANSACTION_TIMEOUT_MS / 1000, "the restart waited for the timeout instead of fencing"
     assert_each_id_once(records, expected)

@@ -6,7 +6,8 @@ transaction until the test SIGKILLs the application; tasks log to ``--control``.
 root with ``-m``, killed and restarted by the test in a subprocess::
 
     python -m tests.support.sink_chaos_job --bootstrap=127.0.0.1:9092 --inputs=/tmp/in --checkpoint=/tmp/cp \\
-        --topic=alerts --sink-id=chaos-abc --control=/tmp/control --home=/tmp/home [--pause=1:0:committed]
+        --topic=alerts --sink-id=chaos-abc --control=/tmp/control --home=/tmp/home [--pause=1:0:committed] \
+        [--transaction-timeout-ms=20000]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def chaos_job(argv: list[str]) -> None:
     for name in ("--bootstrap", "--inputs", "--checkpoint", "--topic", "--sink-id", "--control", "--home"):
         parser.add_argument(name, required=True)
     parser.add_argument("--pause", action="append", default=[], help="BATCH:PARTITION:EVENT")
+    parser.add_argument("--transaction-timeout-ms", type=int, help="the sink's, set through kafka_config")
     args = parser.parse_args(argv)
     pauses = parse_pauses(args.pause)
     control = Path(args.control)
@@ -41,9 +43,10 @@ def chaos_job(argv: list[str]) -> None:
         Settings(spark_master=f"local[{PARTITIONS}]", home=Path(args.home)), "chaos-sink-job"
     )
     spark.dataSource.register(chaos_sink(control, pauses, CHAOS_SINK_NAME))
-    options = sink_options(
-        KafkaSinkConfig({"bootstrap.servers": args.bootstrap}, args.sink_id, topic=args.topic)
-    )
+    kafka_config: dict[str, str | int] = {"bootstrap.servers": args.bootstrap}
+    if args.transaction_timeout_ms is not None:
+        kafka_config["transaction.timeout.ms"] = args.transaction_timeout_ms
+    options = sink_options(KafkaSinkConfig(kafka_config, args.sink_id, topic=args.topic))
     query = (
         sink_frame(spark, Path(args.inputs))
         .writeStream.format(CHAOS_SINK_NAME)
