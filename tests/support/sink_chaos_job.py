@@ -6,7 +6,7 @@ transaction until the test SIGKILLs the application; tasks log to ``--control``.
 root with ``-m``, killed and restarted by the test in a subprocess::
 
     python -m tests.support.sink_chaos_job --bootstrap=127.0.0.1:9092 --inputs=/tmp/in --checkpoint=/tmp/cp \\
-        --topic=alerts --sink-id=chaos-abc --control=/tmp/control --home=/tmp/home [--pause=1:0:committed] \
+        --topic=alerts --sink-id=chaos-abc --control=/tmp/control --home=/tmp/home [--pause=1:0:committed] \\
         [--transaction-timeout-ms=20000]
 """
 
